@@ -1,0 +1,53 @@
+# MemoryHub: `make run` serves a demo on a fresh machine; `make test` runs the whole suite.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+PYTEST_ARGS ?=
+
+.PHONY: install chromium run test lint format bench migrate clean-db
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	# torch first, pinned: the CPU build lies on disk; anything unpinned pulls a CUDA build.
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e ".[dev,local-embeddings]"
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+# Browser tests drive the system Chromium (never a downloaded one).
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "installing chromium (apt-get)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+migrate: install
+	$(BIN)/python manage.py migrate --noinput
+
+run: install migrate
+	$(BIN)/python manage.py seed_demo
+	$(BIN)/python manage.py serve
+
+test: install chromium
+	$(BIN)/python manage.py makemigrations --check --dry-run
+	$(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: install
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+bench: install
+	$(BIN)/python manage.py bench $(BENCH_ARGS)
+
+# Stop the embedded PostgreSQL of ./var (data stays).
+stop-db: install
+	$(BIN)/python -m memoryhub.embedded_db stop

@@ -1,0 +1,45 @@
+import secrets
+
+from django.core.management.base import BaseCommand
+
+from accounts.models import Agent, Membership
+from accounts.services import (
+    agent_get_or_create,
+    api_key_create,
+    operator_create,
+    tenant_get_or_create,
+)
+
+DEMO_TENANT, DEMO_EMAIL, DEMO_AGENT = "demo", "admin@example.com", "demo-agent"
+
+
+class Command(BaseCommand):
+    help = (
+        "Create the demo tenant, operator and agent with a key. Secrets are printed once, "
+        "when first created; later runs leave everything as it is."
+    )
+
+    def handle(self, *args, **opts):
+        tenant = tenant_get_or_create(slug=DEMO_TENANT, name="Demo workspace")
+        if not Membership.objects.filter(tenant=tenant, user__username=DEMO_EMAIL).exists():
+            password = secrets.token_urlsafe(12)
+            operator_create(tenant=tenant, email=DEMO_EMAIL, password=password, role="owner")
+            self.stdout.write(f"Console operator: {DEMO_EMAIL} / {password}  (shown once)")
+        else:
+            self.stdout.write(f"Console operator: {DEMO_EMAIL} (password shown on the first run)")
+        is_new = not Agent.objects.filter(tenant=tenant, slug=DEMO_AGENT).exists()
+        agent = agent_get_or_create(tenant=tenant, slug=DEMO_AGENT, name="Demo agent")
+        if is_new or not agent.api_keys.exists():
+            _, raw = api_key_create(
+                tenant=tenant,
+                agent=agent,
+                scopes=["read", "write", "admin"],
+                name="demo",
+                created_by="command:seed_demo",
+            )
+            self.stdout.write(f"API key for {DEMO_TENANT}/{DEMO_AGENT}: {raw}  (shown once)")
+        else:
+            self.stdout.write(
+                f"Agent {DEMO_TENANT}/{DEMO_AGENT} has a key already "
+                "(create another with manage.py create_api_key)"
+            )

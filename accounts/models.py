@@ -1,0 +1,142 @@
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+SLUG_VALIDATOR = RegexValidator(r"^[a-z0-9][a-z0-9_-]{0,62}$", "Use a-z, 0-9, _ and -.")
+CATEGORY_RE = r"^[a-z0-9_-]{1,40}$"
+
+
+class Tenant(models.Model):
+    slug = models.CharField(max_length=63, unique=True, validators=[SLUG_VALIDATOR])
+    name = models.CharField(max_length=200, blank=True)
+    # Live workspace (tenant-wide) memories allowed before the coldest is evicted.
+    workspace_cap = models.PositiveIntegerField(default=10000)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class Role(models.TextChoices):
+    OWNER = "owner", "Owner"
+    ADMIN = "admin", "Admin"
+    REVIEWER = "reviewer", "Reviewer"
+    VIEWER = "viewer", "Viewer"
+
+
+ROLE_RANK = {Role.VIEWER: 0, Role.REVIEWER: 1, Role.ADMIN: 2, Role.OWNER: 3}
+
+
+class Membership(models.Model):
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
+    )
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.VIEWER)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            # One role per operator and tenant; serves the console's membership lookup.
+            models.UniqueConstraint(fields=["tenant", "user"], name="membership_tenant_user_uniq"),
+        ]
+
+    def has_role(self, needed: str) -> bool:
+        return ROLE_RANK[Role(self.role)] >= ROLE_RANK[Role(needed)]
+
+    def __str__(self) -> str:
+        return f"{self.user} @ {self.tenant} ({self.role})"
+
+
+class Agent(models.Model):
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="agents")
+    slug = models.CharField(max_length=63, validators=[SLUG_VALIDATOR])
+    name = models.CharField(max_length=200, blank=True)
+    entry_cap = models.PositiveIntegerField(default=1000)
+    hydration_budget_bytes = models.PositiveIntegerField(default=8000)
+    default_category = models.CharField(
+        max_length=40, default="core", validators=[RegexValidator(CATEGORY_RE)]
+    )
+    dedup_threshold = models.FloatField(
+        default=0.90, validators=[MinValueValidator(0.0), MaxValueValidator(1.0)]
+    )
+    default_ttl = models.DurationField(null=True, blank=True)
+    reads_from = models.ManyToManyField(
+        "self", symmetrical=False, blank=True, related_name="readers"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            # Agents are addressed by (tenant, slug) in keys, commands and the console.
+            models.UniqueConstraint(fields=["tenant", "slug"], name="agent_tenant_slug_uniq"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant.slug}/{self.slug}"
+
+    def policy(self) -> dict:
+        from memoryhub.durations import format_duration
+
+        return {
+            "tenant": self.tenant.slug,
+            "agent": self.slug,
+            "entry_cap": self.entry_cap,
+            "hydration_budget_bytes": self.hydration_budget_bytes,
+            "default_category": self.default_category,
+            "dedup_threshold": self.dedup_threshold,
+            "default_ttl": format_duration(self.default_ttl) if self.default_ttl else None,
+            "reads_from": sorted(a.slug for a in self.reads_from.all()),
+        }
+
+
+class Scope(models.TextChoices):
+    READ = "read", "Read"
+    WRITE = "write", "Write"
+    ADMIN = "admin", "Admin"
+
+
+class ApiKey(models.Model):
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="api_keys")
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="api_keys")
+    name = models.CharField(max_length=200, blank=True)
+    # `mh_` + the first 8 random characters: finds the row; the hash proves the key.
+    prefix = models.CharField(max_length=16, unique=True)
+    key_hash = models.CharField(max_length=64)
+    scopes = ArrayField(models.CharField(max_length=16, choices=Scope.choices), default=list)
+    subject_id = models.CharField(max_length=255, null=True, blank=True)
+    created_by = models.CharField(max_length=255, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            # Agents page: an agent's keys, newest first.
+            models.Index(fields=["tenant", "agent", "-created_at"], name="apikey_tenant_agent_idx"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(scopes__contained_by=["read", "write", "admin"]),
+                name="apikey_scopes_known",
+            ),
+        ]
+
+    # Writing last_used_at on every request would cost a write per read; once a minute is enough.
+    LAST_USED_RESOLUTION = timedelta(minutes=1)
+
+    def is_active(self, now=None) -> bool:
+        now = now or timezone.now()
+        return self.revoked_at is None and (self.expires_at is None or self.expires_at > now)
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.agent})"

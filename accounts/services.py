@@ -1,0 +1,132 @@
+"""Writes for tenants, operators, agents and API keys (commands and console share these)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.utils import timezone
+
+from accounts import keys
+from accounts.models import Agent, ApiKey, Membership, Role, Scope, Tenant
+from memoryhub.errors import InvalidInput, NotFound
+
+User = get_user_model()
+
+_POLICY_FIELDS = (
+    "entry_cap",
+    "hydration_budget_bytes",
+    "default_category",
+    "dedup_threshold",
+    "default_ttl",
+)
+
+
+def tenant_get_or_create(*, slug: str, name: str = "") -> Tenant:
+    tenant, _ = Tenant.objects.get_or_create(slug=slug, defaults={"name": name or slug})
+    return tenant
+
+
+def agent_get_or_create(*, tenant: Tenant, slug: str, name: str = "") -> Agent:
+    agent, _ = Agent.objects.get_or_create(
+        tenant=tenant, slug=slug, defaults={"name": name or slug}
+    )
+    return agent
+
+
+@transaction.atomic
+def agent_policy_update(
+    *, tenant: Tenant, agent: Agent, reads_from: list[str] | None = None, **policy
+) -> Agent:
+    """Change an agent's policy; `reads_from` names other agents of the same tenant."""
+    if agent.tenant_id != tenant.pk:
+        raise NotFound("No such agent")
+    unknown = set(policy) - set(_POLICY_FIELDS)
+    if unknown:
+        raise InvalidInput(f"Unknown policy field: {sorted(unknown)[0]}", field=sorted(unknown)[0])
+    for name, value in policy.items():
+        setattr(agent, name, value)
+    agent.updated_at = timezone.now()
+    try:
+        agent.full_clean(exclude=["tenant", "reads_from"])
+    except Exception as exc:  # ValidationError: name the first field
+        field = next(iter(getattr(exc, "message_dict", {"policy": None})))
+        raise InvalidInput(f"Invalid value for {field}", field=field) from exc
+    agent.save()
+    if reads_from is not None:
+        slugs = [s for s in dict.fromkeys(reads_from) if s != agent.slug]
+        others = list(Agent.objects.filter(tenant=tenant, slug__in=slugs))
+        missing = set(slugs) - {a.slug for a in others}
+        if missing:
+            raise InvalidInput(
+                f"No agent '{sorted(missing)[0]}' in this tenant", field="reads_from"
+            )
+        agent.reads_from.set(others)
+    return agent
+
+
+def api_key_create(
+    *,
+    tenant: Tenant,
+    agent: Agent,
+    scopes: list[str] | None = None,
+    subject_id: str | None = None,
+    expires_in: timedelta | None = None,
+    name: str = "",
+    created_by: str = "",
+) -> tuple[ApiKey, str]:
+    """Create a key; returns the row and the raw key, which is never stored and shown once."""
+    if agent.tenant_id != tenant.pk:
+        raise NotFound("No such agent")
+    scopes = list(dict.fromkeys(scopes or [Scope.READ, Scope.WRITE]))
+    bad = [s for s in scopes if s not in Scope.values]
+    if bad:
+        raise InvalidInput(f"Unknown scope '{bad[0]}'", field="scope")
+    raw = keys.generate_key()
+    expires_at: datetime | None = timezone.now() + expires_in if expires_in else None
+    api_key = ApiKey.objects.create(
+        tenant=tenant,
+        agent=agent,
+        name=name,
+        prefix=keys.lookup_prefix(raw),
+        key_hash=keys.hash_key(raw),
+        scopes=scopes,
+        subject_id=subject_id or None,
+        expires_at=expires_at,
+        created_by=created_by,
+    )
+    return api_key, raw
+
+
+def api_key_revoke(*, tenant: Tenant, key_id: int) -> ApiKey:
+    api_key = ApiKey.objects.filter(tenant=tenant, pk=key_id).first()
+    if api_key is None:
+        raise NotFound("No such key")
+    if api_key.revoked_at is None:
+        api_key.revoked_at = timezone.now()
+        api_key.save(update_fields=["revoked_at"])
+    return api_key
+
+
+@transaction.atomic
+def operator_create(
+    *, tenant: Tenant, email: str, password: str | None, role: str = Role.ADMIN
+) -> Membership:
+    """Create (or update) an operator and give them `role` in `tenant`."""
+    if role not in Role.values:
+        raise InvalidInput(f"Unknown role '{role}'", field="role")
+    email = email.strip().lower()
+    user = User.objects.filter(username=email).first()
+    if user is None:
+        user = User.objects.create_user(username=email, email=email, password=password)
+    elif password:
+        user.set_password(password)
+        user.save(update_fields=["password"])
+    membership, created = Membership.objects.get_or_create(
+        tenant=tenant, user=user, defaults={"role": role}
+    )
+    if not created and membership.role != role:
+        membership.role = role
+        membership.save(update_fields=["role"])
+    return membership

@@ -1,0 +1,321 @@
+from __future__ import annotations
+
+from django.contrib.postgres.fields import ArrayField
+from django.contrib.postgres.indexes import GinIndex
+from django.contrib.postgres.search import SearchVector, SearchVectorField
+from django.db import models
+from django.db.models import F, Q
+from django.utils import timezone
+from pgvector.django import HnswIndex, VectorField
+
+from accounts.models import Agent, Tenant
+from memories.ids import new_memory_id
+
+EMBEDDING_DIM = 384
+
+
+class Status(models.TextChoices):
+    ACTIVE = "active", "Active"
+    TOMBSTONED = "tombstoned", "Tombstoned"
+    EVICTED = "evicted", "Evicted"
+    EXPIRED = "expired", "Expired"
+
+
+class ReviewState(models.TextChoices):
+    NONE = "none", "None"
+    PENDING = "pending", "Pending"
+    APPROVED = "approved", "Approved"
+
+
+class CaptureMode(models.TextChoices):
+    EXPLICIT = "explicit", "Explicit"
+    INFERRED = "inferred", "Inferred"
+
+
+class Category:
+    CORE = "core"
+    DAILY = "daily"
+    CONVERSATION = "conversation"
+    WORKSPACE = "workspace"
+    ARCHIVAL = "archival"
+    BUILTIN = (CORE, DAILY, CONVERSATION, WORKSPACE, ARCHIVAL)
+
+
+class MemoryQuerySet(models.QuerySet):
+    def for_tenant(self, tenant: Tenant | int) -> MemoryQuerySet:
+        tenant_id = tenant if isinstance(tenant, int) else tenant.pk
+        return self.filter(tenant_id=tenant_id)
+
+    def live(self, now=None) -> MemoryQuerySet:
+        """Active and not past `expires_at`: what every read may return."""
+        now = now or timezone.now()
+        return self.filter(status=Status.ACTIVE).filter(
+            Q(expires_at__isnull=True) | Q(expires_at__gt=now)
+        )
+
+
+class Memory(models.Model):
+    id = models.CharField(primary_key=True, max_length=30, default=new_memory_id, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memories")
+    # Owner; NULL for workspace memories, which belong to the whole tenant.
+    agent = models.ForeignKey(
+        Agent, on_delete=models.CASCADE, null=True, blank=True, related_name="memories"
+    )
+    created_by = models.CharField(
+        max_length=255
+    )  # actor: agent:<slug> | operator:<email> | system:<job>
+    key = models.CharField(max_length=255, null=True, blank=True)
+    category = models.CharField(max_length=40, default=Category.CORE)
+    kind = models.CharField(max_length=64, default="fact")
+    text = models.TextField(blank=True, default="")
+    data = models.JSONField(null=True, blank=True)
+    tags = ArrayField(models.CharField(max_length=64), default=list, blank=True)
+    subject_id = models.CharField(max_length=255, null=True, blank=True)
+    thread_id = models.CharField(max_length=255, null=True, blank=True)
+    importance = models.FloatField(default=0.5)
+    confidence = models.FloatField(default=1.0)
+    capture_mode = models.CharField(
+        max_length=16, choices=CaptureMode.choices, default=CaptureMode.EXPLICIT
+    )
+    source_provider = models.CharField(max_length=100, null=True, blank=True)
+    mentions = models.JSONField(default=list, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    last_confirmed_at = models.DateTimeField(default=timezone.now)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+    last_accessed_at = models.DateTimeField(default=timezone.now)
+    access_count = models.PositiveBigIntegerField(default=0)
+    version = models.PositiveIntegerField(default=1)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.ACTIVE)
+    # When status last left `active` (tombstone, eviction, expiry): retention counts from here.
+    status_changed_at = models.DateTimeField(null=True, blank=True)
+    review_state = models.CharField(
+        max_length=16, choices=ReviewState.choices, default=ReviewState.NONE
+    )
+    size_bytes = models.PositiveIntegerField(default=0)
+    # SHA-256 of the normalised text: exact-duplicate checks, and what survives a purge.
+    content_hash = models.CharField(max_length=64, blank=True, default="")
+    embedding = VectorField(dimensions=EMBEDDING_DIM, null=True, blank=True)
+    embedding_model = models.CharField(max_length=100, blank=True, default="")
+    # Full-text document over key + text; GIN-indexed for keyword and hybrid search.
+    search_vector = models.GeneratedField(
+        expression=SearchVector("key", "text", config="english"),
+        output_field=SearchVectorField(),
+        db_persist=True,
+    )
+    tombstone_reason = models.TextField(blank=True, default="")
+    tombstoned_by = models.CharField(max_length=255, blank=True, default="")
+    tombstoned_at = models.DateTimeField(null=True, blank=True)
+    purged_at = models.DateTimeField(null=True, blank=True)
+
+    objects = MemoryQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            # Keyed upsert: one live memory per (tenant, owner, subject, key); NULL owner/subject
+            # (workspace, subject-less) compare equal.
+            models.UniqueConstraint(
+                fields=["tenant", "agent", "subject_id", "key"],
+                condition=Q(status="active") & Q(key__isnull=False),
+                nulls_distinct=False,
+                name="memory_live_key_uniq",
+            ),
+            models.CheckConstraint(
+                condition=Q(importance__gte=0) & Q(importance__lte=1),
+                name="memory_importance_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(confidence__gte=0) & Q(confidence__lte=1),
+                name="memory_confidence_range",
+            ),
+            models.CheckConstraint(condition=Q(version__gte=1), name="memory_version_positive"),
+            models.CheckConstraint(
+                condition=Q(status__in=["active", "tombstoned", "evicted", "expired"]),
+                name="memory_status_known",
+            ),
+        ]
+        indexes = [
+            # List API / console table: live memories of an agent, newest updated_at first.
+            models.Index(
+                F("tenant"),
+                F("agent"),
+                F("updated_at").desc(),
+                F("id").desc(),
+                condition=Q(status="active"),
+                name="memory_live_list_idx",
+            ),
+            # List filtered by category, and hydration's per-category recency window.
+            models.Index(
+                F("tenant"),
+                F("agent"),
+                F("category"),
+                F("updated_at").desc(),
+                condition=Q(status="active"),
+                name="memory_live_cat_idx",
+            ),
+            # Subject-scoped reads (recall, list, hydrate for one end user).
+            models.Index(
+                F("tenant"),
+                F("subject_id"),
+                F("agent"),
+                F("updated_at").desc(),
+                condition=Q(status="active"),
+                name="memory_live_subject_idx",
+            ),
+            # Thread end and conversation hydration.
+            models.Index(
+                fields=["tenant", "thread_id"],
+                condition=Q(status="active") & Q(thread_id__isnull=False),
+                name="memory_live_thread_idx",
+            ),
+            # Entry-cap eviction: coldest first.
+            models.Index(
+                fields=["tenant", "agent", "last_accessed_at", "updated_at"],
+                condition=Q(status="active"),
+                name="memory_live_cold_idx",
+            ),
+            # Exact-duplicate and previously-corrected checks by normalised text hash.
+            models.Index(fields=["tenant", "content_hash"], name="memory_hash_idx"),
+            # Console: filters by status / review queue (oldest pending first).
+            models.Index(
+                fields=["tenant", "status", "review_state", "created_at"], name="memory_review_idx"
+            ),
+            # Console: tombstones page and retention purge.
+            models.Index(
+                fields=["tenant", "status", "status_changed_at"],
+                condition=~Q(status="active"),
+                name="memory_inactive_idx",
+            ),
+            # Pruning: live memories with an expiry (a job across tenants, not a request path).
+            models.Index(
+                fields=["expires_at"],
+                condition=Q(status="active") & Q(expires_at__isnull=False),
+                name="memory_expiry_idx",
+            ),
+            # Pruning by age of daily/conversation memories.
+            models.Index(
+                fields=["category", "updated_at"],
+                condition=Q(status="active") & Q(category__in=["daily", "conversation"]),
+                name="memory_age_prune_idx",
+            ),
+            # Keyword search: full-text match within a tenant (btree_gin lets tenant lead).
+            GinIndex(fields=["tenant", "search_vector"], name="memory_fts_idx"),
+            # Semantic search: approximate cosine nearest neighbours among live memories.
+            HnswIndex(
+                name="memory_embedding_hnsw",
+                fields=["embedding"],
+                m=16,
+                ef_construction=64,
+                opclasses=["vector_cosine_ops"],
+                condition=Q(status="active"),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.id
+
+    @property
+    def owner_label(self) -> str:
+        return self.agent.slug if self.agent_id else "workspace"
+
+
+class ChangeType(models.TextChoices):
+    CREATE = "create", "Create"
+    UPDATE = "update", "Update"
+    CORRECT = "correct", "Correction"
+    CONFIRM = "confirm", "Confirm"
+    APPROVE = "approve", "Approve"
+    TOMBSTONE = "tombstone", "Tombstone"
+    RESTORE = "restore", "Restore"
+    EXPIRE = "expire", "Expiry"
+    EVICT = "evict", "Eviction"
+    PURGE = "purge", "Purge"
+    MERGE = "merge", "Merge"
+    IMPORT = "import", "Import"
+
+
+class MemoryRevision(models.Model):
+    """Append-only history of a memory: one row per change, with actor and before/after."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="revisions")
+    # No database constraint: the history outlives a memory that retention hard-deletes.
+    memory = models.ForeignKey(
+        Memory, on_delete=models.DO_NOTHING, db_constraint=False, related_name="revisions"
+    )
+    version = models.PositiveIntegerField()
+    actor = models.CharField(max_length=255)
+    change_type = models.CharField(max_length=16, choices=ChangeType.choices)
+    reason = models.TextField(blank=True, default="")
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [
+            # Memory detail: a memory's history in order.
+            models.Index(fields=["tenant", "memory", "id"], name="revision_memory_idx"),
+            # Activity page: the tenant's audit log, newest first, filterable by actor and type.
+            models.Index(F("tenant"), F("created_at").desc(), name="revision_recent_idx"),
+            models.Index(fields=["tenant", "actor", "created_at"], name="revision_actor_idx"),
+            models.Index(fields=["tenant", "change_type", "created_at"], name="revision_type_idx"),
+        ]
+
+
+class IdempotencyRecord(models.Model):
+    """A stored response for `Idempotency-Key` replays (per tenant, kept 24 h)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    key = models.CharField(max_length=255)
+    request_hash = models.CharField(max_length=64)
+    response_status = models.PositiveSmallIntegerField()
+    response_body = models.JSONField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            # Replay lookup by (tenant, key); also what makes a concurrent retry wait for the first.
+            models.UniqueConstraint(fields=["tenant", "key"], name="idempotency_tenant_key_uniq"),
+        ]
+        indexes = [
+            # purge_retention drops records past 24 h.
+            models.Index(fields=["created_at"], name="idempotency_created_idx"),
+        ]
+
+
+class JobRun(models.Model):
+    """One run of a background job (prune, retention purge, re-embed) with its counts."""
+
+    job = models.CharField(max_length=64)
+    trigger = models.CharField(max_length=32, default="schedule")  # schedule | command | console
+    started_at = models.DateTimeField(default=timezone.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    as_of = models.DateTimeField(null=True, blank=True)  # the `--now` the rules were evaluated at
+    dry_run = models.BooleanField(default=False)
+    status = models.CharField(max_length=16, default="running")  # running | ok | failed
+    counts = models.JSONField(default=dict)
+    duration_ms = models.PositiveIntegerField(null=True, blank=True)
+    error = models.TextField(blank=True, default="")
+
+    class Meta:
+        indexes = [
+            # Jobs page and dashboard: the last runs of each job.
+            models.Index(F("job"), F("started_at").desc(), name="jobrun_job_recent_idx"),
+        ]
+
+
+class PruneRunManager(models.Manager):
+    def get_queryset(self):
+        return super().get_queryset().filter(job="prune_memories")
+
+
+class PruneRun(JobRun):
+    """The `prune_memories` runs (SPEC §7's PruneRun record)."""
+
+    objects = PruneRunManager()
+
+    class Meta:
+        proxy = True
+
+    def save(self, *args, **kwargs):
+        self.job = "prune_memories"
+        super().save(*args, **kwargs)

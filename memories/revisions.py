@@ -1,0 +1,75 @@
+"""Append-only revision history: every change to a memory writes exactly one row here."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from memories.clock import resolve_now
+from memories.models import Memory, MemoryRevision
+
+# The fields a revision's before/after snapshot records (never the embedding).
+SNAPSHOT_FIELDS = (
+    "key",
+    "category",
+    "kind",
+    "text",
+    "data",
+    "tags",
+    "subject_id",
+    "thread_id",
+    "importance",
+    "confidence",
+    "capture_mode",
+    "source_provider",
+    "mentions",
+    "expires_at",
+    "last_confirmed_at",
+    "status",
+    "review_state",
+    "version",
+)
+
+
+def snapshot(memory: Memory) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in SNAPSHOT_FIELDS:
+        value = getattr(memory, name)
+        out[name] = value.isoformat() if isinstance(value, datetime) else value
+    return out
+
+
+def changed_only(before: dict[str, Any], after: dict[str, Any]) -> tuple[dict, dict]:
+    """Reduce two snapshots to the fields that differ (what the console's diff shows)."""
+    keys = [k for k in after if before.get(k) != after.get(k)]
+    return {k: before.get(k) for k in keys}, {k: after[k] for k in keys}
+
+
+def revision_build(
+    *,
+    memory: Memory,
+    actor: str,
+    change_type: str,
+    reason: str = "",
+    before: dict | None = None,
+    after: dict | None = None,
+    now: datetime | None = None,
+) -> MemoryRevision:
+    return MemoryRevision(
+        tenant_id=memory.tenant_id,
+        memory_id=memory.pk,
+        version=memory.version,
+        actor=actor,
+        change_type=change_type,
+        reason=reason or "",
+        before=before,
+        after=after,
+        created_at=resolve_now(now),
+    )
+
+
+def revision_write(**kwargs) -> MemoryRevision:
+    """Write one revision (call inside the transaction that made the change)."""
+    revision = revision_build(**kwargs)
+    revision.save(force_insert=True)
+    return revision

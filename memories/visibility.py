@@ -1,0 +1,67 @@
+"""Who may see which memory: the one visibility rule every agent-facing read uses.
+
+An agent (through its key) sees, within its tenant:
+- its own memories (`source: own`);
+- workspace memories, owned by the tenant (`agent` NULL, `source: workspace`);
+- memories of the agents named in its `reads_from`, except their `conversation` memories
+  (`source: shared:<slug>`), and only when `include_shared` is true;
+and of those, only the ones that are live (active, not past `expires_at`) and whose subject is
+NULL or the request's subject. A request that names no subject sees subject-less memories only,
+so one end user's facts never reach another's context by omission. `conversation` memories are
+further limited to the request's `thread_id` by the reads that load context (hydrate).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db.models import Q
+
+from accounts.models import Agent, Tenant
+from memories.clock import resolve_now
+from memories.models import Category, Memory, MemoryQuerySet
+
+
+def reads_from_ids(agent: Agent) -> list[int]:
+    cached = getattr(agent, "_reads_from_ids", None)
+    if cached is None:
+        cached = list(agent.reads_from.values_list("pk", flat=True))
+        agent._reads_from_ids = cached
+    return cached
+
+
+def visible_q(*, agent: Agent, subject_id: str | None, include_shared: bool = True) -> Q:
+    owners = Q(agent_id=agent.pk) | Q(agent__isnull=True, category=Category.WORKSPACE)
+    shared = reads_from_ids(agent) if include_shared else []
+    if shared:
+        owners |= Q(agent_id__in=shared) & ~Q(category=Category.CONVERSATION)
+    subjects = Q(subject_id__isnull=True)
+    if subject_id:
+        subjects |= Q(subject_id=subject_id)
+    return owners & subjects
+
+
+def visible_memories(
+    *,
+    tenant: Tenant,
+    agent: Agent,
+    subject_id: str | None,
+    include_shared: bool = True,
+    now: datetime | None = None,
+) -> MemoryQuerySet:
+    """Live memories this agent may read for this subject, tenant-scoped first."""
+    return (
+        Memory.objects.for_tenant(tenant)
+        .live(resolve_now(now))
+        .filter(visible_q(agent=agent, subject_id=subject_id, include_shared=include_shared))
+    )
+
+
+def source_label(memory: Memory, agent: Agent, slugs: dict[int, str] | None = None) -> str:
+    """`own`, `workspace` or `shared:<agent-slug>` as seen by `agent`."""
+    if memory.agent_id is None:
+        return "workspace"
+    if memory.agent_id == agent.pk:
+        return "own"
+    slug = (slugs or {}).get(memory.agent_id) or memory.agent.slug
+    return f"shared:{slug}"

