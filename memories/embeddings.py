@@ -18,8 +18,8 @@ from typing import Protocol
 
 from django.conf import settings
 
-from memoryhub.errors import EmbeddingError
 from memories.models import EMBEDDING_DIM
+from memoryhub.errors import EmbeddingError
 
 logger = logging.getLogger(__name__)
 
