@@ -1,0 +1,85 @@
+"""The embedded PostgreSQL is shared by processes and recovered after a crash."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+PROBE = """
+import json, sys
+import psycopg
+from memoryhub.embedded_db import ensure_server
+server = ensure_server(sys.argv[1])
+with psycopg.connect(server.dsn(), autocommit=True) as conn:
+    pid = conn.execute("SELECT pg_postmaster_start_time()::text").fetchone()[0]
+    if len(sys.argv) > 2 and sys.argv[2] == "write":
+        conn.execute("CREATE TABLE IF NOT EXISTS probe (v text)")
+        conn.execute("INSERT INTO probe VALUES ('kept')")
+    rows = conn.execute(
+        "SELECT count(*) FROM pg_tables WHERE tablename = 'probe'").fetchone()[0]
+    kept = conn.execute("SELECT count(*) FROM probe").fetchone()[0] if rows else 0
+info = open(server.data_dir / "pg" / "postmaster.pid").read().split()[0]
+print(json.dumps({"postmaster": int(info), "started": pid, "kept": kept}))
+"""
+
+
+def run_probe(data_dir: Path, *args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", PROBE, str(data_dir), *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def result(proc: subprocess.Popen) -> dict:
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    return json.loads(out.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def data_dir(tmp_path_factory):
+    # Short path: the server's socket lives inside it.
+    path = Path(tmp_path_factory.mktemp("pg"))
+    yield path
+    from memoryhub.embedded_db import stop_server
+
+    stop_server(path)
+
+
+def test_two_processes_starting_at_once_share_one_server(data_dir):
+    first, second = run_probe(data_dir, "write"), run_probe(data_dir)
+    a, b = result(first), result(second)
+    assert a["postmaster"] == b["postmaster"]
+    assert a["started"] == b["started"]
+    # A third process later reuses the running server rather than starting another.
+    c = result(run_probe(data_dir))
+    assert c["postmaster"] == a["postmaster"]
+    assert c["kept"] == 1
+
+
+def test_server_killed_with_sigkill_is_recovered_with_its_data(data_dir):
+    before = result(run_probe(data_dir, "write"))
+    postmaster = psutil.Process(before["postmaster"])
+    children = postmaster.children(recursive=True)
+    os.kill(before["postmaster"], signal.SIGKILL)
+    psutil.wait_procs([postmaster, *children], timeout=30)
+    assert not psutil.pid_exists(before["postmaster"]) or (
+        psutil.Process(before["postmaster"]).status() == psutil.STATUS_ZOMBIE
+    )
+    # postmaster.pid is still there, naming a dead process: the next start recovers.
+    assert (data_dir / "pg" / "postmaster.pid").exists()
+    after = result(run_probe(data_dir))
+    assert after["postmaster"] != before["postmaster"]
+    assert after["kept"] == 1

@@ -1,0 +1,132 @@
+from __future__ import annotations
+
+import json
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.db import connection
+
+from accounts import keys
+from accounts.models import Agent, ApiKey, Membership
+
+
+@pytest.mark.django_db
+def test_healthz_reports_database_ok(client):
+    response = client.get("/healthz")
+    assert response.status_code == 200
+    assert response.json() == {"ok": True, "database": "ok"}
+
+
+@pytest.mark.django_db
+def test_healthz_is_503_json_when_database_is_unreachable(client):
+    original = connection.settings_dict["HOST"]
+    connection.close()
+    connection.settings_dict["HOST"] = "/nonexistent-socket-dir"
+    try:
+        response = client.get("/healthz")
+    finally:
+        connection.settings_dict["HOST"] = original
+        connection.close()
+    assert response.status_code == 503
+    assert response["Retry-After"] == "5"
+    assert response.json() == {"ok": False, "database": "unavailable"}
+
+
+def run(*args) -> str:
+    out = StringIO()
+    call_command(*args, stdout=out)
+    return out.getvalue()
+
+
+@pytest.mark.django_db
+def test_create_api_key_prints_only_a_working_key(client):
+    output = run(
+        "create_api_key", "--tenant", "t1", "--agent", "a1", "--scope", "read", "--scope", "write"
+    )
+    raw = output.strip()
+    assert output.count("\n") == 1 and keys.is_well_formed(raw)
+    row = ApiKey.objects.get()
+    assert (row.tenant.slug, row.agent.slug, row.scopes) == ("t1", "a1", ["read", "write"])
+    response = client.get("/api/v1/whoami", HTTP_AUTHORIZATION=f"Bearer {raw}")
+    assert response.status_code == 200
+    assert response.json()["agent"] == "a1"
+
+
+@pytest.mark.django_db
+def test_create_api_key_with_subject_and_expiry():
+    raw = run(
+        "create_api_key",
+        "--tenant",
+        "t1",
+        "--agent",
+        "a1",
+        "--subject",
+        "u-9",
+        "--expires-in",
+        "30d",
+    ).strip()
+    row = ApiKey.objects.get(prefix=keys.lookup_prefix(raw))
+    assert row.subject_id == "u-9" and row.expires_at is not None
+    with pytest.raises(CommandError):
+        run("create_api_key", "--tenant", "t1", "--agent", "a1", "--expires-in", "soon")
+
+
+@pytest.mark.django_db
+def test_create_operator_and_role():
+    run(
+        "create_operator",
+        "--tenant",
+        "t1",
+        "--email",
+        "Ops@Example.com",
+        "--password",
+        "s3cret-pass",
+        "--role",
+        "reviewer",
+    )
+    membership = Membership.objects.select_related("user").get()
+    assert membership.user.username == "ops@example.com" and membership.role == "reviewer"
+    assert membership.user.check_password("s3cret-pass")
+
+
+@pytest.mark.django_db
+def test_agent_policy_prints_the_resulting_policy():
+    run("create_api_key", "--tenant", "t1", "--agent", "a1")
+    run("create_api_key", "--tenant", "t1", "--agent", "helper")
+    output = run(
+        "agent_policy",
+        "--tenant",
+        "t1",
+        "--agent",
+        "a1",
+        "--entry-cap",
+        "50",
+        "--hydration-budget",
+        "4000",
+        "--default-category",
+        "daily",
+        "--dedup-threshold",
+        "0.8",
+        "--default-ttl",
+        "7d",
+        "--reads-from",
+        "helper",
+    )
+    assert json.loads(output) == {
+        "tenant": "t1",
+        "agent": "a1",
+        "entry_cap": 50,
+        "hydration_budget_bytes": 4000,
+        "default_category": "daily",
+        "dedup_threshold": 0.8,
+        "default_ttl": "7d",
+        "reads_from": ["helper"],
+    }
+    assert Agent.objects.get(slug="a1").default_ttl.days == 7
+    with pytest.raises(CommandError):
+        run("agent_policy", "--tenant", "t1", "--agent", "a1", "--reads-from", "ghost")
+    with pytest.raises(CommandError):
+        run("agent_policy", "--tenant", "t1", "--agent", "a1", "--dedup-threshold", "1.5")
+    with pytest.raises(CommandError):
+        run("agent_policy", "--tenant", "t1", "--agent", "nobody")
