@@ -1,0 +1,72 @@
+"""Console access: the operator's current tenant (from the session) and role checks.
+
+Every console view is wrapped in `require_role(...)`. It logs the operator in if needed,
+resolves the membership for the tenant chosen in the session (the first one otherwise), and
+answers 403 when the role is too low. A viewer is read-only everywhere: any unsafe method needs
+at least `reviewer`, whatever the view asked for.
+"""
+
+from __future__ import annotations
+
+from functools import wraps
+
+from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest
+
+from accounts.models import Membership, Role
+
+SESSION_TENANT_KEY = "console_tenant_id"
+SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+
+
+def memberships_for(user) -> list[Membership]:
+    return list(
+        Membership.objects.filter(user=user).select_related("tenant").order_by("tenant__slug")
+    )
+
+
+def current_membership(request: HttpRequest) -> Membership | None:
+    """The membership for the tenant picked in the session, else the operator's first one."""
+    memberships = memberships_for(request.user)
+    request.console_memberships = memberships
+    if not memberships:
+        return None
+    wanted = request.session.get(SESSION_TENANT_KEY)
+    for membership in memberships:
+        if membership.tenant_id == wanted:
+            return membership
+    return memberships[0]
+
+
+def require_role(role: str = Role.VIEWER):
+    """Decorate a console view: login, current tenant, and at least `role` (reviewer to write)."""
+
+    def decorator(view):
+        @wraps(view)
+        def wrapped(request: HttpRequest, *args, **kwargs):
+            if not request.user.is_authenticated:
+                return redirect_to_login(request.get_full_path())
+            membership = current_membership(request)
+            if membership is None:
+                raise PermissionDenied("You are not a member of any tenant.")
+            needed = role
+            if request.method not in SAFE_METHODS and not Membership(role=role).has_role(
+                Role.REVIEWER
+            ):
+                needed = Role.REVIEWER
+            if not membership.has_role(needed):
+                raise PermissionDenied("Your role does not allow this.")
+            request.membership = membership
+            request.tenant = membership.tenant
+            return view(request, *args, **kwargs)
+
+        wrapped.console_role = role
+        return wrapped
+
+    return decorator
+
+
+def operator_actor(request: HttpRequest) -> str:
+    """The revision actor for the signed-in operator."""
+    return f"operator:{request.user.email or request.user.get_username()}"

@@ -1,0 +1,325 @@
+"""Console reads: operators see every memory of their tenant, whatever its status.
+
+Every queryset starts from `Memory.objects.for_tenant(tenant)`. Lists are keyset-paginated
+(`(sort value, id)` cursors) and run a fixed number of queries whatever the page size.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.contrib.postgres.search import SearchQuery, SearchRank
+from django.db import connection
+from django.db.models import Count, F, Q, QuerySet
+from django.http import Http404
+
+from accounts.models import Agent, Tenant
+from memories.clock import resolve_now
+from memories.models import JobRun, Memory, MemoryRevision, ReviewState, Status
+
+PAGE_SIZE = 50
+SEARCH_LIMIT = 100
+
+# Sort keys the table offers: name → (field, descending).
+SORTS: dict[str, tuple[str, bool]] = {
+    "-updated_at": ("updated_at", True),
+    "updated_at": ("updated_at", False),
+    "-created_at": ("created_at", True),
+    "created_at": ("created_at", False),
+    "-importance": ("importance", True),
+    "importance": ("importance", False),
+}
+DEFAULT_SORT = "-updated_at"
+
+FILTER_FIELDS = (
+    "agent",
+    "subject",
+    "thread",
+    "category",
+    "kind",
+    "tag",
+    "status",
+    "capture_mode",
+    "review_state",
+    "q",
+)
+
+
+@dataclass
+class Page:
+    items: list[Any]
+    next_cursor: str | None = None
+    searched: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+# --- cursors ---------------------------------------------------------------------------------
+
+
+def encode_cursor(value: Any, pk: Any) -> str:
+    if isinstance(value, datetime):
+        value = {"t": value.isoformat()}
+    raw = json.dumps([value, pk], separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[Any, Any] | None:
+    """`(value, pk)` from a cursor, or None for a malformed one (which restarts the list)."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        value, pk = json.loads(raw)
+        if isinstance(value, dict):
+            value = datetime.fromisoformat(value["t"])
+        return value, pk
+    except (ValueError, TypeError, KeyError):
+        return None
+
+
+def _keyset(qs: QuerySet, *, field_name: str, desc: bool, cursor: str | None, size: int) -> Page:
+    order = [f"-{field_name}", "-id"] if desc else [field_name, "id"]
+    qs = qs.order_by(*order)
+    decoded = decode_cursor(cursor) if cursor else None
+    if decoded is not None:
+        value, pk = decoded
+        op = "lt" if desc else "gt"
+        qs = qs.filter(
+            Q(**{f"{field_name}__{op}": value}) | Q(**{field_name: value, f"id__{op}": pk})
+        )
+    rows = list(qs[: size + 1])
+    next_cursor = None
+    if len(rows) > size:
+        rows = rows[:size]
+        last = rows[-1]
+        next_cursor = encode_cursor(getattr(last, field_name), last.pk)
+    return Page(items=rows, next_cursor=next_cursor)
+
+
+# --- memories --------------------------------------------------------------------------------
+
+
+def tenant_memories(tenant: Tenant) -> QuerySet:
+    return Memory.objects.for_tenant(tenant)
+
+
+def memory_for_console(*, tenant: Tenant, memory_id: str) -> Memory:
+    """One memory of the tenant (any status); another tenant's id is a 404 like a missing one."""
+    memory = tenant_memories(tenant).select_related("agent").filter(pk=memory_id).first()
+    if memory is None:
+        raise Http404("No such memory")
+    return memory
+
+
+def agents_for(tenant: Tenant) -> list[Agent]:
+    return list(Agent.objects.filter(tenant=tenant).order_by("slug"))
+
+
+def _filtered(tenant: Tenant, filters: dict[str, str], now: datetime) -> QuerySet:
+    qs = tenant_memories(tenant).select_related("agent")
+    agent = filters.get("agent")
+    if agent == "workspace":
+        qs = qs.filter(agent__isnull=True)
+    elif agent:
+        qs = qs.filter(agent__slug=agent)
+    for name, column in (
+        ("subject", "subject_id"),
+        ("thread", "thread_id"),
+        ("category", "category"),
+        ("kind", "kind"),
+        ("capture_mode", "capture_mode"),
+        ("review_state", "review_state"),
+    ):
+        if filters.get(name):
+            qs = qs.filter(**{column: filters[name]})
+    tags = [t for t in filters.get("tags", []) if t]
+    if tags:
+        qs = qs.filter(tags__contains=tags)
+    status = filters.get("status") or Status.ACTIVE
+    if status == "live":
+        qs = qs.live(now)
+    elif status != "any":
+        qs = qs.filter(status=status)
+    return qs
+
+
+def memory_page(
+    *,
+    tenant: Tenant,
+    filters: dict[str, Any],
+    sort: str = DEFAULT_SORT,
+    cursor: str | None = None,
+    size: int = PAGE_SIZE,
+    now: datetime | None = None,
+) -> Page:
+    """The console table: filtered, sorted, keyset-paginated; a text query ranks instead."""
+    now = resolve_now(now)
+    qs = _filtered(tenant, filters, now)
+    query = (filters.get("q") or "").strip()
+    if query:
+        return Page(items=text_search(qs, query, limit=min(size, SEARCH_LIMIT)), searched=True)
+    field_name, desc = SORTS.get(sort, SORTS[DEFAULT_SORT])
+    return _keyset(qs, field_name=field_name, desc=desc, cursor=cursor, size=size)
+
+
+def text_search(qs: QuerySet, query: str, *, limit: int) -> list[Memory]:
+    """Hybrid ranking inside PostgreSQL: full-text rank fused with vector similarity (RRF).
+
+    Operators search every memory of the filtered queryset, so this cannot go through the
+    agent-facing `memory_search` (which applies one agent's visibility); it fuses the same two
+    signals the API does, in one query: ranks from `ts_rank_cd` over `search_vector` and from
+    cosine distance to the query embedding, combined as 1/(60+rank).
+    """
+    from memories.embeddings import get_embedder
+
+    ts_query = SearchQuery(query, search_type="websearch", config="english")
+    try:
+        vector = get_embedder().embed([query])[0]
+    except Exception:  # the embedder is optional for keyword search; fall back to it alone
+        vector = None
+    keyword_ids = list(
+        qs.filter(search_vector=ts_query)
+        .annotate(rank=SearchRank(F("search_vector"), ts_query))
+        .order_by("-rank", "-id")
+        .values_list("id", flat=True)[: limit * 2]
+    )
+    semantic_ids: list[str] = []
+    if vector is not None:
+        from pgvector.django import CosineDistance
+
+        semantic_ids = list(
+            qs.filter(embedding__isnull=False)
+            .annotate(distance=CosineDistance("embedding", vector))
+            .filter(distance__lt=0.75)
+            .order_by("distance", "id")
+            .values_list("id", flat=True)[: limit * 2]
+        )
+    scores: dict[str, float] = {}
+    for ranked in (keyword_ids, semantic_ids):
+        for position, pk in enumerate(ranked):
+            scores[pk] = scores.get(pk, 0.0) + 1.0 / (60 + position + 1)
+    best = sorted(scores, key=lambda pk: (-scores[pk], pk))[:limit]
+    by_id = {m.pk: m for m in qs.filter(pk__in=best)}
+    return [by_id[pk] for pk in best if pk in by_id]
+
+
+def near_duplicates(
+    *, tenant: Tenant, memory_ids: list[str], min_similarity: float = 0.8, per_memory: int = 3
+) -> dict[str, list[dict]]:
+    """Live neighbours of each memory by cosine similarity, in ONE query (a LATERAL join)."""
+    if not memory_ids:
+        return {}
+    table = Memory._meta.db_table
+    sql = f"""
+        SELECT p.id, n.id, n.text, n.version, 1 - (n.embedding <=> p.embedding) AS similarity
+        FROM {table} p
+        CROSS JOIN LATERAL (
+            SELECT m.id, m.text, m.version, m.embedding FROM {table} m
+            WHERE m.tenant_id = p.tenant_id AND m.status = 'active' AND m.id <> p.id
+              AND m.embedding IS NOT NULL
+            ORDER BY m.embedding <=> p.embedding
+            LIMIT %s
+        ) n
+        WHERE p.tenant_id = %s AND p.id = ANY(%s) AND p.embedding IS NOT NULL
+          AND 1 - (n.embedding <=> p.embedding) >= %s
+        ORDER BY p.id, similarity DESC
+    """  # noqa: S608 - table name is ours, values are parameters
+    out: dict[str, list[dict]] = {pk: [] for pk in memory_ids}
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [per_memory, tenant.pk, list(memory_ids), min_similarity])
+        for pid, nid, text, version, similarity in cursor.fetchall():
+            out[pid].append(
+                {
+                    "memory_id": nid,
+                    "text": text,
+                    "version": version,
+                    "similarity": round(similarity, 3),
+                }
+            )
+    return out
+
+
+def review_page(
+    *, tenant: Tenant, cursor: str | None = None, size: int = PAGE_SIZE, now=None
+) -> Page:
+    """Pending live memories, oldest first."""
+    qs = (
+        tenant_memories(tenant)
+        .live(resolve_now(now))
+        .filter(review_state=ReviewState.PENDING)
+        .select_related("agent")
+    )
+    return _keyset(qs, field_name="created_at", desc=False, cursor=cursor, size=size)
+
+
+def tombstone_page(*, tenant: Tenant, cursor: str | None = None, size: int = PAGE_SIZE) -> Page:
+    """Tombstoned memories, most recently forgotten first."""
+    qs = tenant_memories(tenant).filter(status=Status.TOMBSTONED).select_related("agent")
+    return _keyset(qs, field_name="status_changed_at", desc=True, cursor=cursor, size=size)
+
+
+def revisions_for(*, tenant: Tenant, memory: Memory) -> list[MemoryRevision]:
+    return list(
+        MemoryRevision.objects.filter(tenant=tenant, memory_id=memory.pk).order_by("-id")[:200]
+    )
+
+
+def activity_page(
+    *,
+    tenant: Tenant,
+    actor: str = "",
+    change_type: str = "",
+    cursor: str | None = None,
+    size: int = PAGE_SIZE,
+) -> Page:
+    qs = MemoryRevision.objects.filter(tenant=tenant)
+    if actor:
+        qs = qs.filter(actor__icontains=actor) if ":" not in actor else qs.filter(actor=actor)
+    if change_type:
+        qs = qs.filter(change_type=change_type)
+    # Only what the log shows: never the full before/after snapshots of a long page.
+    qs = qs.only("id", "memory_id", "version", "actor", "change_type", "reason", "created_at")
+    return _keyset(qs, field_name="id", desc=True, cursor=cursor, size=size)
+
+
+# --- dashboard -------------------------------------------------------------------------------
+
+
+def dashboard_stats(*, tenant: Tenant, now: datetime | None = None) -> dict[str, Any]:
+    now = resolve_now(now)
+    live = tenant_memories(tenant).live(now)
+    rows = (
+        live.values("agent__slug", "category")
+        .annotate(n=Count("id"))
+        .order_by("agent__slug", "category")
+    )
+    categories: list[str] = sorted({r["category"] for r in rows})
+    matrix: dict[str, dict[str, int]] = {}
+    for r in rows:
+        matrix.setdefault(r["agent__slug"] or "workspace", {})[r["category"]] = r["n"]
+    table = [
+        {
+            "agent": agent,
+            "counts": [counts.get(c, 0) for c in categories],
+            "total": sum(counts.values()),
+        }
+        for agent, counts in matrix.items()
+    ]
+    totals = live.aggregate(
+        pending=Count("id", filter=Q(review_state=ReviewState.PENDING)),
+        expiring=Count("id", filter=Q(expires_at__lte=now + timedelta(hours=24))),
+        total=Count("id"),
+    )
+    recent = list(MemoryRevision.objects.filter(tenant=tenant).order_by("-created_at", "-id")[:10])
+    last_prune = JobRun.objects.filter(job="prune_memories").order_by("-started_at").first()
+    return {
+        "categories": categories,
+        "table": table,
+        "pending": totals["pending"],
+        "expiring": totals["expiring"],
+        "total": totals["total"],
+        "recent": recent,
+        "last_prune": last_prune,
+    }
