@@ -145,6 +145,11 @@ def _filtered(tenant: Tenant, filters: dict[str, str], now: datetime) -> QuerySe
     return qs
 
 
+def memory_filtered(*, tenant: Tenant, filters: dict[str, Any], now=None) -> QuerySet:
+    """The tenant's memories narrowed by the console filters (export and bulk share these)."""
+    return _filtered(tenant, filters, resolve_now(now))
+
+
 def memory_page(
     *,
     tenant: Tenant,

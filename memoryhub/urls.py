@@ -12,4 +12,6 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("api/v1/", include("memories.api.urls")),
+    path("accounts/", include("accounts.urls")),
+    path("console/", include("memories.console_urls")),
 ]

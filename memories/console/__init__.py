@@ -1,0 +1,1 @@
+"""The operator console (SPEC §6): server-rendered pages with HTMX fragments."""

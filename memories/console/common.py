@@ -1,0 +1,149 @@
+"""Helpers shared by the console views: rendering (page or fragment), Markdown, diffs."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from typing import Any
+
+import markdown
+import nh3
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect
+from django.template.response import TemplateResponse
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.safestring import SafeString, mark_safe
+
+from accounts.models import Role
+
+# What rendered memory text may contain after sanitising: formatting only, no scripts, no
+# event handlers, no images (a remote image would be a tracking pixel), http(s)/mailto links.
+ALLOWED_TAGS = {
+    "p",
+    "br",
+    "hr",
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "h5",
+    "h6",
+    "strong",
+    "em",
+    "b",
+    "i",
+    "del",
+    "code",
+    "pre",
+    "blockquote",
+    "ul",
+    "ol",
+    "li",
+    "a",
+    "table",
+    "thead",
+    "tbody",
+    "tr",
+    "th",
+    "td",
+}
+ALLOWED_ATTRIBUTES = {"a": {"href", "title"}, "th": {"align"}, "td": {"align"}}
+URL_SCHEMES = {"http", "https", "mailto"}
+
+
+def render_markdown(text: str) -> SafeString:
+    """Markdown → HTML → nh3 allow-list. The only place memory text becomes markup."""
+    html = markdown.markdown(text or "", extensions=["fenced_code", "tables", "sane_lists"])
+    clean = nh3.clean(
+        html,
+        tags=ALLOWED_TAGS,
+        attributes=ALLOWED_ATTRIBUTES,
+        url_schemes=URL_SCHEMES,
+        link_rel="noopener noreferrer nofollow",
+    )
+    return mark_safe(clean)  # noqa: S308 - sanitised by nh3 just above
+
+
+def role_flags(request: HttpRequest) -> dict[str, bool]:
+    membership = getattr(request, "membership", None)
+    if membership is None:
+        return {"can_review": False, "can_admin": False, "is_owner": False}
+    return {
+        "can_review": membership.has_role(Role.REVIEWER),
+        "can_admin": membership.has_role(Role.ADMIN),
+        "is_owner": membership.has_role(Role.OWNER),
+    }
+
+
+def render(
+    request: HttpRequest,
+    template_name: str,
+    context: dict[str, Any],
+    *,
+    fragment: str | None = None,
+    status: int = 200,
+) -> TemplateResponse:
+    """A full page, or for an HTMX (non-boosted) request only the page's `fragment` partial."""
+    if fragment and request.htmx and not request.htmx.boosted:
+        template_name += f"#{fragment}"
+    context = {**role_flags(request), **context}
+    return TemplateResponse(request, template_name, context, status=status)
+
+
+def safe_next(request: HttpRequest, fallback: str) -> str:
+    target = request.POST.get("next") or request.GET.get("next") or ""
+    if target and url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):
+        return target
+    return fallback
+
+
+def done(request: HttpRequest, message: str, fallback: str) -> HttpResponse:
+    """After a full-page form post: flash and redirect (post/redirect/get)."""
+    messages.success(request, message)
+    return redirect(safe_next(request, fallback))
+
+
+_WORDS = re.compile(r"(\s+)")
+
+
+def word_diff(before: str, after: str) -> list[tuple[str, str]]:
+    """Segments `(op, text)` with op in eq/del/ins: a word-level diff for the history view."""
+    a, b = _WORDS.split(before or ""), _WORDS.split(after or "")
+    out: list[tuple[str, str]] = []
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if op == "equal":
+            out.append(("eq", "".join(a[i1:i2])))
+            continue
+        if op in ("replace", "delete"):
+            out.append(("del", "".join(a[i1:i2])))
+        if op in ("replace", "insert"):
+            out.append(("ins", "".join(b[j1:j2])))
+    return out
+
+
+HIDDEN_DIFF_FIELDS = {"text", "version"}
+
+
+def revision_view(revision) -> dict[str, Any]:
+    """What the history shows for one revision: a text diff and the other changed fields."""
+    before, after = revision.before or {}, revision.after or {}
+    changed = [k for k in after if before.get(k) != after.get(k)] if before else []
+    text_diff = None
+    if before and "text" in after and before.get("text") != after.get("text"):
+        text_diff = word_diff(before.get("text") or "", after.get("text") or "")
+    fields = [
+        {"name": k, "before": _short(before.get(k)), "after": _short(after.get(k))}
+        for k in changed
+        if k not in HIDDEN_DIFF_FIELDS
+    ]
+    return {"revision": revision, "text_diff": text_diff, "fields": fields}
+
+
+def _short(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value) or "[]"
+    text = str(value)
+    return text if len(text) <= 120 else text[:117] + "…"

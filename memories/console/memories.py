@@ -1,0 +1,338 @@
+"""Memories table, detail (Edit → Save correction), single and bulk actions."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.db import transaction
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from accounts.console import operator_actor, require_role
+from accounts.models import Role
+from memories import console_selectors as sel
+from memories.console.common import done, render, render_markdown, revision_view, safe_next
+from memories.forms import CorrectionForm, TombstoneForm
+from memories.models import CaptureMode, ChangeType, ReviewState, Status
+from memoryhub.errors import Conflict, DomainError, NotFound
+
+STATUS_CHOICES = (
+    [("active", "Active"), ("live", "Live (not expired)")]
+    + [(value, label) for value, label in Status.choices if value != "active"]
+    + [("any", "Any status")]
+)
+
+
+def parse_filters(params) -> dict:
+    filters = {name: (params.get(name) or "").strip() for name in sel.FILTER_FIELDS}
+    filters["tags"] = [t.strip().lower() for t in params.getlist("tag") if t.strip()]
+    return filters
+
+
+def _services():
+    from memories import services  # imported late: the console loads without the write side
+
+    return services
+
+
+# --- list ------------------------------------------------------------------------------------
+
+
+@require_role(Role.VIEWER)
+def memory_list(request: HttpRequest) -> HttpResponse:
+    filters = parse_filters(request.GET)
+    sort = request.GET.get("sort") or sel.DEFAULT_SORT
+    page = sel.memory_page(
+        tenant=request.tenant, filters=filters, sort=sort, cursor=request.GET.get("cursor")
+    )
+    context = {
+        "section": "memories",
+        "page": page,
+        "filters": filters,
+        "sort": sort,
+        "agents": sel.agents_for(request.tenant),
+        "status_choices": STATUS_CHOICES,
+        "capture_modes": CaptureMode.choices,
+        "review_states": ReviewState.choices,
+        "sorts": [
+            ("updated_at", "Updated"),
+            ("created_at", "Created"),
+            ("importance", "Importance"),
+        ],
+    }
+    return render(request, "console/memories.html", context, fragment="memory-table")
+
+
+# --- detail ----------------------------------------------------------------------------------
+
+
+def _detail_context(request, memory, *, form=None, conflict=None, editing=False) -> dict:
+    near = sel.near_duplicates(
+        tenant=request.tenant,
+        memory_ids=[memory.pk],
+        min_similarity=memory.agent.dedup_threshold if memory.agent_id else 0.9,
+    ).get(memory.pk, [])
+    editing = editing or form is not None
+    if editing and form is None:
+        form = CorrectionForm.for_memory(memory)
+    return {
+        "section": "memories",
+        "memory": memory,
+        "rendered": render_markdown(memory.text),
+        "revisions": [
+            revision_view(r) for r in sel.revisions_for(tenant=request.tenant, memory=memory)
+        ],
+        "near_duplicates": near,
+        "editing": editing,
+        "form": form,
+        "conflict": conflict,
+        "tombstone_form": TombstoneForm(),
+    }
+
+
+@require_role(Role.VIEWER)
+def memory_detail(request: HttpRequest, memory_id: str) -> HttpResponse:
+    memory = sel.memory_for_console(tenant=request.tenant, memory_id=memory_id)
+    editing = request.GET.get("edit") == "1" and memory.status == Status.ACTIVE
+    context = _detail_context(request, memory, editing=editing)
+    return render(request, "console/memory_detail.html", context, fragment="memory-panel")
+
+
+@require_role(Role.REVIEWER)
+@require_POST
+def memory_save(request: HttpRequest, memory_id: str) -> HttpResponse:
+    """`Save`: a correction, compare-and-set against the version the form was loaded with."""
+    memory = sel.memory_for_console(tenant=request.tenant, memory_id=memory_id)
+    form = CorrectionForm(request.POST)
+    if not form.is_valid():
+        context = _detail_context(request, memory, form=form)
+        return render(
+            request, "console/memory_detail.html", context, fragment="memory-panel", status=422
+        )
+    changes = form.changes(memory)
+    try:
+        if changes:
+            memory = _services().memory_correct(
+                tenant=request.tenant,
+                memory_id=memory.pk,
+                actor=operator_actor(request),
+                changes=changes,
+                expected_version=form.cleaned_data["expected_version"],
+            )
+    except Conflict:
+        # Someone saved first: show their text, keep the operator's edit, and arm the form
+        # against the version now current so a second Save is a deliberate overwrite.
+        current = sel.memory_for_console(tenant=request.tenant, memory_id=memory_id)
+        data = request.POST.copy()
+        data["expected_version"] = str(current.version)
+        conflict = {
+            "version": current.version,
+            "text": current.text,
+            "by": _last_actor(request, current),
+        }
+        context = _detail_context(request, current, form=CorrectionForm(data), conflict=conflict)
+        return render(
+            request, "console/memory_detail.html", context, fragment="memory-panel", status=409
+        )
+    except NotFound as exc:
+        raise Http404 from exc
+    except DomainError as exc:
+        form.add_error(None, exc.message)
+        context = _detail_context(request, memory, form=form)
+        return render(
+            request, "console/memory_detail.html", context, fragment="memory-panel", status=422
+        )
+    return _after_action(request, memory, "Saved." if changes else "Nothing changed.")
+
+
+def _last_actor(request, memory) -> str:
+    revisions = sel.revisions_for(tenant=request.tenant, memory=memory)
+    return revisions[0].actor if revisions else ""
+
+
+def _after_action(request: HttpRequest, memory, message: str) -> HttpResponse:
+    """Detail actions: HTMX gets the refreshed panel, a plain form post redirects."""
+    origin = request.POST.get("from", "")
+    if request.htmx and origin in ("review", "tombstones"):
+        response = HttpResponse("")  # the row leaves the queue/list
+        response["HX-Trigger"] = "memoryhub:changed"
+        return response
+    detail_url = reverse("console:memory-detail", args=[memory.pk])
+    if request.htmx:
+        memory = sel.memory_for_console(tenant=request.tenant, memory_id=memory.pk)
+        context = _detail_context(request, memory)
+        context["flash"] = message
+        response = render(request, "console/memory_detail.html", context, fragment="memory-panel")
+        response["HX-Push-Url"] = detail_url
+        return response
+    fallback = {"review": reverse("console:review"), "tombstones": reverse("console:tombstones")}
+    return done(request, message, fallback.get(origin, detail_url))
+
+
+def _action(request: HttpRequest, memory_id: str, call, message: str) -> HttpResponse:
+    memory = sel.memory_for_console(tenant=request.tenant, memory_id=memory_id)
+    try:
+        memory = call(memory)
+    except NotFound as exc:
+        raise Http404 from exc
+    except DomainError as exc:
+        messages.error(request, exc.message)
+        if request.htmx:
+            response = HttpResponse(exc.message, status=409)
+            return response
+        return redirect(safe_next(request, reverse("console:memory-detail", args=[memory_id])))
+    return _after_action(request, memory, message)
+
+
+@require_role(Role.REVIEWER)
+@require_POST
+def memory_tombstone(request: HttpRequest, memory_id: str) -> HttpResponse:
+    reason = (request.POST.get("reason") or "").strip()[:500]
+    return _action(
+        request,
+        memory_id,
+        lambda m: _services().memory_tombstone(
+            tenant=request.tenant, memory_id=m.pk, actor=operator_actor(request), reason=reason
+        ),
+        "Tombstoned.",
+    )
+
+
+@require_role(Role.REVIEWER)
+@require_POST
+def memory_restore(request: HttpRequest, memory_id: str) -> HttpResponse:
+    return _action(
+        request,
+        memory_id,
+        lambda m: _services().memory_restore(
+            tenant=request.tenant, memory_id=m.pk, actor=operator_actor(request)
+        ),
+        "Restored.",
+    )
+
+
+@require_role(Role.ADMIN)
+@require_POST
+def memory_purge(request: HttpRequest, memory_id: str) -> HttpResponse:
+    return _action(
+        request,
+        memory_id,
+        lambda m: _services().memory_purge(
+            tenant=request.tenant, memory_id=m.pk, actor=operator_actor(request)
+        ),
+        "Purged: text, data and embedding are erased.",
+    )
+
+
+@require_role(Role.REVIEWER)
+@require_POST
+def memory_approve(request: HttpRequest, memory_id: str) -> HttpResponse:
+    return _action(
+        request,
+        memory_id,
+        lambda m: _services().memory_approve(
+            tenant=request.tenant, memory_id=m.pk, actor=operator_actor(request)
+        ),
+        "Approved.",
+    )
+
+
+@require_role(Role.REVIEWER)
+@require_POST
+def memory_merge(request: HttpRequest, memory_id: str) -> HttpResponse:
+    """`Merge`: keep this memory, tombstone the chosen near-duplicates ("merged into …")."""
+    merge_ids = [i for i in request.POST.getlist("merge") if i and i != memory_id]
+    if not merge_ids:
+        messages.error(request, "Choose at least one near-duplicate to merge.")
+        return redirect(safe_next(request, reverse("console:memory-detail", args=[memory_id])))
+    return _action(
+        request,
+        memory_id,
+        lambda m: _services().memory_merge(
+            tenant=request.tenant, keep_id=m.pk, merge_ids=merge_ids, actor=operator_actor(request)
+        ),
+        f"Merged {len(merge_ids)} into this memory.",
+    )
+
+
+# --- bulk ------------------------------------------------------------------------------------
+
+
+@require_role(Role.REVIEWER)
+@require_POST
+def memory_bulk(request: HttpRequest) -> HttpResponse:
+    """`Tombstone selected` / `Add tag` over the checked rows (one transaction)."""
+    ids = list(dict.fromkeys(request.POST.getlist("ids")))
+    action = request.POST.get("action")
+    fallback = reverse("console:memories")
+    if not ids:
+        messages.error(request, "Select at least one memory.")
+        return redirect(safe_next(request, fallback))
+    services, actor = _services(), operator_actor(request)
+    try:
+        if action == "tombstone":
+            reason = (request.POST.get("reason") or "").strip()[:500]
+            with transaction.atomic():
+                for memory_id in ids:
+                    services.memory_tombstone(
+                        tenant=request.tenant, memory_id=memory_id, actor=actor, reason=reason
+                    )
+            message = f"Tombstoned {len(ids)} {'memory' if len(ids) == 1 else 'memories'}."
+        elif action == "tag":
+            tag = (request.POST.get("tag") or "").strip()
+            if not tag:
+                messages.error(request, "Enter a tag to add.")
+                return redirect(safe_next(request, fallback))
+            changed = services.memory_add_tag(
+                tenant=request.tenant, memory_ids=ids, tag=tag, actor=actor
+            )
+            message = f"Tagged {changed} {'memory' if changed == 1 else 'memories'}."
+        else:
+            messages.error(request, "Unknown action.")
+            return redirect(safe_next(request, fallback))
+    except NotFound as exc:
+        raise Http404 from exc
+    except DomainError as exc:
+        messages.error(request, exc.message)
+        return redirect(safe_next(request, fallback))
+    return done(request, message, fallback)
+
+
+# --- review queue ----------------------------------------------------------------------------
+
+
+@require_role(Role.VIEWER)
+def review_queue(request: HttpRequest) -> HttpResponse:
+    page = sel.review_page(tenant=request.tenant, cursor=request.GET.get("cursor"))
+    near = sel.near_duplicates(tenant=request.tenant, memory_ids=[m.pk for m in page.items])
+    rows = [{"memory": m, "near": near.get(m.pk, [])} for m in page.items]
+    context = {"section": "review", "page": page, "rows": rows, "tombstone_form": TombstoneForm()}
+    return render(request, "console/review.html", context, fragment="review-list")
+
+
+@require_role(Role.VIEWER)
+def tombstones(request: HttpRequest) -> HttpResponse:
+    page = sel.tombstone_page(tenant=request.tenant, cursor=request.GET.get("cursor"))
+    context = {"section": "tombstones", "page": page}
+    return render(request, "console/tombstones.html", context, fragment="tombstone-table")
+
+
+@require_role(Role.VIEWER)
+def activity(request: HttpRequest) -> HttpResponse:
+    actor = (request.GET.get("actor") or "").strip()
+    change_type = request.GET.get("type") or ""
+    page = sel.activity_page(
+        tenant=request.tenant,
+        actor=actor,
+        change_type=change_type,
+        cursor=request.GET.get("cursor"),
+    )
+    context = {
+        "section": "activity",
+        "page": page,
+        "actor": actor,
+        "change_type": change_type,
+        "change_types": ChangeType.choices,
+    }
+    return render(request, "console/activity.html", context, fragment="activity-table")

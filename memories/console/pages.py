@@ -1,0 +1,319 @@
+"""Dashboard, export/import, agents and keys, jobs, members."""
+
+from __future__ import annotations
+
+import importlib.util
+
+from django.contrib import messages
+from django.contrib.auth import get_user_model
+from django.core.exceptions import PermissionDenied
+from django.db.models import Count, Q
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.shortcuts import redirect
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from accounts import services as account_services
+from accounts.console import operator_actor, require_role
+from accounts.models import Agent, ApiKey, Membership, Role
+from memories import console_selectors as sel
+from memories.clock import resolve_now
+from memories.console.common import done, render
+from memories.export import export_filename, export_markdown
+from memories.forms import (
+    AgentCreateForm,
+    AgentPolicyForm,
+    ApiKeyCreateForm,
+    ImportForm,
+    MemberForm,
+)
+from memories.jsonl import ImportLineError, export_jsonl, import_jsonl
+from memories.models import JobRun, Status
+from memoryhub.errors import DomainError
+
+JOB_NAMES = ("prune_memories", "purge_retention", "reembed")
+
+
+@require_role(Role.VIEWER)
+def dashboard(request: HttpRequest) -> HttpResponse:
+    context = {"section": "dashboard", **sel.dashboard_stats(tenant=request.tenant)}
+    return render(request, "console/dashboard.html", context, fragment="dashboard-body")
+
+
+# --- export / import -------------------------------------------------------------------------
+
+EXPORT_STATUSES = [
+    ("live", "Live"),
+    ("tombstoned", "Tombstoned"),
+    ("evicted", "Evicted"),
+    ("expired", "Expired"),
+    ("any", "Any status"),
+]
+
+
+def _export_queryset(request: HttpRequest):
+    params = request.GET
+    ids = [i for i in params.getlist("ids") if i]
+    filters = {
+        "agent": params.get("agent", ""),
+        "subject": params.get("subject", ""),
+        "category": params.get("category", ""),
+        "status": params.get("status") or "live",
+    }
+    qs = sel.memory_filtered(tenant=request.tenant, filters=filters)
+    if ids:
+        # `Export selected`: exactly the checked rows, whatever the table filters said.
+        qs = sel.tenant_memories(request.tenant).filter(pk__in=ids)
+        filters = {"selection": f"{len(ids)} selected"}
+    return qs, filters
+
+
+@require_role(Role.VIEWER)
+def export_page(request: HttpRequest) -> HttpResponse:
+    context = {
+        "section": "export",
+        "agents": sel.agents_for(request.tenant),
+        "statuses": EXPORT_STATUSES,
+        "import_form": ImportForm(),
+    }
+    return render(request, "console/export.html", context)
+
+
+@require_role(Role.VIEWER)
+def export_markdown_view(request: HttpRequest) -> StreamingHttpResponse:
+    """`Export markdown`: the SPEC §4 format, streamed from a server-side cursor."""
+    qs, filters = _export_queryset(request)
+    now = resolve_now()
+    agent_slug = filters.get("agent") or "all"
+    stream = export_markdown(
+        qs,
+        title=f"Memories of {request.tenant.slug} / {agent_slug}",
+        source_for=lambda m: m.agent.slug if m.agent_id else "workspace",
+        generated_at=now,
+        filters=filters,
+    )
+    response = StreamingHttpResponse(stream, content_type="text/markdown; charset=utf-8")
+    filename = export_filename(request.tenant.slug, agent_slug, now)
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+@require_role(Role.VIEWER)
+def export_jsonl_view(request: HttpRequest) -> StreamingHttpResponse:
+    """`Export JSONL`: every field of every memory in scope, for backups and `Import`."""
+    qs, filters = _export_queryset(request)
+    now = resolve_now()
+    response = StreamingHttpResponse(export_jsonl(qs), content_type="application/x-ndjson")
+    filename = f"{request.tenant.slug}-{filters.get('agent') or 'all'}-{now:%Y-%m-%d}.jsonl"
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+@require_role(Role.ADMIN)
+@require_POST
+def import_view(request: HttpRequest) -> HttpResponse:
+    """`Import`: idempotent by memory id, all or nothing; a bad line is named by number."""
+    form = ImportForm(request.POST, request.FILES)
+    if not form.is_valid():
+        messages.error(request, "Choose a JSONL file to import.")
+        return redirect("console:export")
+    try:
+        result = import_jsonl(
+            tenant=request.tenant, lines=form.cleaned_data["file"], actor=operator_actor(request)
+        )
+    except ImportLineError as exc:
+        messages.error(request, f"Nothing imported: line {exc.line}: {exc.message}")
+        return redirect("console:export")
+    return done(
+        request,
+        f"Imported: {result.created} created, {result.updated} updated, "
+        f"{result.unchanged} unchanged.",
+        reverse("console:export"),
+    )
+
+
+# --- agents and keys -------------------------------------------------------------------------
+
+
+@require_role(Role.VIEWER)
+def agent_list(request: HttpRequest) -> HttpResponse:
+    agents = (
+        Agent.objects.filter(tenant=request.tenant)
+        .annotate(
+            live_count=Count("memories", filter=Q(memories__status=Status.ACTIVE), distinct=True),
+            key_count=Count("api_keys", filter=Q(api_keys__revoked_at__isnull=True), distinct=True),
+        )
+        .order_by("slug")
+    )
+    form = AgentCreateForm(tenant=request.tenant)
+    if request.method == "POST":
+        if not request.membership.has_role(Role.ADMIN):
+            raise PermissionDenied
+        form = AgentCreateForm(request.POST, tenant=request.tenant)
+        if form.is_valid():
+            agent = account_services.agent_get_or_create(
+                tenant=request.tenant,
+                slug=form.cleaned_data["slug"],
+                name=form.cleaned_data["name"],
+            )
+            return done(
+                request, f"Agent {agent.slug} created.", reverse("console:agent", args=[agent.slug])
+            )
+    context = {"section": "agents", "agents": agents, "form": form}
+    return render(request, "console/agents.html", context, status=422 if form.errors else 200)
+
+
+def _agent(request: HttpRequest, slug: str) -> Agent:
+    agent = Agent.objects.filter(tenant=request.tenant, slug=slug).first()
+    if agent is None:
+        raise Http404("No such agent")
+    return agent
+
+
+def _agent_context(request, agent, *, policy_form=None, key_form=None, new_key=None) -> dict:
+    others = [a for a in sel.agents_for(request.tenant) if a.pk != agent.pk]
+    keys = list(ApiKey.objects.filter(tenant=request.tenant, agent=agent).order_by("-created_at"))
+    now = resolve_now()
+    return {
+        "section": "agents",
+        "agent": agent,
+        "policy_form": policy_form or AgentPolicyForm(agent=agent, others=others),
+        "key_form": key_form or ApiKeyCreateForm(),
+        "keys": [{"key": k, "active": k.is_active(now)} for k in keys],
+        "new_key": new_key,
+    }
+
+
+@require_role(Role.VIEWER)
+def agent_detail(request: HttpRequest, slug: str) -> HttpResponse:
+    agent = _agent(request, slug)
+    if request.method == "POST":
+        if not request.membership.has_role(Role.ADMIN):
+            raise PermissionDenied
+        others = [a for a in sel.agents_for(request.tenant) if a.pk != agent.pk]
+        form = AgentPolicyForm(request.POST, agent=agent, others=others)
+        if form.is_valid():
+            data = dict(form.cleaned_data)
+            reads_from = data.pop("reads_from")
+            try:
+                account_services.agent_policy_update(
+                    tenant=request.tenant, agent=agent, reads_from=reads_from, **data
+                )
+            except DomainError as exc:
+                form.add_error(None, exc.message)
+            else:
+                return done(request, "Policy saved.", reverse("console:agent", args=[agent.slug]))
+        context = _agent_context(request, agent, policy_form=form)
+        return render(request, "console/agent_detail.html", context, status=422)
+    return render(request, "console/agent_detail.html", _agent_context(request, agent))
+
+
+@require_role(Role.ADMIN)
+@require_POST
+def key_create(request: HttpRequest, slug: str) -> HttpResponse:
+    """`Create key`: the raw key is in this one response and nowhere else, ever."""
+    agent = _agent(request, slug)
+    form = ApiKeyCreateForm(request.POST)
+    if not form.is_valid():
+        context = _agent_context(request, agent, key_form=form)
+        return render(request, "console/agent_detail.html", context, fragment="keys", status=422)
+    api_key, raw = account_services.api_key_create(
+        tenant=request.tenant,
+        agent=agent,
+        scopes=form.cleaned_data["scopes"],
+        subject_id=form.cleaned_data["subject_id"] or None,
+        expires_in=form.cleaned_data["expires_in"],
+        name=form.cleaned_data["name"],
+        created_by=operator_actor(request),
+    )
+    context = _agent_context(request, agent, new_key={"raw": raw, "key": api_key})
+    response = render(request, "console/agent_detail.html", context, fragment="keys")
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@require_role(Role.ADMIN)
+@require_POST
+def key_revoke(request: HttpRequest, key_id: int) -> HttpResponse:
+    try:
+        api_key = account_services.api_key_revoke(tenant=request.tenant, key_id=key_id)
+    except DomainError as exc:
+        raise Http404 from exc
+    agent = api_key.agent
+    if request.htmx:
+        context = _agent_context(request, agent)
+        return render(request, "console/agent_detail.html", context, fragment="keys")
+    return done(
+        request, f"Key {api_key.prefix}… revoked.", reverse("console:agent", args=[agent.slug])
+    )
+
+
+# --- jobs ------------------------------------------------------------------------------------
+
+
+def _tasks_available() -> bool:
+    return importlib.util.find_spec("memories.tasks") is not None
+
+
+@require_role(Role.VIEWER)
+def jobs(request: HttpRequest) -> HttpResponse:
+    from django_q.models import Schedule
+
+    context = {
+        "section": "jobs",
+        "schedules": list(Schedule.objects.order_by("name")),
+        "runs": list(JobRun.objects.order_by("-started_at")[:30]),
+        "job_names": JOB_NAMES,
+        "tasks_available": _tasks_available(),
+    }
+    return render(request, "console/jobs.html", context, fragment="job-runs")
+
+
+@require_role(Role.ADMIN)
+@require_POST
+def job_run(request: HttpRequest) -> HttpResponse:
+    """`Run now`: enqueue the job on the django-q2 cluster."""
+    name = request.POST.get("job", "")
+    if name not in JOB_NAMES:
+        raise Http404("No such job")
+    if not _tasks_available():
+        messages.error(request, "Jobs are not installed yet.")
+        return redirect("console:jobs")
+    from django_q.tasks import async_task
+
+    async_task("memories.tasks.run_job", name, trigger="console")
+    return done(request, f"{name} queued.", reverse("console:jobs"))
+
+
+# --- members (owner) -------------------------------------------------------------------------
+
+
+@require_role(Role.OWNER)
+def members(request: HttpRequest) -> HttpResponse:
+    form = MemberForm()
+    if request.method == "POST":
+        form = MemberForm(request.POST)
+        if form.is_valid():
+            email = form.cleaned_data["email"].lower()
+            exists = get_user_model().objects.filter(username=email).exists()
+            if not exists and not form.cleaned_data["password"]:
+                form.add_error("password", "A new operator needs a password.")
+            else:
+                account_services.operator_create(
+                    tenant=request.tenant,
+                    email=email,
+                    password=None if exists else form.cleaned_data["password"],
+                    role=form.cleaned_data["role"],
+                )
+                return done(
+                    request,
+                    f"{email} is now {form.cleaned_data['role']}.",
+                    reverse("console:members"),
+                )
+    rows = (
+        Membership.objects.filter(tenant=request.tenant)
+        .select_related("user")
+        .order_by("user__username")
+    )
+    context = {"section": "members", "members": rows, "form": form}
+    return render(request, "console/members.html", context, status=422 if form.errors else 200)

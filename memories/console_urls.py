@@ -1,0 +1,33 @@
+from django.urls import path
+
+from memories.console import memories as m
+from memories.console import pages as p
+
+app_name = "console"
+
+urlpatterns = [
+    path("", p.dashboard, name="dashboard"),
+    path("memories/", m.memory_list, name="memories"),
+    path("memories/bulk/", m.memory_bulk, name="memory-bulk"),
+    path("memories/<str:memory_id>/", m.memory_detail, name="memory-detail"),
+    path("memories/<str:memory_id>/save/", m.memory_save, name="memory-save"),
+    path("memories/<str:memory_id>/tombstone/", m.memory_tombstone, name="memory-tombstone"),
+    path("memories/<str:memory_id>/restore/", m.memory_restore, name="memory-restore"),
+    path("memories/<str:memory_id>/purge/", m.memory_purge, name="memory-purge"),
+    path("memories/<str:memory_id>/approve/", m.memory_approve, name="memory-approve"),
+    path("memories/<str:memory_id>/merge/", m.memory_merge, name="memory-merge"),
+    path("review/", m.review_queue, name="review"),
+    path("tombstones/", m.tombstones, name="tombstones"),
+    path("activity/", m.activity, name="activity"),
+    path("export/", p.export_page, name="export"),
+    path("export/markdown/", p.export_markdown_view, name="export-markdown"),
+    path("export/jsonl/", p.export_jsonl_view, name="export-jsonl"),
+    path("export/import/", p.import_view, name="import"),
+    path("agents/", p.agent_list, name="agents"),
+    path("agents/<slug:slug>/", p.agent_detail, name="agent"),
+    path("agents/<slug:slug>/keys/", p.key_create, name="key-create"),
+    path("keys/<int:key_id>/revoke/", p.key_revoke, name="key-revoke"),
+    path("jobs/", p.jobs, name="jobs"),
+    path("jobs/run/", p.job_run, name="job-run"),
+    path("members/", p.members, name="members"),
+]
