@@ -1,0 +1,608 @@
+"""Search and hydrate (SPEC §4): what an agent finds by query, and what it loads at start-up.
+
+Search runs entirely inside PostgreSQL, as one statement:
+
+- keyword: full-text over the generated `search_vector`, with a tsquery that ORs the query's
+  lexemes (stop words dropped, stemmed by the `english` config) — plainto_tsquery ANDs them,
+  which finds nothing as soon as a question uses one word the memory lacks;
+- semantic: pgvector cosine distance through the HNSW index, with iterative index scans so a
+  selective tenant/agent/subject filter still yields `depth` rows;
+- hybrid: both candidate lists fused by weighted reciprocal rank (see `FUSION` for the weights
+  chosen on LoCoMo; README "Search quality" keeps the experiment log).
+
+Visibility comes from `memories.visibility` only; expired and tombstoned memories are never
+candidates because every branch starts from `visible_memories`.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import BooleanField, F, Q, QuerySet
+from django.db.models.expressions import RawSQL
+from pgvector.django import CosineDistance
+
+from accounts.principal import Principal
+from memories import validation
+from memories.clock import resolve_now
+from memories.embeddings import get_embedder
+from memories.models import Category, Memory, MemoryRevision
+from memories.serialization import iso, memory_json, search_hit_json
+from memories.visibility import visible_memories
+from memoryhub.errors import InvalidInput
+
+MODES = ("hybrid", "semantic", "keyword")
+ARCHIVAL_MODES = ("tool_only", "auto", "off")
+MAX_LIMIT = 100
+MAX_QUERY_CHARS = 4000
+
+
+@dataclass(frozen=True)
+class Fusion:
+    """Knobs of the hybrid ranking (chosen on LoCoMo; see README "Search quality")."""
+
+    rrf_k: int = 60
+    keyword_weight: float = 2.0
+    semantic_weight: float = 1.0
+    # Candidates taken from each list before fusing (at least the requested limit).
+    depth: int = 60
+    # Candidates visited by the HNSW scan; iterative scans go further when filters drop rows.
+    ef_search: int = 100
+
+
+FUSION = Fusion()
+
+# The OR tsquery, built inside PostgreSQL from the query text: every lexeme of
+# to_tsvector('english', q) (so stop words are gone and words are stemmed), quoted, joined by |.
+# NULL when the query has no lexeme (only stop words): the keyword branch is then empty.
+TSQUERY_SQL = (
+    "(SELECT string_agg(quote_literal(lexeme), ' | ')::tsquery "
+    "FROM unnest(to_tsvector('english'::regconfig, %s)))"
+)
+# ts_rank with normalisation 1 (divide by 1 + log(length)) keeps long memories from winning on
+# length alone; /(rank + 1) is applied when turning it into a 0–1 relevance.
+KEYWORD_RANK_SQL = "ts_rank(search_vector, " + TSQUERY_SQL + ", 1)"
+KEYWORD_MATCH_SQL = "search_vector @@ " + TSQUERY_SQL
+
+
+# --- input ------------------------------------------------------------------------------------
+
+
+def _query(data: dict, *, required: bool) -> str | None:
+    value = data.get("query")
+    if value is None or (isinstance(value, str) and not value.strip()):
+        if required:
+            raise InvalidInput("'query' is required", field="query")
+        return None
+    if not isinstance(value, str):
+        raise InvalidInput("'query' must be a string", field="query")
+    if len(value) > MAX_QUERY_CHARS:
+        raise InvalidInput(f"'query' is longer than {MAX_QUERY_CHARS} characters", field="query")
+    return value.strip()
+
+
+def _int(data: dict, name: str, default: int, *, low: int, high: int) -> int:
+    value = data.get(name)
+    if value is None:
+        return default
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidInput(f"'{name}' must be an integer {low}–{high}", field=name)
+    return value
+
+
+def _categories(data: dict) -> list[str]:
+    out = []
+    if data.get("category") is not None:
+        out.append(validation.category(data["category"], default=""))
+    listed = data.get("categories")
+    if listed is not None:
+        if not isinstance(listed, list) or len(listed) > 64:
+            raise InvalidInput("'categories' must be a list of category names", field="categories")
+        for item in listed:
+            try:
+                out.append(validation.category(item, default=""))
+            except InvalidInput:
+                raise InvalidInput(
+                    "'categories' must be a list of category names", field="categories"
+                ) from None
+    return list(dict.fromkeys(out))
+
+
+def _tag_filter(value: Any) -> list[str]:
+    return validation.tags([value] if isinstance(value, str) else value)
+
+
+@dataclass
+class SearchParams:
+    query: str
+    mode: str = "hybrid"
+    limit: int = 10
+    min_score: float | None = None
+    categories: list[str] = field(default_factory=list)
+    kind: str | None = None
+    tags: list[str] = field(default_factory=list)
+    subject_id: str | None = None
+    thread_id: str | None = None
+    include_shared: bool = True
+    include_history: bool = False
+
+
+def parse_search(principal: Principal, data: Any) -> SearchParams:
+    data = validation.require_object(data)
+    min_score = data.get("min_score")
+    kind = data.get("kind")
+    return SearchParams(
+        query=_query(data, required=True),
+        mode=validation.choice(data.get("mode"), "mode", MODES, "hybrid"),
+        limit=validation.parse_limit(data.get("limit"), default=10, maximum=MAX_LIMIT),
+        min_score=None if min_score is None else validation.unit_float(min_score, "min_score"),
+        categories=_categories(data),
+        kind=None if kind is None else validation.kind(kind),
+        tags=_tag_filter(data.get("tags")),
+        subject_id=principal.resolve_subject(
+            validation.identifier(data.get("subject_id"), "subject_id")
+        ),
+        thread_id=validation.thread(data),
+        include_shared=validation.parse_bool(data.get("include_shared"), "include_shared", True),
+        include_history=validation.parse_bool(
+            data.get("include_history"), "include_history", False
+        ),
+    )
+
+
+# --- the scope every branch starts from --------------------------------------------------------
+
+
+def search_scope(principal: Principal, params: SearchParams, now: datetime) -> QuerySet:
+    """Visible live memories narrowed by the request's filters.
+
+    `conversation` memories belong to their run: they are candidates only for a request that
+    names their `thread_id`.
+    """
+    qs = visible_memories(
+        tenant=principal.tenant,
+        agent=principal.agent,
+        subject_id=params.subject_id,
+        include_shared=params.include_shared,
+        now=now,
+    )
+    if params.thread_id:
+        qs = qs.filter(thread_id=params.thread_id)
+    else:
+        qs = qs.exclude(category=Category.CONVERSATION)
+    if params.categories:
+        qs = qs.filter(category__in=params.categories)
+    if params.kind:
+        qs = qs.filter(kind=params.kind)
+    if params.tags:
+        qs = qs.filter(tags__contains=params.tags)
+    return qs
+
+
+# --- ranking (one statement) -------------------------------------------------------------------
+
+
+def _sql(qs: QuerySet) -> tuple[str, tuple]:
+    sql, params = qs.query.sql_with_params()
+    return sql, tuple(params)
+
+
+def _keyword_branch(scope: QuerySet, query: str, depth: int) -> tuple[str, tuple]:
+    return _sql(
+        scope.annotate(kw_score=RawSQL(KEYWORD_RANK_SQL, (query,)))
+        .filter(RawSQL(KEYWORD_MATCH_SQL, (query,), output_field=BooleanField()))
+        .order_by("-kw_score", "id")
+        .values_list("id", "kw_score")[:depth]
+    )
+
+
+def _semantic_branch(scope: QuerySet, vector: list[float], depth: int) -> tuple[str, tuple]:
+    return _sql(
+        scope.filter(embedding__isnull=False)
+        .annotate(sem_dist=CosineDistance("embedding", vector))
+        .order_by("sem_dist")
+        .values_list("id", "sem_dist")[:depth]
+    )
+
+
+def ranked_ids(
+    scope: QuerySet,
+    *,
+    query: str,
+    vector: list[float] | None,
+    mode: str,
+    limit: int,
+    min_score: float | None = None,
+    fusion: Fusion = FUSION,
+) -> list[tuple[str, float]]:
+    """`[(memory_id, relevance 0–1)]`, best first, computed by one SQL statement.
+
+    keyword relevance = rank / (rank + 1); semantic relevance = cosine similarity clamped to
+    0–1; hybrid relevance = the fused score divided by the best score a memory could get (first
+    in both lists), so 1.0 means "top of both".
+    """
+    depth = max(fusion.depth, limit)
+    parts: list[str] = []
+    params: list[Any] = []
+    if mode in ("keyword", "hybrid"):
+        sql, p = _keyword_branch(scope, query, depth)
+        parts.append(
+            f"kw AS (SELECT id, kw_score, row_number() OVER (ORDER BY kw_score DESC, id) AS r "
+            f"FROM ({sql}) kw_raw)"
+        )
+        params.extend(p)
+    if mode in ("semantic", "hybrid"):
+        assert vector is not None
+        sql, p = _semantic_branch(scope, vector, depth)
+        # MATERIALIZED: relaxed_order scans may return rows slightly out of order; rank again.
+        parts.append(
+            f"sem_raw AS MATERIALIZED ({sql}), "
+            f"sem AS (SELECT id, sem_dist, row_number() OVER (ORDER BY sem_dist, id) AS r "
+            f"FROM sem_raw)"
+        )
+        params.extend(p)
+
+    if mode == "keyword":
+        select = "SELECT id, kw_score / (kw_score + 1) AS relevance FROM kw"
+    elif mode == "semantic":
+        select = "SELECT id, LEAST(1, GREATEST(0, 1 - sem_dist)) AS relevance FROM sem"
+    else:
+        k, wk, ws = fusion.rrf_k, fusion.keyword_weight, fusion.semantic_weight
+        best = wk / (k + 1) + ws / (k + 1)
+        select = (
+            "SELECT COALESCE(kw.id, sem.id) AS id, "
+            f"(COALESCE({wk} / ({k} + kw.r), 0) + COALESCE({ws} / ({k} + sem.r), 0)) / {best} "
+            "AS relevance FROM kw FULL OUTER JOIN sem ON kw.id = sem.id"
+        )
+    sql = f"WITH {', '.join(parts)} SELECT id, relevance FROM ({select}) fused"
+    if min_score is not None:
+        sql += " WHERE relevance >= %s"
+        params.append(min_score)
+    sql += " ORDER BY relevance DESC, id LIMIT %s"
+    params.append(limit)
+
+    with transaction.atomic(), connection.cursor() as cursor:
+        if vector is not None:
+            # Filtered HNSW scans keep walking the graph until `depth` rows pass the filters.
+            cursor.execute(
+                "SET LOCAL hnsw.iterative_scan = relaxed_order; "
+                f"SET LOCAL hnsw.ef_search = {int(max(fusion.ef_search, depth))}"
+            )
+        cursor.execute(sql, params)
+        return [(row[0], float(row[1])) for row in cursor.fetchall()]
+
+
+# --- response format ---------------------------------------------------------------------------
+
+
+def _shared_slugs(principal: Principal, memories) -> dict[int, str]:
+    others = {m.agent_id for m in memories if m.agent_id and m.agent_id != principal.agent.pk}
+    if not others:
+        return {}
+    from accounts.models import Agent
+
+    return dict(Agent.objects.filter(pk__in=others).values_list("pk", "slug"))
+
+
+def _fetch(tenant_id: int, ids: list[str]) -> dict[str, Memory]:
+    rows = Memory.objects.for_tenant(tenant_id).filter(pk__in=ids).defer("embedding")
+    return {m.pk: m for m in rows}
+
+
+def bump_access(tenant_id: int, ids: list[str], now: datetime) -> None:
+    """One UPDATE for everything a request returned (recency for eviction, access counts)."""
+    if ids:
+        Memory.objects.for_tenant(tenant_id).filter(pk__in=ids).update(
+            last_accessed_at=now, access_count=F("access_count") + 1
+        )
+
+
+def _history_hits(
+    principal: Principal, scope: QuerySet, params: SearchParams, limit: int
+) -> list[tuple[MemoryRevision, float]]:
+    """Older texts of visible memories (from revisions) that match the query by full text."""
+    revisions = (
+        MemoryRevision.objects.filter(
+            tenant_id=principal.tenant.pk,
+            memory_id__in=scope.values("id"),
+            before__text__isnull=False,
+        )
+        .exclude(change_type__in=["purge", "tombstone", "restore", "expire", "evict"])
+        .annotate(
+            h_score=RawSQL(
+                "ts_rank(to_tsvector('english'::regconfig, before->>'text'), "
+                + TSQUERY_SQL
+                + ", 1)",
+                (params.query,),
+            )
+        )
+        .filter(
+            RawSQL(
+                "to_tsvector('english'::regconfig, before->>'text') @@ " + TSQUERY_SQL,
+                (params.query,),
+                output_field=BooleanField(),
+            )
+        )
+        .order_by("-h_score", "-id")[:limit]
+    )
+    return [(r, float(r.h_score) / (float(r.h_score) + 1)) for r in revisions]
+
+
+def _old_version(memory: Memory, revision: MemoryRevision) -> Memory:
+    """The memory as it read before `revision` changed it (for include_history hits)."""
+    old = copy.copy(memory)
+    before = revision.before or {}
+    for name in ("text", "data", "tags", "kind", "category", "mentions", "confidence"):
+        if name in before:
+            setattr(old, name, before[name])
+    return old
+
+
+def memory_search(*, principal: Principal, data: dict, now: datetime | None = None) -> dict:
+    """POST /api/v1/search: the LLM-facing result list (SPEC §4 Search)."""
+    principal.require_scope("read")
+    now = resolve_now(now)
+    params = parse_search(principal, data)
+    scope = search_scope(principal, params, now)
+    vector = None
+    if params.mode in ("semantic", "hybrid"):
+        vector = get_embedder().embed([params.query])[0]
+    ranked = ranked_ids(
+        scope,
+        query=params.query,
+        vector=vector,
+        mode=params.mode,
+        limit=params.limit,
+        min_score=params.min_score,
+    )
+    history = []
+    if params.include_history:
+        history = [
+            (revision, score)
+            for revision, score in _history_hits(principal, scope, params, params.limit)
+            if params.min_score is None or score >= params.min_score
+        ]
+    ids = [mid for mid, _ in ranked] + [r.memory_id for r, _ in history]
+    rows = _fetch(principal.tenant.pk, ids)
+    slugs = _shared_slugs(principal, rows.values())
+    agent = principal.agent
+    hits = [
+        (relevance, search_hit_json(rows[mid], agent=agent, relevance=relevance, slugs=slugs))
+        for mid, relevance in ranked
+        if mid in rows
+    ]
+    for revision, score in history:
+        if revision.memory_id in rows:
+            old = _old_version(rows[revision.memory_id], revision)
+            hit = search_hit_json(old, agent=agent, relevance=score, is_latest=False, slugs=slugs)
+            hits.append((score, hit))
+    if history:
+        hits.sort(key=lambda pair: -pair[0])
+    bump_access(principal.tenant.pk, [mid for mid, _ in ranked if mid in rows], now)
+    return {
+        "success": True,
+        "ok": True,
+        "searchedAt": iso(now),
+        "memories": [hit for _, hit in hits[: params.limit]],
+    }
+
+
+# --- hydrate -----------------------------------------------------------------------------------
+
+
+@dataclass
+class HydrateParams:
+    subject_id: str | None
+    thread_id: str | None
+    budget_bytes: int
+    query: str | None
+    archival_mode: str
+    archival_limit: int
+    archival_min_score: float
+    include_agent_core: bool
+    include_user_core: bool
+    format: str
+    explain: bool
+
+
+def parse_hydrate(principal: Principal, data: Any) -> HydrateParams:
+    data = validation.require_object(data)
+    min_score = data.get("archival_min_score")
+    return HydrateParams(
+        subject_id=principal.resolve_subject(
+            validation.identifier(data.get("subject_id"), "subject_id")
+        ),
+        thread_id=validation.thread(data),
+        budget_bytes=_int(
+            data,
+            "budget_bytes",
+            principal.agent.hydration_budget_bytes,
+            low=0,
+            high=settings.DATA_UPLOAD_MAX_MEMORY_SIZE * 16,
+        ),
+        query=_query(data, required=False),
+        archival_mode=validation.choice(
+            data.get("archival_mode"), "archival_mode", ARCHIVAL_MODES, "tool_only"
+        ),
+        archival_limit=_int(data, "archival_limit", 5, low=0, high=MAX_LIMIT),
+        archival_min_score=(
+            0.3 if min_score is None else validation.unit_float(min_score, "archival_min_score")
+        ),
+        include_agent_core=validation.parse_bool(
+            data.get("include_agent_core"), "include_agent_core", True
+        ),
+        include_user_core=validation.parse_bool(
+            data.get("include_user_core"), "include_user_core", True
+        ),
+        format=validation.choice(data.get("format"), "format", ("json", "markdown"), "json"),
+        explain=validation.parse_bool(data.get("explain"), "explain", False),
+    )
+
+
+HYDRATE_BATCH = 200
+
+
+class _Budget:
+    def __init__(self, total: int):
+        self.total = total
+        self.used = 0
+
+    @property
+    def left(self) -> int:
+        return self.total - self.used
+
+    def take(self, size: int) -> bool:
+        if size <= self.left:
+            self.used += size
+            return True
+        return False
+
+
+def _hydrate_pools(principal: Principal, params: HydrateParams, now: datetime):
+    base = visible_memories(
+        tenant=principal.tenant,
+        agent=principal.agent,
+        subject_id=params.subject_id,
+        include_shared=True,
+        now=now,
+    ).defer("embedding")
+    core = base.filter(category=Category.CORE)
+    if not params.include_agent_core:
+        core = core.exclude(subject_id__isnull=True)
+    if not params.include_user_core:
+        core = core.filter(subject_id__isnull=True)
+    recent = base.exclude(category__in=[Category.CORE, Category.ARCHIVAL])
+    if params.thread_id:
+        recent = recent.filter(~Q(category=Category.CONVERSATION) | Q(thread_id=params.thread_id))
+    else:
+        recent = recent.exclude(category=Category.CONVERSATION)
+    return core, recent
+
+
+def _fill(pool: QuerySet, budget: _Budget, taken: list, reason: str, seen: set[str]) -> None:
+    """Newest first; skip what does not fit; stop reading once nothing more can fit.
+
+    Rows come in batches of candidates no larger than the budget left, so an agent with 10k
+    memories costs a batch or two, not a scan of everything.
+    """
+    pool = pool.order_by("-updated_at", "-id")
+    cursor: tuple[datetime, str] | None = None
+    while budget.left > 0:
+        batch_qs = pool.filter(size_bytes__lte=budget.left)
+        if cursor is not None:
+            batch_qs = batch_qs.filter(
+                Q(updated_at__lt=cursor[0]) | Q(updated_at=cursor[0], id__lt=cursor[1])
+            )
+        batch = list(batch_qs[:HYDRATE_BATCH])
+        for memory in batch:
+            if memory.pk not in seen and budget.take(memory.size_bytes):
+                taken.append((memory, reason))
+                seen.add(memory.pk)
+        if len(batch) < HYDRATE_BATCH:
+            return
+        cursor = (batch[-1].updated_at, batch[-1].pk)
+
+
+def _omitted(pools: list[QuerySet], seen: set[str], budget_total: int) -> list[dict]:
+    omitted = []
+    for pool in pools:
+        for mid, size in pool.order_by("-updated_at", "-id").values_list("id", "size_bytes"):
+            if mid not in seen:
+                reason = "too_big" if size > budget_total else "windowed"
+                omitted.append({"memory_id": mid, "reason": reason})
+                seen.add(mid)
+    return omitted
+
+
+def _archival_matches(
+    principal: Principal, params: HydrateParams, now: datetime
+) -> list[tuple[str, float]]:
+    search_params = SearchParams(
+        query=params.query or "",
+        subject_id=params.subject_id,
+        categories=[Category.ARCHIVAL],
+    )
+    scope = search_scope(principal, search_params, now)
+    vector = get_embedder().embed([params.query])[0]
+    return ranked_ids(
+        scope,
+        query=params.query,
+        vector=vector,
+        mode="hybrid",
+        limit=params.archival_limit,
+        min_score=params.archival_min_score,
+    )
+
+
+def _markdown(entries: list[tuple[Memory, str]], bytes_used: int, budget: int) -> str:
+    lines = [f"## Memory context ({len(entries)} entries, {bytes_used}/{budget} bytes)"]
+    current = None
+    for memory, reason in entries:
+        heading = "archival matches" if reason == "archival_match" else memory.category
+        if heading != current:
+            lines.append(f"\n### {heading}")
+            current = heading
+        label = f"**{memory.key}**: " if memory.key else ""
+        text = " ".join(memory.text.split()) if memory.text else ""
+        if memory.data:
+            import json
+
+            data = json.dumps(memory.data, ensure_ascii=False, separators=(",", ":"))
+            text = f"{text} {data}".strip()
+        stamp = memory.updated_at.date().isoformat()
+        tags = f" #{' #'.join(memory.tags)}" if memory.tags else ""
+        lines.append(f"- {label}{text} ({stamp}){tags}")
+    return "\n".join(lines) + "\n"
+
+
+def memory_hydrate(*, principal: Principal, data: dict, now: datetime | None = None) -> dict:
+    """POST /api/v1/hydrate: the context an agent loads at the start of a run (SPEC §4)."""
+    principal.require_scope("read")
+    now = resolve_now(now)
+    params = parse_hydrate(principal, data)
+    core, recent = _hydrate_pools(principal, params, now)
+    budget = _Budget(params.budget_bytes)
+    taken: list[tuple[Memory, str]] = []
+    seen: set[str] = set()
+    _fill(core, budget, taken, "core", seen)
+    _fill(recent, budget, taken, "recent", seen)
+    pools = [core, recent]
+    if params.archival_mode == "auto" and params.query and params.archival_limit:
+        matches = _archival_matches(principal, params, now)
+        rows = _fetch(principal.tenant.pk, [mid for mid, _ in matches])
+        for mid, _ in matches:
+            memory = rows.get(mid)
+            if memory and mid not in seen and budget.take(memory.size_bytes):
+                taken.append((memory, "archival_match"))
+                seen.add(mid)
+        pools.append(
+            visible_memories(
+                tenant=principal.tenant,
+                agent=principal.agent,
+                subject_id=params.subject_id,
+                now=now,
+            ).filter(pk__in=[mid for mid, _ in matches])
+        )
+    slugs = _shared_slugs(principal, [m for m, _ in taken])
+    entries = [
+        {**memory_json(m, agent=principal.agent, slugs=slugs), "reason": r} for m, r in taken
+    ]
+    body: dict[str, Any] = {
+        "ok": True,
+        "entries": entries,
+        "bytes_used": budget.used,
+        "budget_bytes": budget.total,
+    }
+    if params.format == "markdown":
+        body["markdown"] = _markdown(taken, budget.used, budget.total)
+    if params.explain:
+        body["omitted"] = _omitted(pools, set(seen), budget.total)
+    bump_access(principal.tenant.pk, [m.pk for m, _ in taken], now)
+    return body
