@@ -1,0 +1,334 @@
+"""`prune_memories`: expiry, the age rules of `daily` and `conversation`, and the entry caps.
+
+The rules (SPEC §3, §7), all evaluated at one instant `now` (`--now` moves it):
+
+- `expired`: an active memory whose `expires_at` <= now → status `expired`.
+- `daily_pruned`: an active `daily` memory whose last write (`updated_at`) is 72 h or more
+  before now → status `expired`, reason "daily memory 72 h after its last write".
+- `conversation_ended`: an active `conversation` memory idle (no write, `updated_at`) for 24 h
+  or more → status `expired`, reason "conversation idle 24 h". Reads do not keep a
+  conversation alive: SPEC §3 counts from the last write. (Ending a thread explicitly is
+  `services.thread_end`'s job.)
+- `evicted`: an agent with more live memories than its `entry_cap` (the tenant's workspace
+  memories against `workspace_cap`) loses the coldest ones — oldest `last_accessed_at`, then
+  oldest `updated_at` — non-core first, core only when no non-core remains → status `evicted`.
+  "Live" here means what survives the three rules above, so a dry run counts what the real run
+  will evict after it has expired the rest.
+
+A memory matching several rules counts once, under the first. `core`, `workspace`, `archival`
+and custom categories never age out. Each change bumps `version`, sets `status_changed_at` (the
+retention clock) and writes one revision (`system:prune`, `expire` or `evict`) in the same
+statement; `updated_at` stays the time of the last write of the content.
+
+Concurrency: every batch is ONE statement — pick due rows `FOR UPDATE SKIP LOCKED`, update them
+re-checking the due condition, insert their revisions — so a batch is all-or-nothing, two
+workers never take the same row, and a memory written meanwhile (locked by its writer, or no
+longer due when we look) is left alone. Cap sweeps also lock the owner row (agent or tenant)
+`FOR NO KEY UPDATE`, which serialises them with each other (and with store-time eviction that
+locks the same row) without blocking inserts of new memories.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import connection, transaction
+
+from memories.clock import resolve_now
+from memories.jobs.batches import (
+    BEGINNING,
+    DEFAULT_BATCH_SIZE,
+    Progress,
+    batch_execute,
+    fetch_all,
+    fetch_value,
+    report,
+)
+
+ACTOR = "system:prune"
+DAILY_MAX_AGE = timedelta(hours=72)
+CONVERSATION_IDLE = timedelta(hours=24)
+SAMPLE_IDS = 10  # a dry run names this many ids per rule
+
+
+@dataclass(frozen=True)
+class AgeRule:
+    """A rule that retires single memories by a timestamp; `where` is over alias `m`."""
+
+    name: str
+    where: str
+    order_column: str  # the indexed column the batches walk in order (keyset)
+    reason: str
+
+
+AGE_RULES = (
+    AgeRule(
+        name="expired",
+        where="m.status = 'active' AND m.expires_at IS NOT NULL AND m.expires_at <= %(now)s",
+        order_column="expires_at",
+        reason="past expires_at",
+    ),
+    AgeRule(
+        name="daily_pruned",
+        where=("m.status = 'active' AND m.category = 'daily' AND m.updated_at <= %(daily_cutoff)s"),
+        order_column="updated_at",
+        reason="daily memory 72 h after its last write",
+    ),
+    AgeRule(
+        name="conversation_ended",
+        where=(
+            "m.status = 'active' AND m.category = 'conversation' "
+            "AND m.updated_at <= %(conversation_cutoff)s"
+        ),
+        order_column="updated_at",
+        reason="conversation idle 24 h",
+    ),
+)
+
+# Live and not due under any age rule: what the caps count.
+REMAINING = """
+    m.status = 'active'
+    AND (m.expires_at IS NULL OR m.expires_at > %(now)s)
+    AND NOT (m.category = 'daily' AND m.updated_at <= %(daily_cutoff)s)
+    AND NOT (m.category = 'conversation' AND m.updated_at <= %(conversation_cutoff)s)
+"""
+
+# Appended to a `changed` CTE (RETURNING id, tenant_id, version): one revision per changed row.
+INSERT_REVISIONS = """
+    revisions AS (
+        INSERT INTO memories_memoryrevision
+            (tenant_id, memory_id, version, actor, change_type, reason, before, after, created_at)
+        SELECT c.tenant_id, c.id, c.version, %(actor)s, %(change_type)s, %(reason)s,
+               jsonb_build_object('status', 'active', 'version', c.version - 1),
+               jsonb_build_object('status', %(status)s::text, 'version', c.version),
+               %(now)s
+        FROM changed c
+        RETURNING 1
+    )
+"""
+
+AGE_BATCH = """
+WITH picked AS (
+    SELECT m.id, m.{order} AS sort_key
+    FROM memories_memory m
+    WHERE {where} AND m.{order} >= %(after)s
+    ORDER BY m.{order}
+    LIMIT %(limit)s
+    FOR UPDATE OF m SKIP LOCKED
+),
+changed AS (
+    UPDATE memories_memory m
+    SET status = %(status)s, status_changed_at = %(now)s, version = m.version + 1
+    FROM picked
+    WHERE m.id = picked.id AND {where}
+    RETURNING m.id, m.tenant_id, m.version
+),
+{insert_revisions}
+SELECT (SELECT count(*) FROM picked), (SELECT max(sort_key) FROM picked),
+       (SELECT count(*) FROM revisions)
+"""
+
+OVER_CAP_OWNERS = f"""
+SELECT o.tenant_id, o.agent_id, o.live, COALESCE(a.entry_cap, t.workspace_cap) AS cap,
+       t.slug, COALESCE(a.slug, 'workspace')
+FROM (
+    SELECT m.tenant_id, m.agent_id, count(*) AS live
+    FROM memories_memory m
+    WHERE {REMAINING}
+    GROUP BY m.tenant_id, m.agent_id
+) o
+JOIN accounts_tenant t ON t.id = o.tenant_id
+LEFT JOIN accounts_agent a ON a.id = o.agent_id
+WHERE o.live > COALESCE(a.entry_cap, t.workspace_cap)
+ORDER BY o.tenant_id, o.agent_id NULLS FIRST
+"""
+
+# One cap batch for one owner, three statements in one transaction: lock the owner row, then
+# count and evict under fresh snapshots (READ COMMITTED takes one per statement), so a sweep that
+# waited for another sweeper's lock counts what that one left, never evicting twice.
+LOCK_OWNER = "SELECT {cap_column} FROM {owner_table} WHERE id = %(owner_id)s FOR NO KEY UPDATE"
+
+COUNT_OWNER = """
+SELECT count(*) FROM memories_memory m
+WHERE m.tenant_id = %(tenant_id)s AND {owner_match} AND {remaining}
+"""
+
+EVICT_BATCH = """
+WITH picked AS (
+    SELECT m.id
+    FROM memories_memory m
+    WHERE m.tenant_id = %(tenant_id)s AND {owner_match} AND {remaining}
+    ORDER BY (m.category = 'core'), m.last_accessed_at, m.updated_at, m.id
+    LIMIT %(limit)s
+    FOR UPDATE OF m SKIP LOCKED
+),
+changed AS (
+    UPDATE memories_memory m
+    SET status = %(status)s, status_changed_at = %(now)s, version = m.version + 1
+    FROM picked
+    WHERE m.id = picked.id AND m.status = 'active'
+    RETURNING m.id, m.tenant_id, m.version
+),
+{insert_revisions}
+SELECT count(*) FROM revisions
+"""
+
+
+def _params(now: datetime) -> dict:
+    return {
+        "now": now,
+        "daily_cutoff": now - DAILY_MAX_AGE,
+        "conversation_cutoff": now - CONVERSATION_IDLE,
+        "actor": ACTOR,
+    }
+
+
+def _run_age_rule(rule: AgeRule, params: dict, *, batch_size: int, progress) -> int:
+    sql = AGE_BATCH.format(
+        order=rule.order_column, where=rule.where, insert_revisions=INSERT_REVISIONS
+    )
+    batch_params = dict(
+        params, change_type="expire", status="expired", reason=rule.reason, limit=batch_size
+    )
+    after, total, batch = BEGINNING, 0, 0
+    while True:
+        picked, last_key, changed = batch_execute(sql, dict(batch_params, after=after))
+        if picked == 0:
+            break
+        batch += 1
+        total += changed
+        report(progress, f"prune: {rule.name} batch {batch}: {changed} changed ({total} so far)")
+        if picked < batch_size:
+            break  # the index range is exhausted; rows skipped as locked wait for the next run
+        # `>=` (not `>`): rows sharing the last key that we skipped are looked at again;
+        # those we changed no longer match, so every batch makes progress.
+        after = last_key
+    return total
+
+
+@dataclass(frozen=True)
+class CapSql:
+    lock: str
+    count: str
+    evict: str
+
+
+def _cap_sql(agent_id: int | None) -> CapSql:
+    if agent_id is None:
+        table, cap_column, match = "accounts_tenant", "workspace_cap", "m.agent_id IS NULL"
+    else:
+        table, cap_column, match = "accounts_agent", "entry_cap", "m.agent_id = %(agent_id)s"
+    return CapSql(
+        lock=LOCK_OWNER.format(cap_column=cap_column, owner_table=table),
+        count=COUNT_OWNER.format(owner_match=match, remaining=REMAINING),
+        evict=EVICT_BATCH.format(
+            owner_match=match, remaining=REMAINING, insert_revisions=INSERT_REVISIONS
+        ),
+    )
+
+
+def _evict_batch(sql: CapSql, params: dict, batch_size: int) -> tuple[int, int]:
+    """One transaction: returns (excess seen under the owner lock, rows evicted)."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(sql.lock, params)
+        row = cursor.fetchone()
+        if row is None:  # the owner was deleted meanwhile (its memories with it)
+            return 0, 0
+        cursor.execute(sql.count, params)
+        excess = cursor.fetchone()[0] - row[0]
+        if excess <= 0:
+            return 0, 0
+        cursor.execute(sql.evict, dict(params, limit=min(batch_size, excess)))
+        return excess, cursor.fetchone()[0]
+
+
+def _enforce_cap(owner: tuple, params: dict, *, batch_size: int, progress) -> int:
+    tenant_id, agent_id, _live, cap, tenant_slug, owner_slug = owner
+    label = f"{tenant_slug}/{owner_slug}"
+    which = "entry_cap" if agent_id is not None else "workspace_cap"
+    batch_params = dict(
+        params,
+        change_type="evict",
+        status="evicted",
+        reason=f"over {which} ({cap})",
+        tenant_id=tenant_id,
+        agent_id=agent_id,
+        owner_id=agent_id if agent_id is not None else tenant_id,
+    )
+    sql = _cap_sql(agent_id)
+    total = 0
+    while True:
+        excess, changed = _evict_batch(sql, batch_params, batch_size)
+        if changed:
+            total += changed
+            report(progress, f"prune: evicted {label}: {changed} changed ({total} so far)")
+        # Done when under the cap, or when every candidate left is locked by a writer.
+        if changed == 0 or changed >= excess:
+            return total
+
+
+def prune_memories(
+    *,
+    now: datetime | None = None,
+    dry_run: bool = False,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    progress: Progress | None = None,
+) -> dict[str, int]:
+    """Apply the prune rules at `now`; return the counts (a dry run counts, changes nothing)."""
+    now = resolve_now(now)
+    params = _params(now)
+    if dry_run:
+        return _dry_run(params, progress=progress)
+    counts: dict[str, int] = {}
+    for rule in AGE_RULES:
+        counts[rule.name] = _run_age_rule(rule, params, batch_size=batch_size, progress=progress)
+    counts["evicted"] = sum(
+        _enforce_cap(owner, params, batch_size=batch_size, progress=progress)
+        for owner in fetch_all(OVER_CAP_OWNERS, params)
+    )
+    counts["total"] = sum(counts.values())
+    return counts
+
+
+def _dry_run(params: dict, *, progress: Progress | None) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    claimed = "FALSE"  # a memory counts under the first rule it matches, as in the real run
+    for rule in AGE_RULES:
+        where = f"({rule.where}) AND NOT ({claimed})"
+        counts[rule.name] = fetch_value(
+            f"SELECT count(*) FROM memories_memory m WHERE {where}", params
+        )
+        sample = [
+            row[0]
+            for row in fetch_all(
+                f"SELECT m.id FROM memories_memory m WHERE {where} "
+                f"ORDER BY m.{rule.order_column} LIMIT {SAMPLE_IDS}",
+                params,
+            )
+        ]
+        more = (
+            f" and {counts[rule.name] - len(sample)} more"
+            if counts[rule.name] > len(sample)
+            else ""
+        )
+        report(
+            progress,
+            f"prune (dry run): would mark {counts[rule.name]} {rule.name} "
+            f"({rule.reason}): {', '.join(sample) or '-'}{more}",
+        )
+        claimed = f"{claimed} OR ({rule.where})"
+    evicted = 0
+    for _tenant_id, agent_id, live, cap, tenant_slug, owner_slug in fetch_all(
+        OVER_CAP_OWNERS, params
+    ):
+        evicted += live - cap
+        which = "entry_cap" if agent_id is not None else "workspace_cap"
+        report(
+            progress,
+            f"prune (dry run): would evict {live - cap} of {tenant_slug}/{owner_slug} "
+            f"({live} live over {which} {cap})",
+        )
+    counts["evicted"] = evicted
+    counts["total"] = sum(counts.values())
+    return counts

@@ -1,0 +1,101 @@
+"""`reembed`: (re)compute embeddings that are missing or come from another model (SPEC §9).
+
+Candidates are memories whose embedding is NULL or whose `embedding_model` is not the current
+embedder's `model_name` (`--all`: every one). Active memories, and tombstones that still hold
+their text: a tombstone's vector is what a later store compares against to report
+`previously_corrected`, so it must live in the same model's space. Purged rows have no text.
+
+Never holds a row lock while embedding: read a batch (no lock), embed it, then write each
+vector with one `UPDATE … WHERE id = … AND version = …`; a memory changed meanwhile has a new
+version (and was embedded by its writer), so it is skipped. Batches commit as they go, so a
+stopped run resumes where it was: the rows it finished are no longer candidates. Writing a
+vector is not a change of the memory: no version bump, no revision.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+from django.db import connection, transaction
+
+from memories.embeddings import get_embedder
+from memories.jobs.batches import Progress, fetch_all, fetch_value, report
+
+DEFAULT_REEMBED_BATCH = 64  # texts per embedder call; a local model's sweet spot on a CPU
+
+CANDIDATES = """
+    m.purged_at IS NULL
+    AND (m.status = 'active' OR (m.status = 'tombstoned' AND m.text <> ''))
+"""
+STALE = "(m.embedding IS NULL OR m.embedding_model <> %(model)s)"
+
+WRITE_BATCH = """
+UPDATE memories_memory m
+SET embedding = v.embedding::vector, embedding_model = %s
+FROM (VALUES {rows}) AS v(id, version, embedding)
+WHERE m.id = v.id AND m.version = v.version
+"""
+
+
+def embedding_input(text: str, data) -> str:
+    """What a memory's vector is computed from: its text, or its data when it has no text."""
+    if text.strip() or data is None:
+        return text
+    return json.dumps(data, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
+def _vector_literal(vector: list[float]) -> str:
+    return "[" + ",".join(repr(float(x)) for x in vector) + "]"
+
+
+def reembed(
+    *,
+    now: datetime | None = None,
+    dry_run: bool = False,
+    all_memories: bool = False,
+    batch_size: int = DEFAULT_REEMBED_BATCH,
+    progress: Progress | None = None,
+) -> dict[str, int]:
+    """Embed every candidate once; return {"candidates", "embedded", "skipped_changed"}."""
+    embedder = get_embedder()
+    where = CANDIDATES if all_memories else f"{CANDIDATES} AND {STALE}"
+    params = {"model": embedder.model_name}
+    total = fetch_value(f"SELECT count(*) FROM memories_memory m WHERE {where}", params)
+    counts = {"candidates": total, "embedded": 0, "skipped_changed": 0}
+    if dry_run:
+        report(progress, f"reembed (dry run): {total} memories would be embedded")
+        return counts
+    after = ""
+    done = 0
+    while True:
+        rows = fetch_all(
+            f"SELECT m.id, m.version, m.text, m.data FROM memories_memory m "
+            f"WHERE {where} AND m.id > %(after)s ORDER BY m.id LIMIT %(limit)s",
+            dict(params, after=after, limit=batch_size),
+        )
+        if not rows:
+            break
+        vectors = embedder.embed([embedding_input(text, data) for _, _, text, data in rows])
+        written = _write(rows, vectors, embedder.model_name)
+        counts["embedded"] += written
+        counts["skipped_changed"] += len(rows) - written
+        done += len(rows)
+        after = rows[-1][0]
+        report(progress, f"reembed: {_bar(done, total)} {done}/{total}")
+    return counts
+
+
+def _write(rows: list[tuple], vectors: list[list[float]], model_name: str) -> int:
+    values = ", ".join(["(%s, %s, %s)"] * len(rows))
+    params: list = [model_name]
+    for (memory_id, version, _, _), vector in zip(rows, vectors, strict=True):
+        params += [memory_id, version, _vector_literal(vector)]
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(WRITE_BATCH.format(rows=values), params)
+        return cursor.rowcount
+
+
+def _bar(done: int, total: int, width: int = 30) -> str:
+    filled = width * min(done, total) // total if total else width
+    return "[" + "#" * filled + "." * (width - filled) + f"] {100 * done // max(total, 1):3d}%"

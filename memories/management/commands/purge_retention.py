@@ -1,0 +1,18 @@
+from memories.jobs.command import JobCommand
+
+
+class Command(JobCommand):
+    help = (
+        "Hard-delete tombstoned/evicted/expired memories past retention and idempotency "
+        "records past 24 h; ends with one JSON line of counts."
+    )
+    job = "purge_retention"
+
+    def add_arguments(self, parser):
+        super().add_arguments(parser)
+        parser.add_argument(
+            "--days", type=int, help="retention in days (default: MEMORYHUB_RETENTION_DAYS)"
+        )
+
+    def job_options(self, opts) -> dict:
+        return {"days": opts["days"]}

@@ -1,0 +1,79 @@
+"""django-q2 entry points. Schedules, `manage.py` commands and the console's `Run now` all go
+through `run_job`, which records one `JobRun` (a `PruneRun` for pruning) around the job.
+
+Console: `async_task("memories.tasks.run_job", name, trigger="console")`. The jobs are safe to
+run twice or side by side, so a retry after a lost worker is harmless.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from memories.clock import resolve_now
+from memories.jobs.batches import Progress
+from memories.jobs.prune import prune_memories
+from memories.jobs.reembed import reembed
+from memories.jobs.retention import purge_retention
+from memories.models import JobRun, PruneRun
+
+JOBS: dict[str, Callable[..., dict]] = {
+    "prune_memories": prune_memories,
+    "purge_retention": purge_retention,
+    "reembed": reembed,
+}
+
+
+def _as_datetime(value: datetime | str | None) -> datetime | None:
+    # A queued task may carry `now` as an ISO string.
+    if value is None or isinstance(value, datetime):
+        return value
+    parsed = parse_datetime(value)
+    if parsed is None:
+        raise ValueError(f"not an ISO 8601 time: {value!r}")
+    return parsed if timezone.is_aware(parsed) else timezone.make_aware(parsed, UTC)
+
+
+def run_job(
+    name: str,
+    *,
+    trigger: str = "schedule",
+    now: datetime | str | None = None,
+    dry_run: bool = False,
+    progress: Progress | None = None,
+    **options,
+) -> JobRun:
+    """Run one job by name and return its finished JobRun (failed runs are recorded, then raise).
+
+    `options` go to the job (`batch_size`; `days` for purge_retention; `all` for reembed).
+    """
+    if name not in JOBS:
+        raise ValueError(f"unknown job {name!r}; one of {', '.join(sorted(JOBS))}")
+    as_of = resolve_now(_as_datetime(now))
+    model = PruneRun if name == "prune_memories" else JobRun
+    run = model.objects.create(
+        job=name, trigger=trigger, as_of=as_of, dry_run=dry_run, started_at=timezone.now()
+    )
+    started = time.monotonic()
+    try:
+        counts = JOBS[name](now=as_of, dry_run=dry_run, progress=progress, **options)
+    except BaseException as exc:  # also a Ctrl-C or a task timeout: never leave "running"
+        run.status, run.error = "failed", f"{type(exc).__name__}: {exc}"[:2000]
+        # Recording the failure must not mask it (the database may be what failed).
+        with contextlib.suppress(Exception):
+            _finish(run, started)
+        raise
+    run.status, run.counts = "ok", counts
+    _finish(run, started)
+    return run
+
+
+def _finish(run: JobRun, started: float) -> None:
+    run.finished_at = timezone.now()
+    run.duration_ms = int((time.monotonic() - started) * 1000)
+    run.save(update_fields=["status", "error", "counts", "finished_at", "duration_ms"])
