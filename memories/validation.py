@@ -1,0 +1,516 @@
+"""Parse and validate raw agent input (a REST body or MCP tool arguments) into typed inputs.
+
+Both the REST views and the MCP tools hand the raw JSON object to the services, which call
+these parsers: one set of rules, one set of `INVALID_INPUT` errors (each naming its field).
+Nothing here touches the database.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import unicodedata
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from django.conf import settings
+
+from accounts.models import Agent
+from memories.models import CaptureMode, Category
+from memoryhub.durations import parse_duration
+from memoryhub.errors import InvalidInput
+
+CATEGORY_RE = re.compile(r"^[a-z0-9_-]{1,40}$")
+TAG_RE = re.compile(r"^[a-z0-9][a-z0-9:_./-]{0,63}$")
+KIND_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,63}$")
+MAX_TAGS = 32
+MAX_MENTIONS = 50
+MAX_ID_CHARS = 255  # key, subject_id, thread_id
+DEDUP_POLICIES = ("ask", "skip_if_near", "insert")
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+_WS_RE = re.compile(r"\s+")
+
+STORE_FIELDS = frozenset(
+    {
+        "text",
+        "key",
+        "category",
+        "kind",
+        "data",
+        "tags",
+        "subject_id",
+        "thread_id",
+        "session_id",
+        "importance",
+        "confidence",
+        "capture_mode",
+        "source_provider",
+        "mentions",
+        "ttl",
+        "expires_at",
+        "last_confirmed_at",
+        "dedup_policy",
+        "expected_version",
+        "expected_updated_at",
+    }
+)
+UPDATE_FIELDS = frozenset(
+    {
+        "text",
+        "data",
+        "tags",
+        "category",
+        "kind",
+        "importance",
+        "confidence",
+        "mentions",
+        "ttl",
+        "expires_at",
+        "last_confirmed_at",
+        "expected_version",
+        "expected_updated_at",
+    }
+)
+
+_MISSING = object()
+
+
+# --- small field parsers ---------------------------------------------------------------------
+
+
+def reject_nul(value: Any, field: str = "body") -> None:
+    """PostgreSQL cannot store NUL in text or jsonb: refuse it anywhere in the input."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise InvalidInput("NUL bytes are not allowed", field=field)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            if isinstance(k, str) and "\x00" in k:
+                raise InvalidInput("NUL bytes are not allowed", field=field)
+            reject_nul(v, f"{field}.{k}" if field != "body" else str(k))
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            reject_nul(item, f"{field}[{i}]")
+
+
+def require_object(data: Any) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise InvalidInput("The body must be a JSON object", field="body")
+    reject_nul(data)
+    return data
+
+
+def reject_unknown(data: dict[str, Any], allowed: frozenset[str]) -> None:
+    unknown = sorted(k for k in data if k not in allowed)
+    if unknown:
+        raise InvalidInput(f"Unknown field '{unknown[0][:60]}'", field=unknown[0][:60])
+
+
+def identifier(value: Any, field: str, *, max_len: int = MAX_ID_CHARS) -> str | None:
+    """An opaque id (key, subject_id, thread_id): trimmed, no control characters; '' → None."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidInput(f"'{field}' must be a string", field=field)
+    value = value.strip()
+    if not value:
+        return None
+    if len(value) > max_len:
+        raise InvalidInput(f"'{field}' is longer than {max_len} characters", field=field)
+    if _CONTROL_RE.search(value):
+        raise InvalidInput(f"'{field}' contains control characters", field=field)
+    return value
+
+
+def unit_float(value: Any, field: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidInput(f"'{field}' must be a number between 0 and 1", field=field)
+    value = float(value)
+    if not math.isfinite(value) or not 0.0 <= value <= 1.0:
+        raise InvalidInput(f"'{field}' must be a number between 0 and 1", field=field)
+    return value
+
+
+def parse_timestamp(value: Any, field: str) -> datetime:
+    """ISO 8601 (a naive one is read as UTC) or Unix milliseconds → an aware UTC datetime."""
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        if isinstance(value, int | float):
+            if not math.isfinite(value):
+                raise ValueError
+            return datetime.fromtimestamp(value / 1000, tz=UTC)
+        if isinstance(value, str) and 0 < len(value) <= 64:
+            parsed = datetime.fromisoformat(value.strip())
+            if parsed.tzinfo is None:
+                parsed = parsed.replace(tzinfo=UTC)
+            return parsed.astimezone(UTC)
+        raise ValueError
+    except (ValueError, OverflowError, OSError):
+        raise InvalidInput(
+            f"'{field}' must be an ISO 8601 timestamp or Unix milliseconds", field=field
+        ) from None
+
+
+def category(value: Any, *, default: str) -> str:
+    if value is None:
+        return default
+    if not isinstance(value, str) or not CATEGORY_RE.match(value):
+        raise InvalidInput(
+            "'category' must match [a-z0-9_-]{1,40} (core, daily, conversation, workspace, "
+            "archival or a custom name)",
+            field="category",
+        )
+    return value
+
+
+def kind(value: Any) -> str:
+    if value is None:
+        return "fact"
+    if not isinstance(value, str) or not KIND_RE.match(value):
+        raise InvalidInput("'kind' must be a short name such as fact or UserProfile", field="kind")
+    return value
+
+
+def normalise_tag(raw: Any) -> str:
+    """Trim, lower-case, inner whitespace → `-`; the result must match TAG_RE."""
+    if not isinstance(raw, str):
+        raise InvalidInput("Each tag must be a string", field="tags")
+    tag = _WS_RE.sub("-", raw.strip().lower())
+    if not TAG_RE.match(tag):
+        raise InvalidInput(
+            "Each tag must match [a-z0-9][a-z0-9:_./-]{0,63} after normalisation", field="tags"
+        )
+    return tag
+
+
+def tags(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise InvalidInput("'tags' must be a list of strings", field="tags")
+    out = list(dict.fromkeys(normalise_tag(t) for t in value))
+    if len(out) > MAX_TAGS:
+        raise InvalidInput(f"At most {MAX_TAGS} tags", field="tags")
+    return out
+
+
+def text(value: Any) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise InvalidInput("'text' must be a string", field="text")
+    if len(value) > settings.MAX_TEXT_CHARS:
+        raise InvalidInput(
+            f"'text' is longer than {settings.MAX_TEXT_CHARS} characters",
+            field="text",
+            details={"limit_chars": settings.MAX_TEXT_CHARS},
+        )
+    return value
+
+
+def compact_json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
+
+
+def data_object(value: Any) -> dict | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise InvalidInput("'data' must be a JSON object", field="data")
+    if len(compact_json(value).encode("utf-8")) > settings.MEMORYHUB_MAX_DATA_BYTES:
+        raise InvalidInput(
+            f"'data' is larger than {settings.MEMORYHUB_MAX_DATA_BYTES} bytes",
+            field="data",
+            details={"limit_bytes": settings.MEMORYHUB_MAX_DATA_BYTES},
+        )
+    return value
+
+
+def mentions(value: Any) -> list[dict[str, str]]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or len(value) > MAX_MENTIONS:
+        raise InvalidInput(
+            f"'mentions' must be a list of at most {MAX_MENTIONS} {{name, type}} objects",
+            field="mentions",
+        )
+    out = []
+    for item in value:
+        if not isinstance(item, dict) or set(item) - {"name", "type"}:
+            raise InvalidInput("Each mention is an object {name, type}", field="mentions")
+        name = item.get("name")
+        kind_ = item.get("type", "entity")
+        if not isinstance(name, str) or not name.strip() or len(name) > 200:
+            raise InvalidInput("Each mention needs a name (≤ 200 characters)", field="mentions")
+        if not isinstance(kind_, str) or not kind_.strip() or len(kind_) > 64:
+            raise InvalidInput("A mention's type is a short string", field="mentions")
+        out.append({"name": name.strip(), "type": kind_.strip()})
+    return out
+
+
+def short_string(value: Any, field: str, max_len: int) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value) > max_len:
+        raise InvalidInput(
+            f"'{field}' must be a string of at most {max_len} characters", field=field
+        )
+    return value.strip() or None
+
+
+def choice(value: Any, field: str, choices: tuple[str, ...], default: str) -> str:
+    if value is None:
+        return default
+    if value not in choices:
+        raise InvalidInput(f"'{field}' must be one of {', '.join(choices)}", field=field)
+    return value
+
+
+def expiry(data: dict[str, Any], *, now: datetime) -> Any:
+    """`ttl` or `expires_at` → a datetime, None (explicit null: no expiry) or _MISSING."""
+    if "ttl" in data and data["ttl"] is not None:
+        if data.get("expires_at") is not None:
+            raise InvalidInput("Give either 'ttl' or 'expires_at', not both", field="ttl")
+        try:
+            return now + parse_duration(data["ttl"])
+        except ValueError as exc:
+            raise InvalidInput(str(exc), field="ttl") from None
+    if "expires_at" in data:
+        if data["expires_at"] is None:
+            return None
+        when = parse_timestamp(data["expires_at"], "expires_at")
+        if when <= now:
+            raise InvalidInput("'expires_at' must be in the future", field="expires_at")
+        return when
+    return _MISSING
+
+
+def thread(data: dict[str, Any]) -> str | None:
+    thread_id = identifier(data.get("thread_id"), "thread_id")
+    session_id = identifier(data.get("session_id"), "session_id")
+    if thread_id and session_id and thread_id != session_id:
+        raise InvalidInput("'thread_id' and 'session_id' differ", field="session_id")
+    return thread_id or session_id
+
+
+# --- compare-and-set -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Cas:
+    """A compare-and-set precondition. `create_only`: the key must not exist yet."""
+
+    version: int | None = None
+    updated_at: datetime | None = None
+    create_only: bool = False
+
+
+def cas(data: dict[str, Any], if_match: str | None = None) -> Cas | None:
+    has_version = data.get("expected_version") is not None
+    has_updated = "expected_updated_at" in data
+    if has_version and has_updated:
+        raise InvalidInput(
+            "Give 'expected_version' or 'expected_updated_at', not both", field="expected_version"
+        )
+    if if_match is not None and not has_version and not has_updated:
+        return cas({"expected_version": parse_if_match(if_match)})
+    if has_version:
+        value = data["expected_version"]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InvalidInput(
+                "'expected_version' must be a non-negative integer", field="expected_version"
+            )
+        return Cas(create_only=True) if value == 0 else Cas(version=value)
+    if has_updated:
+        value = data["expected_updated_at"]
+        if value is None:
+            return Cas(create_only=True)
+        return Cas(updated_at=parse_timestamp(value, "expected_updated_at"))
+    return None
+
+
+def parse_if_match(value: str) -> int:
+    raw = value.strip()
+    if raw.startswith("W/"):
+        raw = raw[2:]
+    raw = raw.strip('"')
+    if not raw.isdigit() or len(raw) > 12:
+        raise InvalidInput('If-Match must be a version such as "3"', field="If-Match")
+    return int(raw)
+
+
+# --- content fingerprints --------------------------------------------------------------------
+
+
+def normalise_text(value: str) -> str:
+    """The text dedup compares: NFKC, case-folded, whitespace collapsed, end punctuation off."""
+    value = unicodedata.normalize("NFKC", value).casefold()
+    return _WS_RE.sub(" ", value).strip().rstrip(".!?;,").strip()
+
+
+def content_hash(text_value: str, data_value: dict | None) -> str:
+    basis = normalise_text(text_value) if text_value.strip() else compact_json(data_value)
+    return hashlib.sha256(basis.encode("utf-8")).hexdigest()
+
+
+def embedding_text(text_value: str, data_value: dict | None) -> str:
+    return text_value if text_value.strip() else compact_json(data_value or {})
+
+
+def size_bytes(text_value: str, data_value: dict | None) -> int:
+    size = len(text_value.encode("utf-8"))
+    if data_value is not None:
+        size += len(
+            json.dumps(data_value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        )
+    return size
+
+
+# --- whole inputs ----------------------------------------------------------------------------
+
+
+@dataclass
+class StoreInput:
+    text: str
+    key: str | None
+    category: str
+    kind: str
+    data: dict | None
+    tags: list[str]
+    subject_id: str | None
+    thread_id: str | None
+    importance: float
+    confidence: float
+    capture_mode: str
+    source_provider: str | None
+    mentions: list[dict[str, str]]
+    expires_at: datetime | None
+    last_confirmed_at: datetime
+    dedup_policy: str
+    cas: Cas | None = None
+
+    @property
+    def is_workspace(self) -> bool:
+        return self.category == Category.WORKSPACE
+
+
+def parse_store(data: Any, *, agent: Agent, now: datetime) -> StoreInput:
+    """Validate a store body (SPEC §4 Store) and apply the agent's defaults."""
+    data = require_object(data)
+    reject_unknown(data, STORE_FIELDS)
+    text_value = text(data.get("text"))
+    data_value = data_object(data.get("data"))
+    if not text_value.strip() and data_value is None:
+        raise InvalidInput("'text' is required unless 'data' is given", field="text")
+    cat = category(data.get("category"), default=agent.default_category)
+    thread_id = thread(data)
+    if cat == Category.CONVERSATION and not thread_id:
+        raise InvalidInput("A conversation memory needs a 'thread_id'", field="thread_id")
+    expires = expiry(data, now=now)
+    if expires is _MISSING:  # an explicit `expires_at: null` means "never", default or not
+        expires = now + agent.default_ttl if agent.default_ttl else None
+    last_confirmed = data.get("last_confirmed_at")
+    return StoreInput(
+        text=text_value,
+        key=identifier(data.get("key"), "key"),
+        category=cat,
+        kind=kind(data.get("kind")),
+        data=data_value,
+        tags=tags(data.get("tags")),
+        subject_id=identifier(data.get("subject_id"), "subject_id"),
+        thread_id=thread_id,
+        importance=0.5
+        if data.get("importance") is None
+        else unit_float(data["importance"], "importance"),
+        confidence=1.0
+        if data.get("confidence") is None
+        else unit_float(data["confidence"], "confidence"),
+        capture_mode=choice(
+            data.get("capture_mode"), "capture_mode", tuple(CaptureMode.values), "explicit"
+        ),
+        source_provider=short_string(data.get("source_provider"), "source_provider", 100),
+        mentions=mentions(data.get("mentions")),
+        expires_at=expires,
+        last_confirmed_at=(
+            now if last_confirmed is None else parse_timestamp(last_confirmed, "last_confirmed_at")
+        ),
+        dedup_policy=choice(data.get("dedup_policy"), "dedup_policy", DEDUP_POLICIES, "ask"),
+        cas=cas(data),
+    )
+
+
+@dataclass
+class UpdateInput:
+    """The model fields a PATCH/correction sets (already normalised) and its CAS condition."""
+
+    changes: dict[str, Any] = field(default_factory=dict)
+    cas: Cas | None = None
+
+
+def parse_update(
+    data: Any,
+    *,
+    now: datetime,
+    if_match: str | None = None,
+    allowed: frozenset[str] = UPDATE_FIELDS,
+) -> UpdateInput:
+    """Validate a PATCH body (SPEC §4 Change): only the fields given are changed."""
+    data = require_object(data)
+    reject_unknown(data, allowed)
+    changes: dict[str, Any] = {}
+    if "text" in data:
+        changes["text"] = text(data["text"])
+    if "data" in data:
+        changes["data"] = data_object(data["data"])
+    if "tags" in data:
+        changes["tags"] = tags(data["tags"])
+    if "category" in data:
+        if data["category"] is None:
+            raise InvalidInput("'category' cannot be null", field="category")
+        changes["category"] = category(data["category"], default="")
+    if "kind" in data:
+        changes["kind"] = kind(data["kind"])
+    for name, default in (("importance", 0.5), ("confidence", 1.0)):
+        if name in data:
+            changes[name] = default if data[name] is None else unit_float(data[name], name)
+    if "mentions" in data:
+        changes["mentions"] = mentions(data["mentions"])
+    expires = expiry(data, now=now)
+    if expires is not _MISSING:
+        changes["expires_at"] = expires
+    if "last_confirmed_at" in data:
+        value = data["last_confirmed_at"]
+        changes["last_confirmed_at"] = (
+            now if value is None else parse_timestamp(value, "last_confirmed_at")
+        )
+    if "key" in data:  # operators may re-key; agents cannot (not in UPDATE_FIELDS)
+        changes["key"] = identifier(data["key"], "key")
+    return UpdateInput(changes=changes, cas=cas(data, if_match))
+
+
+def parse_bool(value: Any, field: str, default: bool) -> bool:
+    if value is None or value == "":
+        return default
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in {"true", "1", "yes"}:
+        return True
+    if isinstance(value, str) and value.lower() in {"false", "0", "no"}:
+        return False
+    raise InvalidInput(f"'{field}' must be true or false", field=field)
+
+
+def parse_limit(value: Any, *, default: int = 50, maximum: int = 200) -> int:
+    if value is None or value == "":
+        return default
+    try:
+        limit = int(value)
+    except (TypeError, ValueError):
+        raise InvalidInput(f"'limit' must be an integer 1–{maximum}", field="limit") from None
+    if isinstance(value, bool) or not 1 <= limit <= maximum:
+        raise InvalidInput(f"'limit' must be an integer 1–{maximum}", field="limit")
+    return limit
