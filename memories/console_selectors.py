@@ -12,9 +12,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.contrib.postgres.search import SearchQuery, SearchRank
 from django.db import connection
-from django.db.models import Count, F, Q, QuerySet
+from django.db.models import Count, Q, QuerySet
 from django.http import Http404
 
 from accounts.models import Agent, Tenant
@@ -170,44 +169,22 @@ def memory_page(
 
 
 def text_search(qs: QuerySet, query: str, *, limit: int) -> list[Memory]:
-    """Hybrid ranking inside PostgreSQL: full-text rank fused with vector similarity (RRF).
+    """The API's hybrid search (`memories.search.ranked_ids`) over the console's own scope.
 
-    Operators search every memory of the filtered queryset, so this cannot go through the
-    agent-facing `memory_search` (which applies one agent's visibility); it fuses the same two
-    signals the API does, in one query: ranks from `ts_rank_cd` over `search_vector` and from
-    cosine distance to the query embedding, combined as 1/(60+rank).
+    Operators search every memory of the filtered queryset (any agent, any status), so this
+    cannot go through the agent-facing `memory_search`, which applies one agent's visibility;
+    it calls the same one-statement ranking with the console's tenant-scoped queryset instead.
     """
     from memories.embeddings import get_embedder
+    from memories.search import ranked_ids
 
-    ts_query = SearchQuery(query, search_type="websearch", config="english")
-    try:
-        vector = get_embedder().embed([query])[0]
-    except Exception:  # the embedder is optional for keyword search; fall back to it alone
-        vector = None
-    keyword_ids = list(
-        qs.filter(search_vector=ts_query)
-        .annotate(rank=SearchRank(F("search_vector"), ts_query))
-        .order_by("-rank", "-id")
-        .values_list("id", flat=True)[: limit * 2]
+    vector = get_embedder().embed([query])[0]
+    ranked = ranked_ids(
+        qs.select_related(None), query=query, vector=vector, mode="hybrid", limit=limit
     )
-    semantic_ids: list[str] = []
-    if vector is not None:
-        from pgvector.django import CosineDistance
-
-        semantic_ids = list(
-            qs.filter(embedding__isnull=False)
-            .annotate(distance=CosineDistance("embedding", vector))
-            .filter(distance__lt=0.75)
-            .order_by("distance", "id")
-            .values_list("id", flat=True)[: limit * 2]
-        )
-    scores: dict[str, float] = {}
-    for ranked in (keyword_ids, semantic_ids):
-        for position, pk in enumerate(ranked):
-            scores[pk] = scores.get(pk, 0.0) + 1.0 / (60 + position + 1)
-    best = sorted(scores, key=lambda pk: (-scores[pk], pk))[:limit]
-    by_id = {m.pk: m for m in qs.filter(pk__in=best)}
-    return [by_id[pk] for pk in best if pk in by_id]
+    ids = [pk for pk, _ in ranked]
+    by_id = {m.pk: m for m in qs.filter(pk__in=ids)}
+    return [by_id[pk] for pk in ids if pk in by_id]
 
 
 def near_duplicates(

@@ -1,0 +1,100 @@
+// MemoryHub console: select-all for bulk actions, and the review queue's keyboard shortcuts.
+(function () {
+  "use strict";
+
+  // --- bulk selection ---------------------------------------------------------------------
+  function syncSelection(form) {
+    if (!form) return;
+    var boxes = form.querySelectorAll('input[name="ids"]');
+    var checked = form.querySelectorAll('input[name="ids"]:checked').length;
+    var all = form.querySelector("[data-select-all]");
+    if (all) {
+      all.checked = boxes.length > 0 && checked === boxes.length;
+      all.indeterminate = checked > 0 && checked < boxes.length;
+    }
+    var count = form.querySelector("[data-selected-count]");
+    if (count) count.textContent = checked + " selected";
+    form.querySelectorAll("[data-needs-selection]").forEach(function (b) { b.disabled = checked === 0; });
+  }
+
+  document.addEventListener("change", function (event) {
+    var target = event.target;
+    if (target.matches("[data-select-all]")) {
+      var form = target.closest("form");
+      form.querySelectorAll('input[name="ids"]').forEach(function (b) { b.checked = target.checked; });
+      syncSelection(form);
+    } else if (target.matches('input[name="ids"]')) {
+      syncSelection(target.closest("form"));
+    }
+  });
+
+  function initSelections() {
+    document.querySelectorAll("#bulk-form").forEach(syncSelection);
+  }
+
+  // --- review queue keyboard --------------------------------------------------------------
+  function rows() { return Array.prototype.slice.call(document.querySelectorAll("[data-review-row]")); }
+
+  function current() { return document.querySelector("[data-review-row].is-current"); }
+
+  function select(row) {
+    rows().forEach(function (r) { r.classList.remove("is-current"); });
+    if (!row) return;
+    row.classList.add("is-current");
+    row.focus({ preventScroll: true });
+    row.scrollIntoView({ block: "nearest" });
+  }
+
+  function move(step) {
+    var list = rows();
+    if (!list.length) return;
+    var index = list.indexOf(current());
+    select(list[Math.max(0, Math.min(list.length - 1, index + step))] || list[0]);
+  }
+
+  function typing(event) {
+    var t = event.target;
+    return t && (t.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(t.tagName));
+  }
+
+  document.addEventListener("keydown", function (event) {
+    if (!document.querySelector("[data-review-list]")) return;
+    if (event.ctrlKey || event.metaKey || event.altKey) return;
+    if (typing(event)) {
+      if (event.key === "Escape") { event.target.blur(); select(current()); }
+      return;
+    }
+    var row = current();
+    switch (event.key) {
+      case "j": move(1); break;
+      case "k": move(-1); break;
+      case "a": if (row) row.querySelector("[data-key-approve]").click(); break;
+      case "e": if (row) window.location.href = row.querySelector("[data-key-edit]").href; break;
+      case "t": if (row) { var r = row.querySelector("[data-key-reason]"); r.focus(); } break;
+      default: return;
+    }
+    event.preventDefault();
+  });
+
+  // When a reviewed row leaves the queue, the next one becomes current.
+  var pendingNext = null;
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    var row = event.detail.target;
+    if (row && row.matches && row.matches("[data-review-row]")) {
+      var list = rows();
+      var index = list.indexOf(row);
+      pendingNext = list[index + 1] || list[index - 1] || null;
+    }
+  });
+  document.addEventListener("htmx:afterSettle", function () {
+    if (pendingNext && document.body.contains(pendingNext)) select(pendingNext);
+    pendingNext = null;
+    initSelections();
+  });
+
+  document.addEventListener("DOMContentLoaded", function () {
+    initSelections();
+    var first = rows()[0];
+    if (first) select(first);
+  });
+})();
