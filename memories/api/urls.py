@@ -1,9 +1,17 @@
 from django.urls import path
 
 from memories.api import views
-from memories.api.export import ExportMarkdownView
 
 urlpatterns = [
     path("whoami", views.WhoAmIView.as_view(), name="api-whoami"),
-    path("export.md", ExportMarkdownView.as_view(), name="api-export-md"),
+    path("memories", views.MemoriesView.as_view(), name="api-memories"),
+    path("memories/by-key/<path:key>", views.MemoryByKeyView.as_view(), name="api-memory-by-key"),
+    path("memories/<str:memory_id>", views.MemoryDetailView.as_view(), name="api-memory"),
+    path(
+        "memories/<str:memory_id>/confirm",
+        views.MemoryConfirmView.as_view(),
+        name="api-memory-confirm",
+    ),
+    path("keys", views.KeysView.as_view(), name="api-keys"),
+    path("threads/<path:thread_id>/end", views.ThreadEndView.as_view(), name="api-thread-end"),
 ]

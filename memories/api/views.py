@@ -1,10 +1,73 @@
+"""The agent REST API (SPEC §4): thin views that parse the request, call a service or selector
+and render its result. Every rule (scopes, visibility, validation, CAS) lives in the services;
+every error becomes the envelope through `memoryhub.errors.api_exception_handler`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.utils import timezone
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
+
+from memories import idempotency, selectors, services, validation
+from memories.api import schema
+from memories.serialization import memory_json
+
+
+def _subject(request: Request) -> str | None:
+    return request.query_params.get("subject_id") or None
+
+
+def _memory_body(request: Request, memory) -> dict[str, Any]:
+    return {"ok": True, "memory": memory_json(memory, agent=request.user.agent)}
+
+
+def _with_etag(response: Response, memory) -> Response:
+    response["ETag"] = f'"{memory.version}"'
+    return response
+
+
+def _idempotent(
+    request: Request, operation: str, payload: Any, action: Callable[[], tuple[int, dict]]
+) -> Response:
+    """Run a non-store POST under its `Idempotency-Key`, if the request carries one."""
+    key = idempotency.clean_key(request.headers.get("Idempotency-Key"))
+    if key is None:
+        status, body = action()
+        return Response(body, status=status)
+    principal = request.user
+    outcome = idempotency.run_idempotent(
+        tenant=principal.tenant,
+        key=key,
+        request_hash=idempotency.fingerprint(
+            agent_id=principal.agent.pk, operation=operation, payload=payload
+        ),
+        now=timezone.now(),
+        action=action,
+    )
+    return Response(outcome.body, status=outcome.status)
+
+
+def _forget_options(request: Request) -> tuple[str, bool]:
+    reason = request.query_params.get("reason")
+    if reason is None and isinstance(request.data, dict):
+        reason = request.data.get("reason")
+    purge = validation.parse_bool(request.query_params.get("purge"), "purge", default=False)
+    return reason or "", purge
 
 
 class WhoAmIView(APIView):
     """The calling agent and its key's scopes (handy for checking a key)."""
 
+    @extend_schema(
+        operation_id="whoami",
+        responses={200: schema.WhoAmISerializer, **schema.READ_ERRORS},
+    )
     def get(self, request):
         principal = request.user
         return Response(
@@ -16,3 +79,182 @@ class WhoAmIView(APIView):
                 "subject_id": principal.bound_subject,
             }
         )
+
+
+class MemoriesView(APIView):
+    @extend_schema(
+        operation_id="memories_list",
+        summary="List memories, newest first (keyset cursor)",
+        parameters=[schema.ListQuerySerializer],
+        responses={200: schema.ListResponseSerializer, **schema.READ_ERRORS},
+    )
+    def get(self, request):
+        params = request.query_params
+        filters: dict[str, Any] = {
+            name: params.get(name)
+            for name in selectors.LIST_FILTERS - {"tag", "tags"}
+            if params.get(name) not in (None, "")
+        }
+        tags = params.getlist("tag") + params.getlist("tags")
+        if tags:
+            filters["tag"] = tags
+        memories, next_cursor = selectors.memory_list(principal=request.user, filters=filters)
+        agent = request.user.agent
+        return Response(
+            {
+                "ok": True,
+                "memories": [memory_json(m, agent=agent) for m in memories],
+                "next_cursor": next_cursor,
+            }
+        )
+
+    @extend_schema(
+        operation_id="memories_store",
+        summary="Store a memory (keyed upsert, compare-and-set, dedup)",
+        parameters=[schema.IDEMPOTENCY_PARAM],
+        request=schema.StoreRequestSerializer,
+        responses={
+            201: OpenApiResponse(schema.StoreResponseSerializer, description="Inserted"),
+            200: OpenApiResponse(schema.StoreResponseSerializer, description="Updated or skipped"),
+            **schema.WRITE_ERRORS,
+        },
+    )
+    def post(self, request):
+        result = services.memory_store(
+            principal=request.user,
+            data=request.data,
+            idempotency_key=request.headers.get("Idempotency-Key"),
+        )
+        return Response(result.as_response(), status=result.status_code)
+
+
+class MemoryDetailView(APIView):
+    @extend_schema(
+        operation_id="memories_get",
+        parameters=[schema.MEMORY_ID_PARAM, schema.SUBJECT_PARAM],
+        responses={200: schema.MemoryResponseSerializer, **schema.READ_ERRORS},
+    )
+    def get(self, request, memory_id: str):
+        memory = selectors.memory_get(
+            principal=request.user, memory_id=memory_id, subject_id=_subject(request)
+        )
+        return _with_etag(Response(_memory_body(request, memory)), memory)
+
+    @extend_schema(
+        operation_id="memories_update",
+        parameters=[schema.MEMORY_ID_PARAM, schema.SUBJECT_PARAM, schema.IF_MATCH_PARAM],
+        request=schema.UpdateRequestSerializer,
+        responses={200: schema.MemoryResponseSerializer, **schema.WRITE_ERRORS},
+    )
+    def patch(self, request, memory_id: str):
+        memory = services.memory_update(
+            principal=request.user,
+            memory_id=memory_id,
+            data=request.data,
+            if_match=request.headers.get("If-Match"),
+            subject_id=_subject(request),
+        )
+        return _with_etag(Response(_memory_body(request, memory)), memory)
+
+    @extend_schema(
+        operation_id="memories_forget",
+        parameters=[schema.MEMORY_ID_PARAM, *schema.FORGET_PARAMS],
+        request=None,
+        responses={200: schema.ForgetResponseSerializer, **schema.WRITE_ERRORS},
+    )
+    def delete(self, request, memory_id: str):
+        reason, purge = _forget_options(request)
+        deleted, forgotten_id = services.memory_forget(
+            principal=request.user,
+            memory_id=memory_id,
+            subject_id=_subject(request),
+            reason=reason,
+            purge=purge,
+        )
+        return Response({"ok": True, "deleted": deleted, "memory_id": forgotten_id})
+
+
+class MemoryConfirmView(APIView):
+    @extend_schema(
+        operation_id="memories_confirm",
+        summary="Confirm a memory (last_confirmed_at = now)",
+        parameters=[schema.MEMORY_ID_PARAM, schema.SUBJECT_PARAM, schema.IDEMPOTENCY_PARAM],
+        request=None,
+        responses={200: schema.MemoryResponseSerializer, **schema.WRITE_ERRORS},
+    )
+    def post(self, request, memory_id: str):
+        subject_id = _subject(request)
+
+        def action() -> tuple[int, dict]:
+            memory = services.memory_confirm(
+                principal=request.user, memory_id=memory_id, subject_id=subject_id
+            )
+            return 200, _memory_body(request, memory)
+
+        payload = {"memory_id": memory_id, "subject_id": subject_id}
+        return _idempotent(request, "confirm", payload, action)
+
+
+class MemoryByKeyView(APIView):
+    @extend_schema(
+        operation_id="memories_recall",
+        summary="Recall the memory stored under a key (memory: null when none)",
+        parameters=[schema.KEY_PARAM, schema.SUBJECT_PARAM],
+        responses={200: schema.RecallResponseSerializer, **schema.READ_ERRORS},
+    )
+    def get(self, request, key: str):
+        memory = selectors.memory_recall(
+            principal=request.user, key=key, subject_id=_subject(request)
+        )
+        if memory is None:
+            return Response({"ok": True, "memory": None})
+        return _with_etag(Response(_memory_body(request, memory)), memory)
+
+    @extend_schema(
+        operation_id="memories_forget_by_key",
+        parameters=[schema.KEY_PARAM, *schema.FORGET_PARAMS],
+        request=None,
+        responses={200: schema.ForgetResponseSerializer, **schema.WRITE_ERRORS},
+    )
+    def delete(self, request, key: str):
+        reason, purge = _forget_options(request)
+        deleted, forgotten_id = services.memory_forget(
+            principal=request.user,
+            key=key,
+            subject_id=_subject(request),
+            reason=reason,
+            purge=purge,
+        )
+        return Response({"ok": True, "deleted": deleted, "memory_id": forgotten_id})
+
+
+class KeysView(APIView):
+    @extend_schema(
+        operation_id="keys_list",
+        summary="The keys of the memories this key can see",
+        parameters=[schema.SUBJECT_PARAM, schema.CATEGORY_PARAM],
+        responses={200: schema.KeysResponseSerializer, **schema.READ_ERRORS},
+    )
+    def get(self, request):
+        keys = selectors.memory_keys(
+            principal=request.user,
+            subject_id=_subject(request),
+            category=request.query_params.get("category") or None,
+        )
+        return Response({"ok": True, "keys": keys})
+
+
+class ThreadEndView(APIView):
+    @extend_schema(
+        operation_id="threads_end",
+        summary="End a thread: its conversation memories are removed",
+        parameters=[schema.THREAD_PARAM, schema.IDEMPOTENCY_PARAM],
+        request=None,
+        responses={200: schema.ThreadEndResponseSerializer, **schema.WRITE_ERRORS},
+    )
+    def post(self, request, thread_id: str):
+        def action() -> tuple[int, dict]:
+            removed = services.thread_end(principal=request.user, thread_id=thread_id)
+            return 200, {"ok": True, "removed": removed}
+
+        return _idempotent(request, "thread_end", {"thread_id": thread_id}, action)

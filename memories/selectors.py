@@ -1,0 +1,223 @@
+"""Agent-facing reads shared by the REST API and MCP: get, recall, list and keys.
+
+Every read starts from `memories.visibility.visible_memories` (tenant first, live only, the
+agent's own + workspace + shared, and the subject rule), so an expired memory is invisible the
+moment it expires and another subject's memory never shows up.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Case, F, IntegerField, Q, Value, When
+
+from accounts.principal import Principal
+from memories import validation
+from memories.clock import resolve_now
+from memories.ids import is_memory_id
+from memories.models import Memory
+from memories.serialization import iso
+from memories.visibility import visible_memories
+from memoryhub.errors import InvalidInput, NotFound
+
+LIST_FILTERS = frozenset(
+    {
+        "category",
+        "kind",
+        "tag",
+        "tags",
+        "subject_id",
+        "thread_id",
+        "updated_after",
+        "include_shared",
+        "limit",
+        "cursor",
+    }
+)
+
+
+def _touch(memory: Memory, now: datetime) -> None:
+    """A read bumps `last_accessed_at` and `access_count` (not a change: no version, no
+    revision); cold memories are the ones evicted first at the cap."""
+    Memory.objects.filter(pk=memory.pk, tenant_id=memory.tenant_id).update(
+        last_accessed_at=now, access_count=F("access_count") + 1
+    )
+    memory.last_accessed_at = now
+    memory.access_count += 1
+
+
+def memory_get(
+    *,
+    principal: Principal,
+    memory_id: str,
+    subject_id: str | None = None,
+    now: datetime | None = None,
+) -> Memory:
+    """One memory by id, or NOT_FOUND (same answer when it exists but is not visible)."""
+    principal.require_scope("read")
+    now = resolve_now(now)
+    subject = principal.resolve_subject(validation.identifier(subject_id, "subject_id"))
+    memory = None
+    if is_memory_id(memory_id):
+        memory = (
+            visible_memories(
+                tenant=principal.tenant, agent=principal.agent, subject_id=subject, now=now
+            )
+            .select_related("agent")
+            .filter(pk=memory_id)
+            .first()
+        )
+    if memory is None:
+        raise NotFound()
+    _touch(memory, now)
+    return memory
+
+
+def memory_recall(
+    *,
+    principal: Principal,
+    key: str,
+    subject_id: str | None = None,
+    now: datetime | None = None,
+) -> Memory | None:
+    """The live memory under `key`, or None. Several owners may use one key: the agent's own
+    wins over the workspace's over a shared one, and the subject's own over a subject-less one.
+    """
+    principal.require_scope("read")
+    now = resolve_now(now)
+    subject = principal.resolve_subject(validation.identifier(subject_id, "subject_id"))
+    key = validation.identifier(key, "key")
+    if key is None:
+        raise InvalidInput("'key' is required", field="key")
+    memory = (
+        visible_memories(
+            tenant=principal.tenant, agent=principal.agent, subject_id=subject, now=now
+        )
+        .select_related("agent")
+        .filter(key=key)
+        .order_by(
+            Case(
+                When(agent_id=principal.agent.pk, then=Value(0)),
+                When(agent_id__isnull=True, then=Value(1)),
+                default=Value(2),
+                output_field=IntegerField(),
+            ),
+            Case(
+                When(subject_id__isnull=False, then=Value(0)),
+                default=Value(1),
+                output_field=IntegerField(),
+            ),
+            "-updated_at",
+        )
+        .first()
+    )
+    if memory is not None:
+        _touch(memory, now)
+    return memory
+
+
+def memory_keys(
+    *,
+    principal: Principal,
+    subject_id: str | None = None,
+    category: str | None = None,
+    now: datetime | None = None,
+) -> list[str]:
+    """The distinct keys of the live memories this key can see, sorted."""
+    principal.require_scope("read")
+    subject = principal.resolve_subject(validation.identifier(subject_id, "subject_id"))
+    rows = visible_memories(
+        tenant=principal.tenant, agent=principal.agent, subject_id=subject, now=now
+    ).filter(key__isnull=False)
+    if category:
+        rows = rows.filter(category=validation.category(category, default=""))
+    return list(rows.order_by("key").values_list("key", flat=True).distinct())
+
+
+# --- list with a keyset cursor ---------------------------------------------------------------
+
+
+def encode_cursor(memory: Memory) -> str:
+    raw = json.dumps([iso(memory.updated_at), memory.id], separators=(",", ":"))
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, str]:
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        updated_at, memory_id = json.loads(base64.urlsafe_b64decode(padded.encode()))
+        if not is_memory_id(memory_id):
+            raise ValueError
+        return validation.parse_timestamp(updated_at, "cursor"), memory_id
+    except (ValueError, TypeError, binascii.Error, InvalidInput, UnicodeError):
+        raise InvalidInput("'cursor' is not a cursor this API returned", field="cursor") from None
+
+
+def _many(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list | tuple):
+        return list(value)
+    raise InvalidInput("'tag' must be a string or a list of strings", field="tag")
+
+
+def memory_list(
+    *,
+    principal: Principal,
+    filters: dict,
+    now: datetime | None = None,
+) -> tuple[list[Memory], str | None]:
+    """A page of visible memories, newest `updated_at` first, and the cursor of the next page.
+
+    Filters (all optional): category, kind, tag (repeatable, AND), subject_id, thread_id,
+    updated_after, include_shared (default true), limit (default 50, max 200), cursor. The
+    cursor is the (updated_at, id) of the last row, so a walk never repeats a row and pages do
+    not shift when rows are added or removed meanwhile; a memory changed during the walk moves
+    to the head of the order (fetch it with `updated_after`).
+    """
+    principal.require_scope("read")
+    now = resolve_now(now)
+    if not isinstance(filters, dict):
+        raise InvalidInput("Filters must be an object", field="filters")
+    validation.reject_nul(filters)
+    validation.reject_unknown(filters, LIST_FILTERS)
+    subject = principal.resolve_subject(
+        validation.identifier(filters.get("subject_id"), "subject_id")
+    )
+    include_shared = validation.parse_bool(
+        filters.get("include_shared"), "include_shared", default=True
+    )
+    limit = validation.parse_limit(filters.get("limit"))
+    rows = visible_memories(
+        tenant=principal.tenant,
+        agent=principal.agent,
+        subject_id=subject,
+        include_shared=include_shared,
+        now=now,
+    ).select_related("agent")
+    if filters.get("category"):
+        rows = rows.filter(category=validation.category(filters["category"], default=""))
+    if filters.get("kind"):
+        rows = rows.filter(kind=validation.kind(filters["kind"]))
+    for tag in _many(filters.get("tag")) + _many(filters.get("tags")):
+        rows = rows.filter(tags__contains=[validation.normalise_tag(tag)])
+    thread_id = validation.identifier(filters.get("thread_id"), "thread_id")
+    if thread_id:
+        rows = rows.filter(thread_id=thread_id)
+    if filters.get("updated_after"):
+        after = validation.parse_timestamp(filters["updated_after"], "updated_after")
+        rows = rows.filter(updated_at__gt=after)
+    if filters.get("cursor"):
+        updated_at, memory_id = decode_cursor(str(filters["cursor"]))
+        rows = rows.filter(
+            Q(updated_at__lt=updated_at) | Q(updated_at=updated_at, id__lt=memory_id)
+        )
+    page = list(rows.order_by("-updated_at", "-id")[: limit + 1])
+    next_cursor = encode_cursor(page[limit - 1]) if len(page) > limit else None
+    return page[:limit], next_cursor
