@@ -242,6 +242,7 @@ def memory_approve(request: HttpRequest, memory_id: str) -> HttpResponse:
 @require_POST
 def memory_merge(request: HttpRequest, memory_id: str) -> HttpResponse:
     """`Merge`: keep this memory, tombstone the chosen near-duplicates ("merged into …")."""
+    sel.memory_for_console(tenant=request.tenant, memory_id=memory_id)  # 404 before anything
     merge_ids = [i for i in request.POST.getlist("merge") if i and i != memory_id]
     if not merge_ids:
         messages.error(request, "Choose at least one near-duplicate to merge.")

@@ -1,0 +1,183 @@
+"""Who may do what in the console: login, roles on every action, tenant isolation."""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+from accounts.console import SESSION_TENANT_KEY
+from accounts.models import ApiKey
+from memories.models import Memory, Status
+from tests.factories import make_agent, make_key, make_operator
+
+pytestmark = pytest.mark.django_db
+
+
+def _memory_actions(memory_id: str) -> list[tuple[str, dict]]:
+    return [
+        (reverse("console:memory-save", args=[memory_id]), {"text": "x", "expected_version": 1}),
+        (reverse("console:memory-tombstone", args=[memory_id]), {"reason": "r"}),
+        (reverse("console:memory-restore", args=[memory_id]), {}),
+        (reverse("console:memory-purge", args=[memory_id]), {}),
+        (reverse("console:memory-approve", args=[memory_id]), {}),
+        (reverse("console:memory-merge", args=[memory_id]), {"merge": [memory_id]}),
+    ]
+
+
+def _all_posts(memory_id: str, agent_slug: str, key_id: int) -> list[tuple[str, dict]]:
+    return _memory_actions(memory_id) + [
+        (reverse("console:memory-bulk"), {"action": "tombstone", "ids": [memory_id]}),
+        (reverse("console:memory-bulk"), {"action": "tag", "ids": [memory_id], "tag": "x"}),
+        (reverse("console:import"), {}),
+        (reverse("console:agents"), {"slug": "new-agent"}),
+        (reverse("console:agent", args=[agent_slug]), {"entry_cap": 5}),
+        (reverse("console:key-create", args=[agent_slug]), {"scopes": ["read"]}),
+        (reverse("console:key-revoke", args=[key_id]), {}),
+        (reverse("console:job-run"), {"job": "prune_memories"}),
+        (reverse("console:members"), {"email": "x@acme.test", "role": "viewer"}),
+        # GET-only pages refuse a viewer's POST too, before anything else happens.
+        (reverse("console:memories"), {}),
+        (reverse("console:dashboard"), {}),
+    ]
+
+
+def test_console_requires_login(client):
+    response = client.get("/console/memories/")
+    assert response.status_code == 302
+    assert response["Location"].startswith("/accounts/login/?next=/console/memories/")
+
+
+def test_login_page_signs_an_operator_in(client, owner):
+    page = client.get("/accounts/login/")
+    assert page.status_code == 200 and b'name="password"' in page.content
+    response = client.post(
+        "/accounts/login/",
+        {"username": "owner@acme.test", "password": "correct-horse-battery-staple"},
+    )
+    assert response.status_code == 302 and response["Location"] == "/console/"
+    assert client.get("/console/").status_code == 200
+
+
+def test_viewer_post_to_every_action_is_403_and_changes_nothing(viewer_client, agent, store_memory):
+    memory = store_memory(agent, "A fact a viewer must not change")
+    key, _ = make_key(agent)
+    for url, data in _all_posts(memory.pk, agent.slug, key.pk):
+        response = viewer_client.post(url, data)
+        assert response.status_code == 403, url
+    memory.refresh_from_db()
+    assert (memory.status, memory.version, memory.text) == (
+        Status.ACTIVE,
+        1,
+        "A fact a viewer must not change",
+    )
+    assert ApiKey.objects.get(pk=key.pk).revoked_at is None
+
+
+def test_reviewer_may_correct_but_not_purge_or_manage(reviewer_client, agent, store_memory):
+    memory = store_memory(agent, "Reviewer fact")
+    key, _ = make_key(agent)
+    response = reviewer_client.post(
+        reverse("console:memory-tombstone", args=[memory.pk]), {"reason": "wrong"}
+    )
+    assert response.status_code == 302
+    for url, data in [
+        (reverse("console:memory-purge", args=[memory.pk]), {}),
+        (reverse("console:import"), {}),
+        (reverse("console:agents"), {"slug": "new-agent"}),
+        (reverse("console:key-create", args=[agent.slug]), {"scopes": ["read"]}),
+        (reverse("console:key-revoke", args=[key.pk]), {}),
+        (reverse("console:job-run"), {"job": "prune_memories"}),
+        (reverse("console:members"), {"email": "x@acme.test", "role": "viewer"}),
+    ]:
+        assert reviewer_client.post(url, data).status_code == 403, url
+    assert reviewer_client.get(reverse("console:members")).status_code == 403
+
+
+def test_viewer_reads_every_page(viewer_client, agent, store_memory):
+    memory = store_memory(agent, "Readable")
+    for url in [
+        "/console/",
+        "/console/memories/",
+        f"/console/memories/{memory.pk}/",
+        "/console/review/",
+        "/console/tombstones/",
+        "/console/activity/",
+        "/console/export/",
+        "/console/agents/",
+        f"/console/agents/{agent.slug}/",
+        "/console/jobs/",
+    ]:
+        response = viewer_client.get(url)
+        assert response.status_code == 200, url
+        # A viewer sees no write controls.
+        assert b">Tombstone</button>" not in response.content, url
+        assert b">Create key</button>" not in response.content, url
+
+
+def test_another_tenants_objects_are_404(owner_client, other_tenant, store_memory):
+    foreign_agent = make_agent(other_tenant, "spy-bot")
+    foreign = store_memory(foreign_agent, "Globex secret plan")
+    foreign_key, _ = make_key(foreign_agent)
+    assert owner_client.get(f"/console/memories/{foreign.pk}/").status_code == 404
+    assert owner_client.get("/console/memories/mem_01ARZ3NDEKTSV4RRFFQ69G5FAV/").status_code == 404
+    for url, data in _memory_actions(foreign.pk):
+        assert owner_client.post(url, data).status_code == 404, url
+    assert owner_client.get(f"/console/agents/{foreign_agent.slug}/").status_code == 404
+    revoke = reverse("console:key-revoke", args=[foreign_key.pk])
+    assert owner_client.post(revoke).status_code == 404
+    bulk = owner_client.post(
+        reverse("console:memory-bulk"), {"action": "tombstone", "ids": [foreign.pk]}
+    )
+    assert bulk.status_code == 404
+    foreign.refresh_from_db()
+    assert foreign.status == Status.ACTIVE
+    assert ApiKey.objects.get(pk=foreign_key.pk).revoked_at is None
+    listing = owner_client.get("/console/memories/?status=any")
+    assert b"Globex secret plan" not in listing.content
+
+
+def test_tenant_switcher_changes_scope(login, tenant, other_tenant, store_memory, agent):
+    membership = make_operator(tenant, "multi@acme.test", "owner")
+    make_operator(other_tenant, "multi@acme.test", "viewer")
+    membership.user.refresh_from_db()  # the second call re-set the password
+    client = login(membership.user)
+    store_memory(agent, "Acme memory")
+    store_memory(make_agent(other_tenant, "g-bot"), "Globex memory")
+    page = client.get("/console/memories/")
+    assert b"Acme memory" in page.content and b"Globex memory" not in page.content
+    assert b'id="tenant-select"' in page.content
+    response = client.post(
+        "/accounts/switch-tenant/", {"tenant": "globex", "next": "/console/memories/"}
+    )
+    assert response.status_code == 302 and response["Location"] == "/console/memories/"
+    assert client.session[SESSION_TENANT_KEY] == other_tenant.pk
+    page = client.get("/console/memories/")
+    assert b"Globex memory" in page.content and b"Acme memory" not in page.content
+    # In globex this operator is only a viewer.
+    memory = Memory.objects.get(text="Globex memory")
+    assert client.post(f"/console/memories/{memory.pk}/tombstone/").status_code == 403
+    # A tenant without membership cannot be switched to.
+    assert client.post("/accounts/switch-tenant/", {"tenant": "nope"}).status_code == 404
+
+
+def test_operator_without_membership_is_refused(login, django_user_model):
+    user = django_user_model.objects.create_user(username="nobody", password="x" * 12)
+    assert login(user).get("/console/").status_code == 403
+
+
+def test_csrf_is_enforced_and_sent_by_htmx(owner, agent, store_memory):
+    from django.test import Client
+
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(owner)
+    memory = store_memory(agent, "CSRF-protected")
+    page = client.get(f"/console/memories/{memory.pk}/")
+    assert (
+        b"hx-headers='{&quot;X-CSRFToken&quot;" in page.content
+        or b'hx-headers=\'{"X-CSRFToken"' in page.content
+    )
+    url = f"/console/memories/{memory.pk}/tombstone/"
+    assert client.post(url, {"reason": "x"}).status_code == 403
+    token = client.cookies["csrftoken"].value
+    response = client.post(url, {"reason": "x"}, HTTP_X_CSRFTOKEN=token, HTTP_HX_REQUEST="true")
+    assert response.status_code == 200
