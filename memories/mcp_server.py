@@ -1,0 +1,422 @@
+"""MCP endpoint (`/mcp`): the memory tools over streamable HTTP, built with the official SDK.
+
+Every tool is a thin call into the same services as the REST API (same validation, same
+errors, same response bodies). Authentication is the same Bearer API key, checked before the
+MCP app sees the request: no valid key → 401 with the REST error body, and no tool runs.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import close_old_connections
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.transport_security import TransportSecuritySettings
+from pydantic import Field
+
+from accounts.authentication import authenticate_key, bearer_token
+from accounts.principal import Principal
+from memories import search, selectors, services
+from memories.serialization import memory_json
+from memoryhub.errors import DomainError, envelope, error_for_exception
+
+MCP_PATH = "/mcp"
+PRINCIPAL_SCOPE_KEY = "memoryhub.principal"
+
+INSTRUCTIONS = """\
+MemoryHub is your long-term memory. Four habits:
+1. Store load-bearing facts (who the user is, standing preferences, decisions, constraints) as
+   category `core`: they load first at the start of every run.
+2. Reuse stable keys (`user.name`, `pref.language`, `project.deadline`): storing the same key
+   again updates the memory in place instead of piling up near-duplicates.
+3. Forget what is stale or wrong with `memory_forget` (give a reason); a later store of the same
+   fact will tell you it was corrected before.
+4. Keep entries small: one fact per memory, a sentence or two. Hydration has a byte budget.
+Categories: `core` durable essentials; `daily` scratch notes for a few days (pruned 72 h after
+the last write); `conversation` only for this run (needs `thread_id`, removed when the thread
+ends); `workspace` facts shared with every agent of the team; `archival` long-tail detail that
+is never preloaded, only found by search. Never store secrets (keys, tokens, passwords): they
+are rejected.
+"""
+
+mcp = MCPServer(name="MemoryHub", instructions=INSTRUCTIONS, version="1.0.0")
+
+
+def _principal(ctx: Context) -> Principal:
+    request = ctx.request_context.request
+    principal = request.scope.get(PRINCIPAL_SCOPE_KEY) if request is not None else None
+    if principal is None:  # the ASGI guard below makes this unreachable over HTTP
+        raise ToolError(json.dumps(envelope("UNAUTHENTICATED", "Missing API key")))
+    return principal
+
+
+def _clean(args: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in args.items() if v is not None}
+
+
+async def _call(fn, /, **kwargs) -> dict[str, Any]:
+    """Run a sync service call in Django's sync thread; map domain errors to tool errors."""
+
+    def run():
+        close_old_connections()
+        try:
+            return fn(**kwargs)
+        finally:
+            close_old_connections()
+
+    try:
+        return await sync_to_async(run, thread_sensitive=True)()
+    except Exception as exc:  # noqa: BLE001 - every failure becomes the REST error envelope
+        err = error_for_exception(exc)
+        if err is None:
+            raise
+        assert isinstance(err, DomainError)
+        raise ToolError(json.dumps(envelope(err.code, err.message, err.details))) from None
+
+
+Category = Annotated[
+    str | None,
+    Field(
+        description="core | daily | conversation | workspace | archival | a custom name "
+        "[a-z0-9_-]; default: the agent's default category (core)"
+    ),
+]
+SubjectId = Annotated[str | None, Field(description="The end user this is about (optional)")]
+
+
+@mcp.tool(
+    description=(
+        "Remember one distilled fact. Use a stable `key` for facts that change over time (storing "
+        "the key again updates it in place; `expected_version` makes it compare-and-set). Pick "
+        "`core` for what must always be loaded, `daily` for short-lived notes, `conversation` "
+        "(with thread_id) for this run only, `workspace` to share with all agents, `archival` for "
+        "detail to find later by search. Keep it to one small fact; never include secrets. "
+        "Returns memory_id, message (Ok | Updated | Already remembered), near_duplicates and "
+        "previously_corrected (the fact was forgotten before - check before re-adding)."
+    )
+)
+async def memory_store(
+    ctx: Context,
+    text: Annotated[str | None, Field(description="The fact, in one or two sentences")] = None,
+    key: Annotated[str | None, Field(description="Stable key for upserts, e.g. user.name")] = None,
+    category: Category = None,
+    kind: Annotated[
+        str | None, Field(description="Schema name: fact, UserProfile, episode…")
+    ] = None,
+    data: Annotated[dict[str, Any] | None, Field(description="Optional structured fields")] = None,
+    tags: list[str] | None = None,
+    subject_id: SubjectId = None,
+    thread_id: Annotated[str | None, Field(description="Run/conversation id")] = None,
+    importance: Annotated[float | None, Field(ge=0, le=1)] = None,
+    confidence: Annotated[float | None, Field(ge=0, le=1)] = None,
+    capture_mode: Literal["explicit", "inferred"] | None = None,
+    source_provider: str | None = None,
+    mentions: list[dict[str, Any]] | None = None,
+    ttl: Annotated[str | None, Field(description="Lifetime such as 30s, 15m, 24h, 7d")] = None,
+    expires_at: Annotated[str | None, Field(description="ISO 8601 expiry")] = None,
+    dedup_policy: Literal["ask", "skip_if_near", "insert"] | None = None,
+    expected_version: Annotated[
+        int | None, Field(description="Compare-and-set; 0 = create only")
+    ] = None,
+) -> dict[str, Any]:
+    args = _clean(
+        {
+            "text": text,
+            "key": key,
+            "category": category,
+            "kind": kind,
+            "data": data,
+            "tags": tags,
+            "subject_id": subject_id,
+            "thread_id": thread_id,
+            "importance": importance,
+            "confidence": confidence,
+            "capture_mode": capture_mode,
+            "source_provider": source_provider,
+            "mentions": mentions,
+            "ttl": ttl,
+            "expires_at": expires_at,
+            "dedup_policy": dedup_policy,
+            "expected_version": expected_version,
+        }
+    )
+    principal = _principal(ctx)
+    return await _call(lambda: services.memory_store(principal=principal, data=args).as_response())
+
+
+@mcp.tool(
+    description=(
+        "Recall the memory stored under a stable key (null when there is none). Cheap: use it "
+        "before re-storing a keyed fact, or to read one known fact."
+    )
+)
+async def memory_recall(ctx: Context, key: str, subject_id: SubjectId = None) -> dict[str, Any]:
+    principal = _principal(ctx)
+
+    def run():
+        memory = selectors.memory_recall(principal=principal, key=key, subject_id=subject_id)
+        return {
+            "ok": True,
+            "memory": memory_json(memory, agent=principal.agent) if memory else None,
+        }
+
+    return await _call(run)
+
+
+@mcp.tool(
+    description=(
+        "List memories newest first, with filters; page with `cursor` (next_cursor of the previous "
+        "page). Use memory_search to find memories by meaning instead."
+    )
+)
+async def memory_list(
+    ctx: Context,
+    category: str | None = None,
+    kind: str | None = None,
+    tags: Annotated[list[str] | None, Field(description="All of these tags")] = None,
+    subject_id: SubjectId = None,
+    thread_id: str | None = None,
+    updated_after: Annotated[str | None, Field(description="ISO 8601")] = None,
+    include_shared: bool | None = None,
+    limit: Annotated[int | None, Field(ge=1, le=200)] = None,
+    cursor: str | None = None,
+) -> dict[str, Any]:
+    principal = _principal(ctx)
+    filters = _clean(
+        {
+            "category": category,
+            "kind": kind,
+            "tag": tags,
+            "subject_id": subject_id,
+            "thread_id": thread_id,
+            "updated_after": updated_after,
+            "include_shared": include_shared,
+            "limit": limit,
+            "cursor": cursor,
+        }
+    )
+
+    def run():
+        memories, next_cursor = selectors.memory_list(principal=principal, filters=filters)
+        return {
+            "ok": True,
+            "memories": [memory_json(m, agent=principal.agent) for m in memories],
+            "next_cursor": next_cursor,
+        }
+
+    return await _call(run)
+
+
+@mcp.tool(
+    description=(
+        "Forget a memory that is stale or wrong (by memory_id or key). It is tombstoned with your "
+        "reason, so storing the same fact later reports previously_corrected. `purge` erases it "
+        "irreversibly (admin keys only; the right-to-erasure path)."
+    )
+)
+async def memory_forget(
+    ctx: Context,
+    memory_id: str | None = None,
+    key: str | None = None,
+    subject_id: SubjectId = None,
+    reason: str | None = None,
+    purge: bool = False,
+) -> dict[str, Any]:
+    principal = _principal(ctx)
+    if not memory_id and not key:
+        raise ToolError(
+            json.dumps(envelope("INVALID_INPUT", "Give memory_id or key", {"field": "memory_id"}))
+        )
+
+    def run():
+        deleted, mid = services.memory_forget(
+            principal=principal,
+            memory_id=memory_id,
+            key=key,
+            subject_id=subject_id,
+            reason=reason or "",
+            purge=purge,
+        )
+        return {"ok": True, "deleted": deleted, "memory_id": mid}
+
+    return await _call(run)
+
+
+@mcp.tool(
+    description=(
+        "Search memories by meaning and words (hybrid full-text + vector by default). Use it when "
+        "you need facts you did not preload, including `archival` ones. Results carry relevance, "
+        "confidence, when, and whether the memory is the latest version of its key."
+    )
+)
+async def memory_search(
+    ctx: Context,
+    query: str,
+    mode: Literal["hybrid", "semantic", "keyword"] | None = None,
+    limit: Annotated[int | None, Field(ge=1, le=100)] = None,
+    min_score: Annotated[float | None, Field(ge=0, le=1)] = None,
+    categories: list[str] | None = None,
+    kind: str | None = None,
+    tags: list[str] | None = None,
+    subject_id: SubjectId = None,
+    thread_id: str | None = None,
+    include_shared: bool | None = None,
+) -> dict[str, Any]:
+    principal = _principal(ctx)
+    args = _clean(
+        {
+            "query": query,
+            "mode": mode,
+            "limit": limit,
+            "min_score": min_score,
+            "categories": categories,
+            "kind": kind,
+            "tags": tags,
+            "subject_id": subject_id,
+            "thread_id": thread_id,
+            "include_shared": include_shared,
+        }
+    )
+    return await _call(search.memory_search, principal=principal, data=args)
+
+
+@mcp.tool(
+    description=(
+        "Load your memory at the start of a run: core facts first, then the most recent notes, "
+        "within a byte budget. Pass subject_id for the user you serve and thread_id for this run; "
+        "with a query and archival_mode=auto, matching archival memories are added too. "
+        "format=markdown returns a compact block to put in your context."
+    )
+)
+async def memory_hydrate(
+    ctx: Context,
+    subject_id: SubjectId = None,
+    thread_id: str | None = None,
+    budget_bytes: Annotated[int | None, Field(ge=0)] = None,
+    query: str | None = None,
+    archival_mode: Literal["tool_only", "auto", "off"] | None = None,
+    archival_limit: Annotated[int | None, Field(ge=0)] = None,
+    archival_min_score: Annotated[float | None, Field(ge=0, le=1)] = None,
+    include_agent_core: bool | None = None,
+    include_user_core: bool | None = None,
+    format: Literal["json", "markdown"] | None = None,
+    explain: bool | None = None,
+) -> dict[str, Any]:
+    principal = _principal(ctx)
+    args = _clean(
+        {
+            "subject_id": subject_id,
+            "thread_id": thread_id,
+            "budget_bytes": budget_bytes,
+            "query": query,
+            "archival_mode": archival_mode,
+            "archival_limit": archival_limit,
+            "archival_min_score": archival_min_score,
+            "include_agent_core": include_agent_core,
+            "include_user_core": include_user_core,
+            "format": format,
+            "explain": explain,
+        }
+    )
+    return await _call(search.memory_hydrate, principal=principal, data=args)
+
+
+def _transport_security() -> TransportSecuritySettings:
+    hosts = list(settings.ALLOWED_HOSTS)
+    if "*" in hosts:
+        return TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    allowed = [h for host in hosts for h in (host, f"{host}:*")]
+    origins = [
+        o
+        for host in hosts
+        for o in (f"http://{host}:*", f"https://{host}:*", f"http://{host}", f"https://{host}")
+    ]
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True, allowed_hosts=allowed, allowed_origins=origins
+    )
+
+
+def _build_app():
+    # Stateless + JSON responses: any web worker can answer any request (no session affinity).
+    return mcp.streamable_http_app(
+        streamable_http_path=MCP_PATH,
+        stateless_http=True,
+        json_response=True,
+        transport_security=_transport_security(),
+    )
+
+
+_current = {"app": None}
+
+
+def _mcp_app():
+    if _current["app"] is None:
+        _current["app"] = _build_app()
+    return _current["app"]
+
+
+async def _send_json(send, status: int, body: dict, headers: list[tuple[bytes, bytes]]) -> None:
+    payload = json.dumps(body).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(payload)).encode()),
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": payload})
+
+
+def _authenticate(raw: str | None) -> Principal:
+    close_old_connections()
+    try:
+        return authenticate_key(raw)
+    finally:
+        close_old_connections()
+
+
+async def mcp_application(scope, receive, send):
+    """The SDK's app behind the same Bearer-key check as the REST API."""
+    if scope["type"] == "lifespan":
+        # The SDK's session manager runs once per instance: each server start gets a fresh app.
+        _current["app"] = _build_app()
+        await _current["app"](scope, receive, send)
+        return
+    if scope["type"] != "http":
+        await _mcp_app()(scope, receive, send)
+        return
+    headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+    try:
+        principal = await sync_to_async(_authenticate, thread_sensitive=True)(
+            bearer_token(headers.get("authorization"))
+        )
+    except DomainError as err:
+        await _send_json(
+            send,
+            err.status,
+            envelope(err.code, err.message, err.details),
+            [(b"www-authenticate", b'Bearer realm="memoryhub"')],
+        )
+        return
+    except Exception as exc:  # noqa: BLE001 - database down etc.: the same envelope as REST
+        err = error_for_exception(exc)
+        if err is None:
+            raise
+        await _send_json(
+            send,
+            err.status,
+            envelope(err.code, err.message, err.details),
+            [(k.lower().encode(), v.encode()) for k, v in err.headers.items()],
+        )
+        return
+    scope = dict(scope)
+    scope[PRINCIPAL_SCOPE_KEY] = principal
+    await _mcp_app()(scope, receive, send)
