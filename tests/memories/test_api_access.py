@@ -1,0 +1,204 @@
+"""Who may see and change what: tenants, agents, subjects, shared reads and key scopes."""
+
+from __future__ import annotations
+
+import pytest
+
+from memories.ids import new_memory_id
+from memories.models import Memory
+from tests.factories import make_agent
+
+NOT_FOUND = b'{"ok":false,"error":{"code":"NOT_FOUND","message":"No such memory","details":{}}}'
+
+
+def _store(client, **body):
+    response = client.post("/api/v1/memories", body, format="json")
+    assert response.status_code == 201, response.content
+    return response.json()["memory_id"]
+
+
+@pytest.fixture
+def hidden_ids(key_client, tenant, other_tenant, api_client):
+    """Ids the `api_client` agent must not see, each for a different reason."""
+    foreign_agent = make_agent(other_tenant, "support-bot")
+    private_agent = make_agent(tenant, "private-bot")
+    return {
+        "other tenant": _store(key_client(foreign_agent), text="globex secret plan", key="k"),
+        "other agent": _store(key_client(private_agent), text="private note", key="k"),
+        "other subject": _store(api_client, text="about u2", key="k", subject_id="u2"),
+        "random id": new_memory_id(),
+        "not an id": "mem_nope",
+    }
+
+
+ENDPOINTS = [
+    ("get", "/api/v1/memories/{id}", None),
+    ("patch", "/api/v1/memories/{id}", {"text": "overwrite"}),
+    ("delete", "/api/v1/memories/{id}", None),
+    ("post", "/api/v1/memories/{id}/confirm", None),
+    ("delete", "/api/v1/memories/{id}?purge=true", None),
+]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("method", "url", "body"), ENDPOINTS)
+def test_every_hidden_memory_is_the_same_404(
+    api_client, key_client, agent, hidden_ids, method, url, body
+):
+    client = key_client(agent, scopes=["read", "write", "admin"])
+    for reason, memory_id in hidden_ids.items():
+        response = getattr(client, method)(url.format(id=memory_id), body, format="json")
+        assert response.status_code == 404, reason
+        assert response.content == NOT_FOUND, reason
+    # Nothing hidden was touched.
+    assert set(Memory.objects.values_list("status", flat=True)) == {"active"}
+    assert set(Memory.objects.values_list("version", flat=True)) == {1}
+
+
+@pytest.mark.django_db
+def test_by_key_reads_and_forgets_see_nothing_hidden(api_client, hidden_ids):
+    recall = api_client.get("/api/v1/memories/by-key/k")
+    assert recall.content == b'{"ok":true,"memory":null}'
+    assert api_client.get("/api/v1/memories/by-key/k?subject_id=u1").json() == {
+        "ok": True,
+        "memory": None,
+    }
+    forget = api_client.delete("/api/v1/memories/by-key/k")
+    assert forget.json() == {"ok": True, "deleted": False, "memory_id": None}
+    assert api_client.get("/api/v1/keys").json() == {"ok": True, "keys": []}
+    assert api_client.get("/api/v1/memories").json() == {
+        "ok": True,
+        "memories": [],
+        "next_cursor": None,
+    }
+    # The subject itself sees its memory.
+    mine = api_client.get("/api/v1/memories/by-key/k?subject_id=u2").json()
+    assert mine["memory"]["id"] == hidden_ids["other subject"]
+
+
+@pytest.mark.django_db
+def test_read_only_key_cannot_write(key_client, agent, api_client):
+    memory_id = _store(api_client, text="fact", key="k")
+    reader = key_client(agent, scopes=["read"])
+    denied = {
+        "ok": False,
+        "error": {
+            "code": "SCOPE_DENIED",
+            "message": "This key lacks the 'write' scope",
+            "details": {"scope": "write"},
+        },
+    }
+    calls = [
+        reader.post("/api/v1/memories", {"text": "x"}, format="json"),
+        reader.patch(f"/api/v1/memories/{memory_id}", {"text": "y"}, format="json"),
+        reader.delete(f"/api/v1/memories/{memory_id}"),
+        reader.delete("/api/v1/memories/by-key/k"),
+        reader.post(f"/api/v1/memories/{memory_id}/confirm"),
+        reader.post("/api/v1/threads/t1/end"),
+    ]
+    for response in calls:
+        assert response.status_code == 403
+        assert response.json() == denied
+    assert reader.get(f"/api/v1/memories/{memory_id}").status_code == 200
+    assert Memory.objects.get().version == 1
+
+
+@pytest.mark.django_db
+def test_write_only_key_cannot_read(key_client, agent, api_client):
+    memory_id = _store(api_client, text="fact", key="k")
+    writer = key_client(agent, scopes=["write"])
+    for url in (f"/api/v1/memories/{memory_id}", "/api/v1/memories/by-key/k", "/api/v1/keys"):
+        response = writer.get(url)
+        assert response.status_code == 403
+        assert response.json()["error"]["code"] == "SCOPE_DENIED"
+
+
+@pytest.mark.django_db
+def test_purge_needs_the_admin_scope(api_client, key_client, agent):
+    memory_id = _store(api_client, text="fact")
+    response = api_client.delete(f"/api/v1/memories/{memory_id}?purge=true")
+    assert response.status_code == 403
+    assert response.json()["error"]["details"] == {"scope": "admin"}
+    admin = key_client(agent, scopes=["read", "write", "admin"])
+    assert admin.delete(f"/api/v1/memories/{memory_id}?purge=true").json() == {
+        "ok": True,
+        "deleted": True,
+        "memory_id": memory_id,
+    }
+
+
+@pytest.mark.django_db
+def test_subject_isolation(api_client, key_client, agent):
+    general = _store(api_client, text="Office closes at 6pm")
+    ann = _store(api_client, text="Ann likes tea", subject_id="ann")
+    bob = _store(api_client, text="Bob likes coffee", subject_id="bob")
+
+    def ids(client, query=""):
+        return {m["id"] for m in client.get(f"/api/v1/memories{query}").json()["memories"]}
+
+    assert ids(api_client) == {general}
+    assert ids(api_client, "?subject_id=ann") == {general, ann}
+    assert api_client.get(f"/api/v1/memories/{ann}").status_code == 404
+    assert api_client.get(f"/api/v1/memories/{ann}?subject_id=ann").status_code == 200
+    assert api_client.get(f"/api/v1/memories/{ann}?subject_id=bob").status_code == 404
+
+    bound = key_client(agent, subject_id="bob")
+    assert ids(bound) == {general, bob}
+    assert bound.get(f"/api/v1/memories/{ann}").status_code == 404
+    other = bound.get("/api/v1/memories?subject_id=ann")
+    assert other.status_code == 403
+    assert other.json()["error"] == {
+        "code": "SCOPE_DENIED",
+        "message": "This key is bound to another subject",
+        "details": {"field": "subject_id"},
+    }
+    # A bound key stores for its subject.
+    stored = bound.post("/api/v1/memories", {"text": "Bob moved"}, format="json").json()
+    assert stored["memory"]["subject_id"] == "bob"
+    refused = bound.post("/api/v1/memories", {"text": "x", "subject_id": "ann"}, format="json")
+    assert refused.status_code == 403
+
+
+@pytest.mark.django_db
+def test_shared_and_workspace_memories(api_client, key_client, tenant, agent):
+    writer = make_agent(tenant, "writer-bot")
+    writer_client = key_client(writer)
+    shared = _store(writer_client, text="Price list updated", category="daily")
+    _store(writer_client, text="chat", category="conversation", thread_id="t1")
+    workspace = _store(writer_client, text="Company holiday on Friday", category="workspace")
+
+    listed = api_client.get("/api/v1/memories").json()["memories"]
+    assert [(m["id"], m["source"]) for m in listed] == [(workspace, "workspace")]
+
+    agent.reads_from.add(writer)
+    listed = api_client.get("/api/v1/memories").json()["memories"]
+    assert [(m["id"], m["source"], m["agent"]) for m in listed] == [
+        (workspace, "workspace", None),
+        (shared, "shared:writer-bot", "writer-bot"),
+    ]
+    no_shared = api_client.get("/api/v1/memories?include_shared=false").json()["memories"]
+    assert [m["id"] for m in no_shared] == [workspace]
+    # Shared memories are read-only; workspace memories belong to every agent of the tenant.
+    denied = api_client.patch(f"/api/v1/memories/{shared}", {"text": "x"}, format="json")
+    assert denied.status_code == 403
+    assert denied.json()["error"]["code"] == "SCOPE_DENIED"
+    assert api_client.delete(f"/api/v1/memories/{shared}").status_code == 403
+    edited = api_client.patch(
+        f"/api/v1/memories/{workspace}", {"text": "Holiday moved"}, format="json"
+    )
+    assert edited.status_code == 200
+
+
+@pytest.mark.django_db
+def test_unauthenticated_requests_get_one_body(client):
+    for method, url in (("get", "/api/v1/memories"), ("post", "/api/v1/memories")):
+        response = getattr(client, method)(url)
+        assert response.status_code == 401
+        assert response.json()["error"]["code"] == "UNAUTHENTICATED"
+
+
+@pytest.mark.django_db
+def test_unknown_api_path_is_json_404(api_client):
+    response = api_client.get("/api/v1/nothing-here")
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "NOT_FOUND"
