@@ -1,0 +1,194 @@
+"""Service-level rules: entry-cap eviction and the operator actions of the console."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from accounts.principal import Principal
+from memories import services
+from memories.models import Memory, MemoryRevision
+from memoryhub.errors import Conflict, InvalidInput, NotFound, SecretRejected
+
+T0 = datetime(2026, 5, 1, 9, 0, tzinfo=UTC)
+OPERATOR = "operator:owner@acme.test"
+
+
+@pytest.fixture
+def principal(tenant, agent):
+    return Principal(tenant=tenant, agent=agent)
+
+
+def store(principal, minutes, **data):
+    data.setdefault("dedup_policy", "insert")
+    return services.memory_store(
+        principal=principal, data=data, now=T0 + timedelta(minutes=minutes)
+    ).memory
+
+
+def statuses(*memories):
+    rows = dict(Memory.objects.values_list("id", "status"))
+    return [rows[m.id] for m in memories]
+
+
+@pytest.mark.django_db
+def test_cap_evicts_coldest_non_core_then_core(principal, agent):
+    agent.entry_cap = 3
+    agent.save()
+    core = store(principal, 0, text="core fact", category="core")
+    daily = store(principal, 1, text="daily note", category="daily")
+    custom = store(principal, 2, text="custom note", category="projects")
+    fourth = store(principal, 3, text="fourth", category="core")
+    # The coldest non-core memory goes, although the core one is older.
+    assert statuses(core, daily, custom, fourth) == ["active", "evicted", "active", "active"]
+    evict = MemoryRevision.objects.get(memory_id=daily.id, change_type="evict")
+    assert (evict.actor, evict.reason) == ("system:cap", "entry cap of 3 reached")
+
+    # The custom memory is the only non-core one left, so it goes next, before any core one.
+    services.memory_store(
+        principal=principal,
+        data={"text": "fifth", "category": "core"},
+        now=T0 + timedelta(minutes=4),
+    )
+    assert statuses(custom) == ["evicted"]
+    # Only core memories now: the coldest core memory goes.
+    store(principal, 5, text="sixth", category="core")
+    assert statuses(core) == ["evicted"]
+    assert Memory.objects.filter(status="active").count() == 3
+
+
+@pytest.mark.django_db
+def test_cap_prefers_least_recently_accessed(principal, agent):
+    from memories.selectors import memory_get
+
+    agent.entry_cap = 2
+    agent.save()
+    older = store(principal, 0, text="older", category="daily")
+    newer = store(principal, 1, text="newer", category="daily")
+    memory_get(principal=principal, memory_id=older.id, now=T0 + timedelta(minutes=2))
+    store(principal, 3, text="third", category="daily")
+    assert statuses(older, newer) == ["active", "evicted"]
+
+
+@pytest.mark.django_db
+def test_workspace_memories_count_against_the_tenant_cap(principal, tenant, agent):
+    tenant.workspace_cap = 1
+    tenant.save()
+    first = store(principal, 0, text="ws one", category="workspace")
+    own = store(principal, 1, text="own")
+    store(principal, 2, text="ws two", category="workspace")
+    assert statuses(first, own) == ["evicted", "active"]
+    assert services.memory_evict_over_cap(tenant=tenant, agent=None, now=T0) == 0
+
+
+@pytest.mark.django_db
+def test_evict_over_cap_after_lowering_the_cap(principal, tenant, agent):
+    memories = [store(principal, i, text=f"fact {i}", category="daily") for i in range(4)]
+    agent.entry_cap = 2
+    agent.save()
+    assert (
+        services.memory_evict_over_cap(tenant=tenant, agent=agent, now=T0 + timedelta(hours=1)) == 2
+    )
+    assert statuses(*memories) == ["evicted", "evicted", "active", "active"]
+
+
+@pytest.mark.django_db
+def test_operator_correction_is_compare_and_set(principal, tenant):
+    memory = store(principal, 0, text="Lives in Paris")
+    corrected = services.memory_correct(
+        tenant=tenant,
+        memory_id=memory.id,
+        actor=OPERATOR,
+        changes={"text": "Lives in Lyon", "key": "home"},
+        expected_version=1,
+    )
+    assert (corrected.text, corrected.key, corrected.version) == ("Lives in Lyon", "home", 2)
+    revision = MemoryRevision.objects.filter(memory_id=memory.id).latest("id")
+    assert (revision.change_type, revision.actor) == ("correct", OPERATOR)
+    with pytest.raises(Conflict) as exc:
+        services.memory_correct(
+            tenant=tenant,
+            memory_id=memory.id,
+            actor=OPERATOR,
+            changes={"text": "stale edit"},
+            expected_version=1,
+        )
+    assert exc.value.details == {"current_version": 2}
+    with pytest.raises(SecretRejected):
+        services.memory_correct(
+            tenant=tenant,
+            memory_id=memory.id,
+            actor=OPERATOR,
+            changes={"text": "AKIA" + "IOSFODNN7EXAMPLQ"},
+            expected_version=2,
+        )
+
+
+@pytest.mark.django_db
+def test_operator_actions_stay_in_their_tenant(principal, other_tenant):
+    memory = store(principal, 0, text="x")
+    for action in (services.memory_tombstone, services.memory_approve, services.memory_purge):
+        with pytest.raises(NotFound):
+            action(tenant=other_tenant, memory_id=memory.id, actor=OPERATOR)
+    assert Memory.objects.get().version == 1
+
+
+@pytest.mark.django_db
+def test_tombstone_restore_approve(principal, tenant):
+    memory = store(principal, 0, text="Inferred fact", capture_mode="inferred", key="k")
+    assert memory.review_state == "pending"
+    approved = services.memory_approve(tenant=tenant, memory_id=memory.id, actor=OPERATOR, now=T0)
+    assert (approved.review_state, approved.last_confirmed_at) == ("approved", T0)
+    services.memory_tombstone(tenant=tenant, memory_id=memory.id, actor=OPERATOR, reason="dup")
+    replacement = store(principal, 1, text="replacement", key="k")
+    with pytest.raises(Conflict):
+        services.memory_restore(tenant=tenant, memory_id=memory.id, actor=OPERATOR)
+    services.memory_tombstone(tenant=tenant, memory_id=replacement.id, actor=OPERATOR)
+    restored = services.memory_restore(tenant=tenant, memory_id=memory.id, actor=OPERATOR)
+    assert (restored.status, restored.tombstone_reason) == ("active", "")
+    types = list(
+        MemoryRevision.objects.filter(memory_id=memory.id)
+        .order_by("id")
+        .values_list("change_type", flat=True)
+    )
+    assert types == ["create", "approve", "tombstone", "restore"]
+    services.memory_purge(tenant=tenant, memory_id=memory.id, actor=OPERATOR)
+    with pytest.raises(InvalidInput):
+        services.memory_restore(tenant=tenant, memory_id=memory.id, actor=OPERATOR)
+
+
+@pytest.mark.django_db
+def test_merge_and_add_tag(principal, tenant):
+    keep = store(principal, 0, text="Colby lives in LA")
+    dup1 = store(principal, 1, text="Colby lives in Los Angeles")
+    dup2 = store(principal, 2, text="Colby is in LA")
+    result = services.memory_merge(
+        tenant=tenant, keep_id=keep.id, merge_ids=[dup1.id, dup2.id, keep.id], actor=OPERATOR
+    )
+    assert result.id == keep.id
+    assert statuses(keep, dup1, dup2) == ["active", "tombstoned", "tombstoned"]
+    merged = Memory.objects.get(pk=dup1.id)
+    assert merged.tombstone_reason == f"merged into {keep.id}"
+    assert MemoryRevision.objects.get(memory_id=dup1.id, change_type="merge")
+
+    changed = services.memory_add_tag(
+        tenant=tenant, memory_ids=[keep.id, dup1.id, keep.id], tag=" Family Facts", actor=OPERATOR
+    )
+    assert changed == 2
+    assert Memory.objects.get(pk=keep.id).tags == ["family-facts"]
+    assert (
+        services.memory_add_tag(
+            tenant=tenant, memory_ids=[keep.id], tag="family-facts", actor=OPERATOR
+        )
+        == 0
+    )
+
+
+@pytest.mark.django_db
+def test_store_result_replays_under_idempotency(principal):
+    data = {"text": "same"}
+    first = services.memory_store(principal=principal, data=data, idempotency_key="abc")
+    second = services.memory_store(principal=principal, data=data, idempotency_key="abc")
+    assert second.replayed and second.as_response() == first.as_response()
+    assert second.status_code == 201 and second.memory.id == first.memory.id
