@@ -146,6 +146,10 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    # The schema and docs are public (the API itself needs a key): Swagger UI loads the schema
+    # without one. [] rather than None, which would fall back to the API-key authentication.
+    "SERVE_AUTHENTICATION": [],
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
 }
 # Request bodies above this many bytes are refused with 413 PAYLOAD_TOO_LARGE.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("MEMORYHUB_MAX_BODY_BYTES", 1_048_576)
