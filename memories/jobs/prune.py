@@ -17,15 +17,19 @@ The rules (SPEC §3, §7), all evaluated at one instant `now` (`--now` moves it)
 
 A memory matching several rules counts once, under the first. `core`, `workspace`, `archival`
 and custom categories never age out. Each change bumps `version`, sets `status_changed_at` (the
-retention clock) and writes one revision (`system:prune`, `expire` or `evict`) in the same
-statement; `updated_at` stays the time of the last write of the content.
+retention clock) and `updated_at` (as every service change does) and writes one revision
+(`system:prune`, `expire` or `evict`, before/after holding the changed fields) in the same
+statement.
 
 Concurrency: every batch is ONE statement — pick due rows `FOR UPDATE SKIP LOCKED`, update them
 re-checking the due condition, insert their revisions — so a batch is all-or-nothing, two
 workers never take the same row, and a memory written meanwhile (locked by its writer, or no
-longer due when we look) is left alone. Cap sweeps also lock the owner row (agent or tenant)
-`FOR NO KEY UPDATE`, which serialises them with each other (and with store-time eviction that
-locks the same row) without blocking inserts of new memories.
+longer due when we look) is left alone.
+
+The cap sweep applies `services.memory_evict_over_cap`'s rule (same ordering, same per-owner
+advisory lock, so it serialises with store-time eviction and with other sweepers) but in SQL
+batches: the service evicts row by row in one transaction, which suits the one or two rows a
+store pushes over the cap, not an agent whose cap was just lowered by 100 000, nor a dry run.
 """
 
 from __future__ import annotations
@@ -119,9 +123,9 @@ WITH picked AS (
 ),
 changed AS (
     UPDATE memories_memory m
-    SET status = %(status)s, status_changed_at = %(now)s, version = m.version + 1
-    FROM picked
-    WHERE m.id = picked.id AND {where}
+    SET status = %(status)s, status_changed_at = %(now)s, updated_at = %(now)s,
+        version = m.version + 1
+    WHERE m.id = ANY (ARRAY(SELECT id FROM picked)) AND {where}
     RETURNING m.id, m.tenant_id, m.version
 ),
 {insert_revisions}
@@ -135,7 +139,7 @@ SELECT o.tenant_id, o.agent_id, o.live, COALESCE(a.entry_cap, t.workspace_cap) A
 FROM (
     SELECT m.tenant_id, m.agent_id, count(*) AS live
     FROM memories_memory m
-    WHERE {REMAINING}
+    WHERE {REMAINING} AND (m.agent_id IS NOT NULL OR m.category = 'workspace')
     GROUP BY m.tenant_id, m.agent_id
 ) o
 JOIN accounts_tenant t ON t.id = o.tenant_id
@@ -144,10 +148,12 @@ WHERE o.live > COALESCE(a.entry_cap, t.workspace_cap)
 ORDER BY o.tenant_id, o.agent_id NULLS FIRST
 """
 
-# One cap batch for one owner, three statements in one transaction: lock the owner row, then
-# count and evict under fresh snapshots (READ COMMITTED takes one per statement), so a sweep that
-# waited for another sweeper's lock counts what that one left, never evicting twice.
-LOCK_OWNER = "SELECT {cap_column} FROM {owner_table} WHERE id = %(owner_id)s FOR NO KEY UPDATE"
+# One cap batch for one owner, in one transaction: take the owner's cap lock — the same advisory
+# lock `services.memory_evict_over_cap` takes at store time — then count and evict under fresh
+# snapshots (READ COMMITTED takes one per statement), so a sweep that waited for another
+# sweeper or a store counts what they left and never evicts twice.
+LOCK_OWNER = "SELECT pg_advisory_xact_lock(hashtextextended(%(lock_name)s, 0))"
+CAP_OF = "SELECT {cap_column} FROM {owner_table} WHERE id = %(owner_id)s"
 
 COUNT_OWNER = """
 SELECT count(*) FROM memories_memory m
@@ -165,9 +171,9 @@ WITH picked AS (
 ),
 changed AS (
     UPDATE memories_memory m
-    SET status = %(status)s, status_changed_at = %(now)s, version = m.version + 1
-    FROM picked
-    WHERE m.id = picked.id AND m.status = 'active'
+    SET status = %(status)s, status_changed_at = %(now)s, updated_at = %(now)s,
+        version = m.version + 1
+    WHERE m.id = ANY (ARRAY(SELECT id FROM picked)) AND m.status = 'active'
     RETURNING m.id, m.tenant_id, m.version
 ),
 {insert_revisions}
@@ -209,18 +215,19 @@ def _run_age_rule(rule: AgeRule, params: dict, *, batch_size: int, progress) -> 
 
 @dataclass(frozen=True)
 class CapSql:
-    lock: str
+    cap: str
     count: str
     evict: str
 
 
 def _cap_sql(agent_id: int | None) -> CapSql:
     if agent_id is None:
-        table, cap_column, match = "accounts_tenant", "workspace_cap", "m.agent_id IS NULL"
+        table, cap_column = "accounts_tenant", "workspace_cap"
+        match = "m.agent_id IS NULL AND m.category = 'workspace'"
     else:
         table, cap_column, match = "accounts_agent", "entry_cap", "m.agent_id = %(agent_id)s"
     return CapSql(
-        lock=LOCK_OWNER.format(cap_column=cap_column, owner_table=table),
+        cap=CAP_OF.format(cap_column=cap_column, owner_table=table),
         count=COUNT_OWNER.format(owner_match=match, remaining=REMAINING),
         evict=EVICT_BATCH.format(
             owner_match=match, remaining=REMAINING, insert_revisions=INSERT_REVISIONS
@@ -231,7 +238,8 @@ def _cap_sql(agent_id: int | None) -> CapSql:
 def _evict_batch(sql: CapSql, params: dict, batch_size: int) -> tuple[int, int]:
     """One transaction: returns (excess seen under the owner lock, rows evicted)."""
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(sql.lock, params)
+        cursor.execute(LOCK_OWNER, params)
+        cursor.execute(sql.cap, params)
         row = cursor.fetchone()
         if row is None:  # the owner was deleted meanwhile (its memories with it)
             return 0, 0
@@ -246,12 +254,12 @@ def _evict_batch(sql: CapSql, params: dict, batch_size: int) -> tuple[int, int]:
 def _enforce_cap(owner: tuple, params: dict, *, batch_size: int, progress) -> int:
     tenant_id, agent_id, _live, cap, tenant_slug, owner_slug = owner
     label = f"{tenant_slug}/{owner_slug}"
-    which = "entry_cap" if agent_id is not None else "workspace_cap"
     batch_params = dict(
         params,
         change_type="evict",
         status="evicted",
-        reason=f"over {which} ({cap})",
+        reason=f"{'entry' if agent_id is not None else 'workspace'} cap of {cap} reached",
+        lock_name=f"cap:{tenant_id}:{agent_id if agent_id is not None else 'workspace'}",
         tenant_id=tenant_id,
         agent_id=agent_id,
         owner_id=agent_id if agent_id is not None else tenant_id,

@@ -41,8 +41,7 @@ WITH picked AS (
 ),
 gone AS (
     DELETE FROM memories_memory m
-    USING picked
-    WHERE m.id = picked.id AND {RETIRED}
+    WHERE m.id = ANY (ARRAY(SELECT id FROM picked)) AND {RETIRED}
     RETURNING m.id, m.tenant_id, m.version, m.status
 ),
 revisions AS (
@@ -65,8 +64,8 @@ WITH picked AS (
     FOR UPDATE SKIP LOCKED
 ),
 gone AS (
-    DELETE FROM memories_idempotencyrecord r USING picked
-    WHERE r.id = picked.id AND r.created_at <= %(cutoff)s
+    DELETE FROM memories_idempotencyrecord r
+    WHERE r.id = ANY (ARRAY(SELECT id FROM picked)) AND r.created_at <= %(cutoff)s
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM picked), (SELECT count(*) FROM gone)

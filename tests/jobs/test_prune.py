@@ -39,7 +39,7 @@ def test_memory_past_expires_at_is_marked_expired_with_one_revision(tenant, agen
     due.refresh_from_db()
     assert due.version == 2
     assert due.status_changed_at == NOW
-    assert due.updated_at == ago(days=1)  # the last write of the content is kept
+    assert due.updated_at == NOW
     revision = MemoryRevision.objects.get(memory_id=due.pk)
     assert (revision.actor, revision.change_type, revision.version) == ("system:prune", "expire", 2)
     assert revision.tenant_id == tenant.pk
@@ -125,7 +125,7 @@ def test_entry_cap_evicts_coldest_non_core_first(tenant):
         "active",
     ]
     revision = prune_revisions(memory_id=coldest[0].pk).get()
-    assert (revision.change_type, revision.reason) == ("evict", "over entry_cap (3)")
+    assert (revision.change_type, revision.reason) == ("evict", "entry cap of 3 reached")
     assert revision.after == {"status": "evicted", "version": 2}
     assert prune_memories(now=NOW)["evicted"] == 0  # idempotent
 
@@ -162,7 +162,7 @@ def test_workspace_memories_count_against_the_tenant_cap(tenant, agent):
 
     assert counts["evicted"] == 1
     assert sorted(statuses(workspace)) == ["active", "active", "evicted"]
-    assert prune_revisions().get().reason == "over workspace_cap (2)"
+    assert prune_revisions().get().reason == "workspace cap of 2 reached"
 
 
 def test_batches_walk_everything_and_write_one_revision_each(tenant, agent):
