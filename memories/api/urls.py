@@ -1,6 +1,7 @@
 from django.urls import path
 
 from memories.api import views
+from memories.api.export import ExportMarkdownView
 
 urlpatterns = [
     path("whoami", views.WhoAmIView.as_view(), name="api-whoami"),
@@ -13,5 +14,6 @@ urlpatterns = [
         name="api-memory-confirm",
     ),
     path("keys", views.KeysView.as_view(), name="api-keys"),
+    path("export.md", ExportMarkdownView.as_view(), name="api-export-md"),
     path("threads/<path:thread_id>/end", views.ThreadEndView.as_view(), name="api-thread-end"),
 ]
