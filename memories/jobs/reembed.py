@@ -19,7 +19,7 @@ from datetime import datetime
 
 from django.db import connection, transaction
 
-from memories.embeddings import get_embedder
+from memories.embeddings import Embedder, get_embedder
 from memories.jobs.batches import Progress, fetch_all, fetch_value, report
 
 DEFAULT_REEMBED_BATCH = 64  # texts per embedder call; a local model's sweet spot on a CPU
@@ -56,9 +56,10 @@ def reembed(
     all_memories: bool = False,
     batch_size: int = DEFAULT_REEMBED_BATCH,
     progress: Progress | None = None,
+    embedder: Embedder | None = None,
 ) -> dict[str, int]:
     """Embed every candidate once; return {"candidates", "embedded", "skipped_changed"}."""
-    embedder = get_embedder()
+    embedder = embedder or get_embedder()
     where = CANDIDATES if all_memories else f"{CANDIDATES} AND {STALE}"
     params = {"model": embedder.model_name}
     total = fetch_value(f"SELECT count(*) FROM memories_memory m WHERE {where}", params)
