@@ -14,13 +14,13 @@ vector is not a change of the memory: no version bump, no revision.
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 
 from django.db import connection, transaction
 
 from memories.embeddings import Embedder, get_embedder
 from memories.jobs.batches import Progress, fetch_all, fetch_value, report
+from memories.validation import embedding_text
 
 DEFAULT_REEMBED_BATCH = 64  # texts per embedder call; a local model's sweet spot on a CPU
 
@@ -36,13 +36,6 @@ SET embedding = v.embedding::vector, embedding_model = %s
 FROM (VALUES {rows}) AS v(id, version, embedding)
 WHERE m.id = v.id AND m.version = v.version
 """
-
-
-def embedding_input(text: str, data) -> str:
-    """What a memory's vector is computed from: its text, or its data when it has no text."""
-    if text.strip() or data is None:
-        return text
-    return json.dumps(data, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
 
 
 def _vector_literal(vector: list[float]) -> str:
@@ -77,7 +70,7 @@ def reembed(
         )
         if not rows:
             break
-        vectors = embedder.embed([embedding_input(text, data) for _, _, text, data in rows])
+        vectors = embedder.embed([embedding_text(text, data) for _, _, text, data in rows])
         written = _write(rows, vectors, embedder.model_name)
         counts["embedded"] += written
         counts["skipped_changed"] += len(rows) - written

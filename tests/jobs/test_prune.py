@@ -270,3 +270,31 @@ def test_output_ends_with_one_json_line(tenant, agent):
         "prune: expired batch 2: 1 changed (3 so far)",
     ]
     assert last_json_line(out.getvalue())["total"] == 3
+
+
+def test_cap_sweep_picks_the_same_victims_as_store_time_eviction(tenant):
+    """The sweep and `services.memory_evict_over_cap` apply one rule to identical agents."""
+    from memories.services import memory_evict_over_cap
+
+    def populate(agent):
+        for days, category in ((9, "core"), (8, "notes"), (7, "notes"), (6, "core"), (5, "notes")):
+            add_memories(
+                tenant, agent, category=category, last_accessed_at=ago(days=days), text=f"{days}"
+            )
+
+    by_service, by_sweep = (
+        make_agent(tenant, "svc", entry_cap=1),
+        make_agent(tenant, "job", entry_cap=1),
+    )
+    populate(by_service)
+    populate(by_sweep)
+
+    assert memory_evict_over_cap(tenant=tenant, agent=by_service, now=NOW) == 4
+    assert prune_memories(now=NOW)["evicted"] == 4
+
+    def evicted(agent):
+        return sorted(
+            Memory.objects.filter(agent=agent, status="evicted").values_list("text", flat=True)
+        )
+
+    assert evicted(by_sweep) == evicted(by_service) == ["5 0", "7 0", "8 0", "9 0"]

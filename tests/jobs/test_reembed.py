@@ -10,6 +10,7 @@ from django.core.management import call_command
 from memories.embeddings import HashingEmbedder
 from memories.jobs.reembed import reembed
 from memories.models import JobRun, Memory, MemoryRevision
+from memories.validation import embedding_text
 from memoryhub.errors import EmbeddingError
 from tests.jobs.conftest import add_memories, last_json_line
 
@@ -115,3 +116,12 @@ def test_a_failing_embedder_keeps_finished_batches_and_the_next_run_resumes(tena
 
     assert reembed(batch_size=2) == {"candidates": 3, "embedded": 3, "skipped_changed": 0}
     assert all(vector_of(m) == expected(m.text) for m in memories)
+
+
+def test_a_memory_without_text_is_embedded_from_its_data_as_stores_do(tenant, agent):
+    (memory,) = add_memories(tenant, agent, text="")
+    Memory.objects.filter(pk=memory.pk).update(text="", data={"plan": "pro", "seats": 3})
+
+    reembed()
+
+    assert vector_of(memory) == expected(embedding_text("", {"plan": "pro", "seats": 3}))
