@@ -20,6 +20,26 @@ from django.db.models import F, QuerySet
 from memories.models import Memory
 
 CHUNK_SIZE = 500
+# What an entry shows; everything else (the embedding above all) is never read.
+ENTRY_FIELDS = (
+    "id",
+    "agent",
+    "agent__slug",
+    "key",
+    "category",
+    "kind",
+    "text",
+    "tags",
+    "subject_id",
+    "thread_id",
+    "created_at",
+    "updated_at",
+    "last_confirmed_at",
+    "expires_at",
+    "confidence",
+    "version",
+    "status",
+)
 _BACKTICKS = re.compile(r"`+")
 
 
@@ -102,7 +122,9 @@ def export_markdown(
     yield "\n".join(header) + "\n\n"
     category = None
     count = 0
-    rows: Iterable[Memory] = export_order(memories).select_related("agent").iterator(chunk_size)
+    rows: Iterable[Memory] = (
+        export_order(memories).select_related("agent").only(*ENTRY_FIELDS).iterator(chunk_size)
+    )
     for memory in rows:
         if memory.category != category:
             category = memory.category

@@ -1,0 +1,326 @@
+"""Markdown export (console and REST), JSONL export/import."""
+
+from __future__ import annotations
+
+import io
+import re
+import tracemalloc
+from datetime import timedelta
+
+import markdown
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from accounts.models import Agent
+from memories.export import export_markdown, fence_for, inline_code
+from memories.jsonl import ImportLineError, import_jsonl, memory_to_record
+from memories.models import Memory, MemoryRevision, Status
+from memories.services import memory_tombstone
+from tests.factories import make_agent, make_operator
+
+pytestmark = pytest.mark.django_db
+
+ENTRY_RE = re.compile(r"^- id: `(mem_[0-9A-Z]{26})`$", re.M)
+
+
+def parse_export(document: str) -> dict[str, dict]:
+    """Read an export back: {memory id: {"category", "text"}}, following the fences exactly."""
+    out: dict[str, dict] = {}
+    lines = document.split("\n")
+    category, current, i = None, None, 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("## "):
+            category = line[3:]
+        elif m := re.match(r"^- id: `(mem_[0-9A-Z]{26})`$", line):
+            current = m.group(1)
+        elif (m := re.match(r"^(`{3,})text$", line)) and current:
+            fence, body = m.group(1), []
+            i += 1
+            while lines[i] != fence:
+                body.append(lines[i])
+                i += 1
+            out[current] = {"category": category, "text": "\n".join(body)}
+            current = None
+        i += 1
+    return out
+
+
+def _download(response) -> str:
+    assert response.status_code == 200
+    assert response.streaming
+    return b"".join(response.streaming_content).decode()
+
+
+def test_fences_outgrow_any_backtick_run():
+    assert fence_for("plain") == "```"
+    assert fence_for("has ``` inside") == "````"
+    assert fence_for("a ````` b") == "``````"
+    assert inline_code("a`b") == "``a`b``"
+    assert inline_code("line\nbreak") == "`line break`"
+
+
+def test_console_markdown_export_has_every_live_memory_and_no_tombstone(
+    owner_client, agent, store_memory
+):
+    other = make_agent(agent.tenant, "sales-bot")
+    keep = [
+        store_memory(agent, "Core fact", key="a-key", tags=["x"]),
+        store_memory(agent, "Daily note", category="daily"),
+        store_memory(agent, "Another core", key="b-key"),
+    ]
+    gone = store_memory(agent, "Forgotten fact")
+    memory_tombstone(tenant=agent.tenant, memory_id=gone.pk, actor="operator:t", reason="no")
+    store_memory(other, "Sales fact")
+    response = owner_client.get("/console/export/markdown/?agent=support-bot")
+    today = timezone.now().strftime("%Y-%m-%d")
+    assert response["Content-Disposition"] == f'attachment; filename="acme-support-bot-{today}.md"'
+    assert response["Content-Type"].startswith("text/markdown")
+    document = _download(response)
+    parsed = parse_export(document)
+    assert set(parsed) == {m.pk for m in keep}
+    assert all(parsed[m.pk]["text"] == m.text for m in keep)
+    assert "Forgotten fact" not in document and "Sales fact" not in document
+    # grouped by category, then key
+    assert document.index("## core") < document.index("## daily")
+    assert document.index("`a-key`") < document.index("`b-key`")
+    for label in (
+        "- tags:",
+        "- created:",
+        "- updated:",
+        "- expires:",
+        "- confidence:",
+        "- source:",
+    ):
+        assert label in document
+
+
+def test_export_selected(owner_client, agent, store_memory):
+    a = store_memory(agent, "Pick me")
+    store_memory(agent, "Not me")
+    document = _download(owner_client.get(f"/console/export/markdown/?ids={a.pk}"))
+    assert set(parse_export(document)) == {a.pk}
+
+
+def test_hostile_and_fenced_text_cannot_break_the_export(owner_client, agent, store_memory):
+    texts = [
+        "```\n## not a heading\n```",
+        "````python\nprint('x')\n````\n- id: `mem_00000000000000000000000000`",
+        "<script>alert(1)</script>",
+        "<img src=x onerror=alert(2)>",
+        "[x](javascript:alert(3))",
+        "---\n# Fake title\n~~~\nline",
+        "trailing backticks ``",
+    ]
+    memories = [store_memory(agent, t) for t in texts]
+    document = _download(owner_client.get("/console/export/markdown/"))
+    parsed = parse_export(document)
+    assert {pk: v["text"] for pk, v in parsed.items()} == {m.pk: m.text for m in memories}
+    assert len(parsed) == len(texts)  # a fake "- id:" line inside a fence is just text
+    html = markdown.markdown(document, extensions=["fenced_code"])
+    # The only structure is ours (one title, one category, one heading per entry); hostile
+    # markup stays escaped inside code blocks.
+    headings = re.findall(r"<h(\d)>(.*?)</h\1>", html)
+    assert [h for h in headings if h[0] != "3"] == [("1", "Memories of acme / all"), ("2", "core")]
+    assert len([h for h in headings if h[0] == "3"]) == len(texts)
+    assert "<script" not in html and "<img" not in html and 'href="javascript' not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+
+
+def _bulk_insert(tenant, agent, count: int) -> None:
+    """`count` live memories in one INSERT … SELECT (fast: no per-row Python objects)."""
+    table = Memory._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            INSERT INTO {table} (
+                id, tenant_id, agent_id, created_by, key, category, kind, text, tags,
+                importance, confidence, capture_mode, mentions, last_confirmed_at, created_at,
+                updated_at, last_accessed_at, access_count, version, status, review_state,
+                size_bytes, content_hash, embedding_model, tombstone_reason, tombstoned_by)
+            SELECT 'mem_' || lpad(i::text, 26, '0'), %s, %s, 'agent:bulk', 'k' || i, 'core',
+                'fact', 'bulk memory ' || i, '{{}}', 0.5, 1.0, 'explicit', '[]', now(), now(),
+                now(), now(), 0, 1, 'active', 'none', 16, '', '', '', ''
+            FROM generate_series(1, %s) AS i
+            """,
+            [tenant.pk, agent.pk, count],
+        )
+
+
+def test_markdown_export_streams_50k_memories_in_bounded_memory(tenant, agent):
+    now = timezone.now()
+    _bulk_insert(tenant, agent, 50_000)
+    stream = export_markdown(
+        Memory.objects.for_tenant(tenant).live(),
+        title="bulk",
+        source_for=lambda m: "own",
+        generated_at=now,
+        chunk_size=500,
+    )
+    with CaptureQueriesContext(connection) as ctx:
+        header = next(stream)
+    assert header.startswith("# bulk") and len(ctx.captured_queries) == 0  # nothing read yet
+    # Memory is measured over the first 5,000 entries (tracemalloc makes every allocation
+    # slow): a queryset evaluated whole would have loaded all 50,000 rows by the first one.
+    tracemalloc.start()
+    entries = size = 0
+    try:
+        for piece in stream:
+            entries += piece.startswith("### ")
+            size += len(piece)
+            if entries == 5_000:
+                break
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2_000_000, peak
+    for piece in stream:
+        entries += piece.startswith("### ")
+        size += len(piece)
+    assert entries == 50_000
+    assert size > 10_000_000  # the whole document never existed at once
+
+
+def test_rest_export_is_the_agents_visible_memories(api_client, agent, store_memory):
+    mine = store_memory(agent, "Mine", key="k1")
+    workspace = store_memory(agent, "Shared with the tenant", category="workspace")
+    gone = store_memory(agent, "Tombstoned one")
+    memory_tombstone(tenant=agent.tenant, memory_id=gone.pk, actor="operator:t")
+    store_memory(make_agent(agent.tenant, "other-bot"), "Someone else's")
+    response = api_client.get("/api/v1/export.md")
+    today = timezone.now().strftime("%Y-%m-%d")
+    assert response["Content-Disposition"] == f'attachment; filename="acme-support-bot-{today}.md"'
+    document = _download(response)
+    parsed = parse_export(document)
+    assert set(parsed) == {mine.pk, workspace.pk}
+    assert "`workspace`" in document and "`own`" in document
+    with_tombstones = parse_export(
+        _download(api_client.get("/api/v1/export.md?include_tombstoned=true"))
+    )
+    assert set(with_tombstones) == {mine.pk, workspace.pk, gone.pk}
+    only_core = parse_export(_download(api_client.get("/api/v1/export.md?category=core")))
+    assert set(only_core) == {mine.pk}
+    bad = api_client.get("/api/v1/export.md?category=NO%20WAY")
+    assert bad.status_code == 400 and bad.json()["error"]["code"] == "INVALID_INPUT"
+
+
+def test_rest_export_needs_a_key(client):
+    response = client.get("/api/v1/export.md")
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "UNAUTHENTICATED"
+
+
+# --- JSONL -----------------------------------------------------------------------------------
+
+
+def _rich_memories(agent, store_memory):
+    later = timezone.now() + timedelta(days=3)
+    items = [
+        store_memory(
+            agent,
+            "Rich memory",
+            key="profile",
+            kind="UserProfile",
+            data={"plan": "pro", "seats": 3},
+            tags=["vip", "billing"],
+            subject_id="user-42",
+            importance=0.9,
+            confidence=0.7,
+            capture_mode="inferred",
+            source_provider="chat",
+            mentions=[{"name": "Dana", "type": "person"}],
+            expires_at=later.isoformat(),
+        ),
+        store_memory(agent, "Conversation bit", category="conversation", thread_id="t-1"),
+        store_memory(agent, "Workspace rule", category="workspace"),
+    ]
+    gone = store_memory(agent, "Tombstoned in backup")
+    memory_tombstone(tenant=agent.tenant, memory_id=gone.pk, actor="operator:x", reason="old")
+    return items + [gone]
+
+
+def test_jsonl_round_trips_every_field_into_an_empty_tenant(
+    login, owner_client, agent, other_tenant, store_memory
+):
+    originals = _rich_memories(agent, store_memory)
+    expected = {
+        m.pk: memory_to_record(Memory.objects.select_related("agent").get(pk=m.pk))
+        for m in originals
+    }
+    backup = _download(owner_client.get("/console/export/jsonl/?status=any"))
+    assert len(backup.strip().split("\n")) == len(originals)
+    # Disaster recovery: the old tenant is gone, its backup goes into a fresh one.
+    Memory.objects.filter(tenant=agent.tenant).delete()
+    admin = make_operator(other_tenant, "admin@globex.test", "admin").user
+    client = login(admin)
+    upload = io.BytesIO(backup.encode())
+    upload.name = "backup.jsonl"
+    response = client.post("/console/export/import/", {"file": upload}, follow=True)
+    assert "Imported: 4 created, 0 updated, 0 unchanged." in response.content.decode()
+    restored = {
+        m.pk: memory_to_record(m)
+        for m in Memory.objects.for_tenant(other_tenant).select_related("agent")
+    }
+    assert restored == expected
+    assert Agent.objects.filter(tenant=other_tenant, slug="support-bot").exists()
+    revisions = MemoryRevision.objects.filter(tenant=other_tenant).count()
+    assert revisions == 4
+
+    # Idempotent by id: the same file again changes nothing and writes no revision.
+    upload = io.BytesIO(backup.encode())
+    upload.name = "backup.jsonl"
+    response = client.post("/console/export/import/", {"file": upload}, follow=True)
+    assert "Imported: 0 created, 0 updated, 4 unchanged." in response.content.decode()
+    assert MemoryRevision.objects.filter(tenant=other_tenant).count() == revisions
+
+
+def test_import_updates_by_id(tenant, agent, store_memory):
+    memory = store_memory(agent, "Before")
+    record = memory_to_record(Memory.objects.select_related("agent").get(pk=memory.pk))
+    record.update(text="After", version=memory.version + 1)
+    import json
+
+    result = import_jsonl(tenant=tenant, lines=[json.dumps(record)], actor="operator:t")
+    assert (result.created, result.updated) == (0, 1)
+    assert Memory.objects.get(pk=memory.pk).text == "After"
+
+
+def test_bad_line_is_reported_and_nothing_is_applied(login, tenant, agent, store_memory):
+    import json
+
+    good = memory_to_record(
+        Memory.objects.select_related("agent").get(pk=store_memory(agent, "Good").pk)
+    )
+    Memory.objects.all().delete()
+    second = dict(good, id="mem_01ARZ3NDEKTSV4RRFFQ69G5FAV", text="Second")
+    lines = [json.dumps(good), json.dumps(second), "{not json", json.dumps(good)]
+    with pytest.raises(ImportLineError) as exc:
+        import_jsonl(tenant=tenant, lines=lines, actor="operator:t")
+    assert exc.value.line == 3
+    assert Memory.objects.count() == 0
+    # A failure while writing (line 2: importance out of range) also rolls back line 1.
+    bad = dict(second, importance=7)
+    with pytest.raises(ImportLineError) as exc:
+        import_jsonl(tenant=tenant, lines=[json.dumps(good), json.dumps(bad)], actor="x")
+    assert exc.value.line == 2 and Memory.objects.count() == 0
+
+    admin = make_operator(tenant, "admin@acme.test", "admin").user
+    upload = io.BytesIO(("\n".join(lines)).encode())
+    upload.name = "bad.jsonl"
+    response = login(admin).post("/console/export/import/", {"file": upload}, follow=True)
+    assert "Nothing imported: line 3: not valid JSON" in response.content.decode()
+    assert Memory.objects.count() == 0
+
+
+def test_import_cannot_take_another_tenants_memory(tenant, other_tenant, agent, store_memory):
+    import json
+
+    memory = store_memory(agent, "Acme's")
+    record = memory_to_record(Memory.objects.select_related("agent").get(pk=memory.pk))
+    with pytest.raises(ImportLineError) as exc:
+        import_jsonl(tenant=other_tenant, lines=[json.dumps(record)], actor="x")
+    assert exc.value.line == 1 and "already in use" in exc.value.message
+    assert Memory.objects.get(pk=memory.pk).tenant_id == tenant.pk
+    assert Memory.objects.get(pk=memory.pk).status == Status.ACTIVE
