@@ -34,10 +34,12 @@ store pushes over the cap, not an agent whose cap was just lowered by 100 000, n
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
 
 from memories.clock import resolve_now
 from memories.jobs.batches import (
@@ -281,22 +283,55 @@ def prune_memories(
     now: datetime | None = None,
     dry_run: bool = False,
     batch_size: int = DEFAULT_BATCH_SIZE,
+    workers: int = 1,
     progress: Progress | None = None,
 ) -> dict[str, int]:
-    """Apply the prune rules at `now`; return the counts (a dry run counts, changes nothing)."""
+    """Apply the prune rules at `now`; return the counts (a dry run counts, changes nothing).
+
+    `workers` > 1 runs the age rules on that many connections at once (SKIP LOCKED shares the
+    rows out); each needs its own database connection, so data must be committed.
+    """
     now = resolve_now(now)
     params = _params(now)
     if dry_run:
         return _dry_run(params, progress=progress)
     counts: dict[str, int] = {}
     for rule in AGE_RULES:
-        counts[rule.name] = _run_age_rule(rule, params, batch_size=batch_size, progress=progress)
+        counts[rule.name] = _in_parallel(
+            lambda rule=rule: _run_age_rule(rule, params, batch_size=batch_size, progress=progress),
+            workers,
+        )
     counts["evicted"] = sum(
         _enforce_cap(owner, params, batch_size=batch_size, progress=progress)
         for owner in fetch_all(OVER_CAP_OWNERS, params)
     )
     counts["total"] = sum(counts.values())
     return counts
+
+
+def _in_parallel(work: Callable[[], int], workers: int) -> int:
+    """Run `work` on `workers` threads (one connection each) and add up what they return."""
+    if workers <= 1:
+        return work()
+    results: list[int] = []
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        try:
+            results.append(work())
+        except BaseException as exc:  # re-raised in the caller's thread
+            errors.append(exc)
+        finally:
+            connections.close_all()  # this thread's connection only
+
+    threads = [threading.Thread(target=worker) for _ in range(workers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    return sum(results)
 
 
 def _dry_run(params: dict, *, progress: Progress | None) -> dict[str, int]:

@@ -116,3 +116,14 @@ def test_a_memory_locked_by_a_writer_is_skipped_and_left_for_the_next_run(tenant
     assert prune_memories(now=NOW)["conversation_ended"] == 1
     assert Memory.objects.get(pk=locked).status == "expired"
     assert Memory.objects.get(pk=rewritten).status == "active"
+
+
+def test_workers_share_one_run(tenant, agent):
+    insert_memories(
+        tenant_id=tenant.pk, agent_id=agent.pk, n=3_000, updated_at=NOW, expires_at=ago(hours=1)
+    )
+
+    counts = prune_memories(now=NOW, batch_size=100, workers=3)
+
+    assert counts["expired"] == 3_000
+    assert_each_change_has_exactly_one_revision()
