@@ -76,21 +76,24 @@
     event.preventDefault();
   });
 
-  // When a reviewed row leaves the queue, the next one becomes current.
-  var pendingNext = null;
+  // When a reviewed row leaves the queue, the next one becomes current. (Events fired on the
+  // swapped-out row do not reach the document, so watch for the row to be gone instead.)
   document.addEventListener("htmx:beforeSwap", function (event) {
     var row = event.detail.target;
-    if (row && row.matches && row.matches("[data-review-row]")) {
-      var list = rows();
-      var index = list.indexOf(row);
-      pendingNext = list[index + 1] || list[index - 1] || null;
-    }
+    if (!(row && row.matches && row.matches("[data-review-row]"))) return;
+    var list = rows();
+    var index = list.indexOf(row);
+    var next = list[index + 1] || list[index - 1] || null;
+    var tries = 0;
+    (function check() {
+      if (!document.body.contains(row)) {
+        if (next && document.body.contains(next)) select(next);
+      } else if (tries++ < 100) {
+        setTimeout(check, 20);
+      }
+    })();
   });
-  document.addEventListener("htmx:afterSettle", function () {
-    if (pendingNext && document.body.contains(pendingNext)) select(pendingNext);
-    pendingNext = null;
-    initSelections();
-  });
+  document.addEventListener("htmx:afterSettle", initSelections);
 
   document.addEventListener("DOMContentLoaded", function () {
     initSelections();

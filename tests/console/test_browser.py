@@ -1,0 +1,254 @@
+"""Console workflows in real Chromium (Playwright) against the live server.
+
+The system Chromium is used (`/usr/bin/chromium`); Playwright's own browser download is never
+needed. Screenshots land in `test-artifacts/screenshots/` (git-ignored).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from accounts.models import ApiKey
+from memories.models import ChangeType, Memory, MemoryRevision, ReviewState, Status
+from memories.services import memory_correct, memory_tombstone
+from tests.factories import TEST_PASSWORD, make_agent
+
+# Playwright's sync API runs an event loop in this thread; the ORM calls the tests make between
+# browser steps are ordinary blocking calls, which Django would otherwise refuse.
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+sync_api = pytest.importorskip("playwright.sync_api")
+expect = sync_api.expect
+
+CHROMIUM = "/usr/bin/chromium"
+SHOTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screenshots"
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="system Chromium not installed"),
+]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ],
+        )
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def new_page(browser, live_server):
+    contexts = []
+
+    def build(email: str = "owner@acme.test"):
+        context = browser.new_context(
+            base_url=live_server.url, viewport={"width": 1360, "height": 900}, accept_downloads=True
+        )
+        context.set_default_timeout(10_000)
+        contexts.append(context)
+        page = context.new_page()
+        page.goto("/accounts/login/")
+        page.get_by_label("Email").fill(email)
+        page.get_by_label("Password").fill(TEST_PASSWORD)
+        page.get_by_role("button", name="Log in").click()
+        expect(page.get_by_role("heading", name="Dashboard")).to_be_visible()
+        return page
+
+    yield build
+    for context in contexts:
+        context.close()
+
+
+def shot(page, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+
+
+def test_login_shows_the_dashboard(new_page, owner, agent, store_memory):
+    store_memory(agent, "Customer prefers email over phone", tags=["contact"])
+    store_memory(agent, "Renewal is due in March", capture_mode="inferred")
+    store_memory(make_agent(agent.tenant, "sales-bot"), "Lead: Dana at Acme", category="daily")
+    page = new_page()
+    expect(page.get_by_text("Pending review")).to_be_visible()
+    expect(page.get_by_role("link", name="support-bot")).to_be_visible()
+    shot(page, "dashboard")
+
+
+def test_filter_memories_by_agent_and_tag(new_page, owner, agent, store_memory):
+    sales = make_agent(agent.tenant, "sales-bot")
+    store_memory(agent, "Support billing fact", tags=["billing"])
+    store_memory(agent, "Support shipping fact", tags=["shipping"])
+    store_memory(sales, "Sales billing fact", tags=["billing", "lead"])
+    page = new_page()
+    page.get_by_role("link", name="Memories", exact=True).click()
+    table = page.locator("#memory-table")
+    expect(table.get_by_text("Sales billing fact")).to_be_visible()
+    shot(page, "memories")
+    page.get_by_label("Agent").select_option("support-bot")
+    expect(table.get_by_text("Sales billing fact")).to_have_count(0)
+    expect(table.get_by_text("Support shipping fact")).to_be_visible()
+    page.get_by_label("Tag", exact=True).fill("billing")
+    page.get_by_label("Tag", exact=True).press("Enter")
+    expect(table.get_by_text("Support shipping fact")).to_have_count(0)
+    expect(table.get_by_text("Support billing fact")).to_be_visible()
+    assert "agent=support-bot" in page.url and "tag=billing" in page.url  # pushed, shareable
+    page.reload()
+    expect(page.locator("#memory-table tbody tr")).to_have_count(1)
+
+
+def test_edit_save_shows_new_text_and_revision(new_page, owner, agent, store_memory):
+    store_memory(agent, "The office opens at 9", key="office-hours")
+    page = new_page()
+    page.goto("/console/memories/")
+    page.get_by_role("link", name="office-hours The office opens at 9").click()
+    expect(page.get_by_role("heading", name="office-hours")).to_be_visible()
+    page.get_by_role("link", name="Edit").click()
+    page.get_by_role("textbox", name="Text").fill("The office opens at 8")
+    page.get_by_role("button", name="Save").click()
+    expect(page.locator("[data-memory-text]")).to_have_text("The office opens at 8")
+    history = page.get_by_role("list", name="Revision history")
+    expect(history.locator("[data-revision]")).to_have_count(2)
+    expect(history.locator("[data-revision]").first).to_contain_text("Correction")
+    expect(history.locator("ins").first).to_have_text("8")
+    shot(page, "memory-detail")
+    memory = Memory.objects.get(key="office-hours")
+    assert (memory.text, memory.version) == ("The office opens at 8", 2)
+
+
+def test_conflicting_save_keeps_the_operators_text(new_page, owner, reviewer, agent, store_memory):
+    memory = store_memory(agent, "Original wording")
+    first = new_page()
+    second = new_page("reviewer@acme.test")
+    for page in (first, second):
+        page.goto(f"/console/memories/{memory.pk}/?edit=1")
+        expect(page.get_by_role("textbox", name="Text")).to_have_value("Original wording")
+    second.get_by_role("textbox", name="Text").fill("Reviewer's wording")
+    second.get_by_role("button", name="Save").click()
+    expect(second.locator("[data-memory-text]")).to_have_text("Reviewer's wording")
+
+    first.get_by_role("textbox", name="Text").fill("Owner's careful wording")
+    first.get_by_role("button", name="Save").click()
+    conflict = first.locator("[data-conflict]")
+    expect(conflict).to_be_visible()
+    expect(conflict.locator("[data-newer-text]")).to_have_text("Reviewer's wording")
+    expect(first.get_by_role("textbox", name="Text")).to_have_value("Owner's careful wording")
+    memory.refresh_from_db()
+    assert memory.text == "Reviewer's wording"
+    # Saving again is a deliberate overwrite of the newer version.
+    first.get_by_role("button", name="Save").click()
+    expect(first.locator("[data-memory-text]")).to_have_text("Owner's careful wording")
+    memory.refresh_from_db()
+    assert (memory.text, memory.version) == ("Owner's careful wording", 3)
+
+
+def test_tombstone_with_reason_then_restore(new_page, owner, agent, store_memory):
+    memory = store_memory(agent, "A fact that turned out wrong")
+    page = new_page()
+    page.goto(f"/console/memories/{memory.pk}/")
+    page.get_by_label("Tombstone reason").fill("customer corrected it")
+    page.get_by_role("button", name="Tombstone").click()
+    expect(page.locator("[data-tombstone-reason]")).to_have_text("customer corrected it")
+    memory.refresh_from_db()
+    assert (memory.status, memory.tombstone_reason) == (Status.TOMBSTONED, "customer corrected it")
+
+    page.get_by_role("link", name="Tombstones").click()
+    row = page.locator("tr", has_text="A fact that turned out wrong")
+    expect(row).to_contain_text("customer corrected it")
+    row.get_by_role("button", name="Restore").click()
+    expect(row).to_have_count(0)
+    memory.refresh_from_db()
+    assert memory.status == Status.ACTIVE
+    kinds = list(
+        MemoryRevision.objects.filter(memory_id=memory.pk)
+        .order_by("id")
+        .values_list("change_type", flat=True)
+    )
+    assert kinds[-2:] == [ChangeType.TOMBSTONE, ChangeType.RESTORE]
+
+
+def test_review_queue_approve_with_the_keyboard(new_page, owner, agent, store_memory):
+    oldest = store_memory(agent, "Inferred: prefers mornings", capture_mode="inferred")
+    newer = store_memory(agent, "Inferred: lives in Oslo", capture_mode="inferred")
+    page = new_page()
+    page.goto("/console/review/")
+    rows = page.locator("[data-review-row]")
+    expect(rows).to_have_count(2)
+    expect(rows.first).to_contain_text("prefers mornings")  # oldest first
+    shot(page, "review-queue")
+    page.keyboard.press("j")
+    expect(rows.nth(1)).to_have_class("review-item card is-current")
+    page.keyboard.press("k")
+    expect(rows.first).to_have_class("review-item card is-current")
+    page.keyboard.press("a")
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_contain_text("lives in Oslo")
+    oldest.refresh_from_db()
+    newer.refresh_from_db()
+    assert oldest.review_state == ReviewState.APPROVED
+    assert newer.review_state == ReviewState.PENDING
+    # The next row is current: `a` again approves it.
+    page.keyboard.press("a")
+    expect(rows).to_have_count(0)
+    newer.refresh_from_db()
+    assert newer.review_state == ReviewState.APPROVED
+
+
+def test_export_markdown_downloads_every_live_memory(new_page, owner, agent, store_memory):
+    live = [store_memory(agent, f"Live fact {i}", key=f"k{i}") for i in range(3)]
+    live.append(store_memory(make_agent(agent.tenant, "sales-bot"), "Sales live fact"))
+    gone = store_memory(agent, "Tombstoned fact")
+    memory_tombstone(tenant=agent.tenant, memory_id=gone.pk, actor="operator:t", reason="x")
+    corrected = live[0]
+    memory_correct(
+        tenant=agent.tenant,
+        memory_id=corrected.pk,
+        actor="operator:t",
+        changes={"text": "Live fact 0, corrected"},
+        expected_version=1,
+    )
+    page = new_page()
+    page.get_by_role("link", name="Export", exact=True).click()
+    with page.expect_download() as info:
+        page.get_by_role("button", name="Export markdown").click()
+    download = info.value
+    assert download.suggested_filename.startswith("acme-all-")
+    assert download.suggested_filename.endswith(".md")
+    content = Path(download.path()).read_text()
+    for memory in live:
+        assert memory.pk in content
+    assert "Live fact 0, corrected" in content
+    assert gone.pk not in content and "Tombstoned fact" not in content
+
+
+def test_create_and_revoke_an_api_key(new_page, owner, agent):
+    page = new_page()
+    page.get_by_role("link", name="Agents").click()
+    page.get_by_role("link", name="support-bot").click()
+    page.get_by_label("Name", exact=True).fill("ci key")
+    page.get_by_role("button", name="Create key").click()
+    raw = page.locator("[data-new-key]")
+    expect(raw).to_be_visible()
+    value = raw.input_value()
+    key = ApiKey.objects.get(agent=agent, name="ci key")
+    assert value.startswith(key.prefix) and key.revoked_at is None
+    page.reload()
+    expect(page.locator("[data-new-key]")).to_have_count(0)  # shown once
+    page.on("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name=f"Revoke {key.prefix}").click()
+    expect(page.locator(f'[data-key-row="{key.prefix}"]')).to_contain_text("revoked")
+    key.refresh_from_db()
+    assert key.revoked_at is not None
