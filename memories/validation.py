@@ -32,6 +32,9 @@ MAX_ID_CHARS = 255  # key, subject_id, thread_id
 DEDUP_POLICIES = ("ask", "skip_if_near", "insert")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 _WS_RE = re.compile(r"\s+")
+_SURROGATE_RE = re.compile("[\ud800-\udfff]")
+MAX_DEPTH = 32  # nesting of JSON input
+MAX_VERSION = 2**31 - 1  # the version column is a PostgreSQL integer
 
 STORE_FIELDS = frozenset(
     {
@@ -81,19 +84,28 @@ _MISSING = object()
 # --- small field parsers ---------------------------------------------------------------------
 
 
-def reject_nul(value: Any, field: str = "body") -> None:
-    """PostgreSQL cannot store NUL in text or jsonb: refuse it anywhere in the input."""
+def _check_string(value: str, field: str) -> None:
+    if "\x00" in value:
+        raise InvalidInput("NUL bytes are not allowed", field=field)
+    if _SURROGATE_RE.search(value):
+        raise InvalidInput("Strings must be valid Unicode (lone surrogate)", field=field)
+
+
+def reject_nul(value: Any, field: str = "body", _depth: int = 0) -> None:
+    """PostgreSQL cannot store NUL (nor unpaired surrogates) in text or jsonb: refuse them
+    anywhere in the input, naming the field. Also bounds nesting depth."""
+    if _depth > MAX_DEPTH:
+        raise InvalidInput(f"JSON nested deeper than {MAX_DEPTH} levels", field=field)
     if isinstance(value, str):
-        if "\x00" in value:
-            raise InvalidInput("NUL bytes are not allowed", field=field)
+        _check_string(value, field)
     elif isinstance(value, dict):
         for k, v in value.items():
-            if isinstance(k, str) and "\x00" in k:
-                raise InvalidInput("NUL bytes are not allowed", field=field)
-            reject_nul(v, f"{field}.{k}" if field != "body" else str(k))
+            if isinstance(k, str):
+                _check_string(k, field)
+            reject_nul(v, f"{field}.{k}" if field != "body" else str(k), _depth + 1)
     elif isinstance(value, list | tuple):
         for i, item in enumerate(value):
-            reject_nul(item, f"{field}[{i}]")
+            reject_nul(item, f"{field}[{i}]", _depth + 1)
 
 
 def require_object(data: Any) -> dict[str, Any]:
@@ -128,7 +140,10 @@ def identifier(value: Any, field: str, *, max_len: int = MAX_ID_CHARS) -> str | 
 def unit_float(value: Any, field: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidInput(f"'{field}' must be a number between 0 and 1", field=field)
-    value = float(value)
+    try:
+        value = float(value)
+    except OverflowError:
+        value = math.inf
     if not math.isfinite(value) or not 0.0 <= value <= 1.0:
         raise InvalidInput(f"'{field}' must be a number between 0 and 1", field=field)
     return value
@@ -279,6 +294,8 @@ def expiry(data: dict[str, Any], *, now: datetime) -> Any:
             return now + parse_duration(data["ttl"])
         except ValueError as exc:
             raise InvalidInput(str(exc), field="ttl") from None
+        except OverflowError:
+            raise InvalidInput("'ttl' is too long", field="ttl") from None
     if "expires_at" in data:
         if data["expires_at"] is None:
             return None
@@ -320,7 +337,7 @@ def cas(data: dict[str, Any], if_match: str | None = None) -> Cas | None:
         return cas({"expected_version": parse_if_match(if_match)})
     if has_version:
         value = data["expected_version"]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_VERSION:
             raise InvalidInput(
                 "'expected_version' must be a non-negative integer", field="expected_version"
             )
@@ -338,7 +355,7 @@ def parse_if_match(value: str) -> int:
     if raw.startswith("W/"):
         raw = raw[2:]
     raw = raw.strip('"')
-    if not raw.isdigit() or len(raw) > 12:
+    if not raw.isascii() or not raw.isdigit() or int(raw) > MAX_VERSION:
         raise InvalidInput('If-Match must be a version such as "3"', field="If-Match")
     return int(raw)
 

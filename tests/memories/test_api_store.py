@@ -362,3 +362,23 @@ def test_search_vector_is_filled(api_client):
     with connection.cursor() as cursor:
         cursor.execute("SELECT search_vector::text FROM memories_memory")
         assert "quick" in cursor.fetchone()[0]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("raw", "field"),
+    [
+        ('{"text": "lone \\ud800 surrogate"}', "text"),
+        ('{"text": "x", "importance": 1e400}', "importance"),
+        ('{"text": "x", "importance": ' + "9" * 400 + "}", "importance"),
+        ('{"text": "x", "key": "k", "expected_version": 4294967296}', "expected_version"),
+        ('{"text": "x", "ttl": "999999999d"}', "ttl"),
+        ('{"text": "x", "expires_at": 99999999999999999}', "expires_at"),
+        ('{"text": "x", "data": ' + '{"a": ' * 40 + "1" + "}" * 40 + "}", "data"),
+    ],
+)
+def test_hostile_values_are_400_not_500(api_client, raw, field):
+    response = api_client.generic("POST", "/api/v1/memories", raw, content_type="application/json")
+    assert response.status_code == 400, response.content
+    assert response.json()["error"]["details"]["field"].split(".")[0] == field
+    assert Memory.objects.count() == 0
