@@ -53,6 +53,10 @@ class Fusion:
     depth: int = 60
     # Candidates visited by the HNSW scan; iterative scans go further when filters drop rows.
     ef_search: int = 100
+    # "rrf": weighted reciprocal rank; "linear": both scores re-computed for the union of the
+    # candidates, normalised, and mixed with the same weights.
+    method: str = "rrf"
+    semantic_norm: str = "minmax"
 
 
 FUSION = Fusion()
@@ -212,6 +216,10 @@ def _semantic_branch(scope: QuerySet, vector: list[float], depth: int) -> tuple[
     )
 
 
+def _vector_literal(vector: list[float]) -> str:
+    return "[" + ",".join(repr(float(x)) for x in vector) + "]"
+
+
 def ranked_ids(
     scope: QuerySet,
     *,
@@ -253,13 +261,34 @@ def ranked_ids(
         select = "SELECT id, kw_score / (kw_score + 1) AS relevance FROM kw"
     elif mode == "semantic":
         select = "SELECT id, LEAST(1, GREATEST(0, 1 - sem_dist)) AS relevance FROM sem"
-    else:
+    elif fusion.method == "rrf":
         k, wk, ws = fusion.rrf_k, fusion.keyword_weight, fusion.semantic_weight
         best = wk / (k + 1) + ws / (k + 1)
         select = (
             "SELECT COALESCE(kw.id, sem.id) AS id, "
             f"(COALESCE({wk} / ({k} + kw.r), 0) + COALESCE({ws} / ({k} + sem.r), 0)) / {best} "
             "AS relevance FROM kw FULL OUTER JOIN sem ON kw.id = sem.id"
+        )
+    else:
+        wk, ws = fusion.keyword_weight, fusion.semantic_weight
+        table = Memory._meta.db_table
+        parts.append(
+            "cand AS (SELECT id FROM kw UNION SELECT id FROM sem), "
+            "scored AS (SELECT m.id, "
+            "COALESCE(1 - (m.embedding <=> %s::vector), 0) AS sim, "
+            f"{KEYWORD_RANK_SQL.replace('search_vector', 'm.search_vector')} AS kws "
+            f"FROM {table} m WHERE m.id IN (SELECT id FROM cand)), "
+            "normed AS (SELECT id, sim, kws, max(kws) OVER () AS maxk, "
+            "max(sim) OVER () AS maxs, min(sim) OVER () AS mins FROM scored)"
+        )
+        params.extend([_vector_literal(vector), query])
+        if fusion.semantic_norm == "minmax":
+            sem_expr = "(sim - mins) / NULLIF(maxs - mins, 0)"
+        else:
+            sem_expr = "GREATEST(sim, 0)"
+        select = (
+            f"SELECT id, ({ws} * COALESCE({sem_expr}, 0) "
+            f"+ {wk} * COALESCE(kws / NULLIF(maxk, 0), 0)) / {wk + ws} AS relevance FROM normed"
         )
     sql = f"WITH {', '.join(parts)} SELECT id, relevance FROM ({select}) fused"
     if min_score is not None:

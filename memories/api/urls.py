@@ -2,6 +2,7 @@ from django.urls import path
 
 from memories.api import views
 from memories.api.export import ExportMarkdownView
+from memories.api.retrieval_views import HydrateView, SearchView
 
 urlpatterns = [
     path("whoami", views.WhoAmIView.as_view(), name="api-whoami"),
@@ -14,6 +15,8 @@ urlpatterns = [
         name="api-memory-confirm",
     ),
     path("keys", views.KeysView.as_view(), name="api-keys"),
+    path("search", SearchView.as_view(), name="api-search"),
+    path("hydrate", HydrateView.as_view(), name="api-hydrate"),
     path("export.md", ExportMarkdownView.as_view(), name="api-export-md"),
     path("threads/<path:thread_id>/end", views.ThreadEndView.as_view(), name="api-thread-end"),
 ]
