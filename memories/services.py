@@ -534,25 +534,33 @@ def _similar(
     prepared: _Prepared,
     threshold: float,
 ) -> list[tuple[Memory, float]]:
-    """Rows with the same normalised text, or cosine similarity ≥ threshold, best first."""
-    near = Q(content_hash=prepared.content_hash) | (
-        Q(embedding_model=prepared.embedding_model) & Q(distance__lte=1.0 - threshold)
+    """Rows with the same normalised text, or cosine similarity ≥ threshold, best first
+    (exact matches first, oldest first among equals).
+
+    Two index-friendly queries rather than one OR: the hash lookup uses (tenant, content_hash),
+    and the vector one is a plain `ORDER BY embedding <=> q LIMIT k` that the HNSW index can
+    serve (with iterative scans past filtered rows); its threshold is applied afterwards, so a
+    store with no near duplicate never scans further than k neighbours.
+    """
+    exact = list(
+        rows.filter(content_hash=prepared.content_hash)
+        .select_related("agent")
+        .order_by("created_at", "id")[:NEAR_LIMIT]
     )
-    found = list(
-        rows.select_related("agent")
+    neighbours = list(
+        rows.filter(embedding_model=prepared.embedding_model, embedding__isnull=False)
+        .exclude(pk__in=[m.pk for m in exact])
+        .select_related("agent")
         .annotate(distance=CosineDistance("embedding", prepared.embedding))
-        .filter(near)
-        .order_by("distance", "created_at", "id")[:NEAR_LIMIT]
+        .order_by("distance")[:NEAR_LIMIT]
     )
-    out = []
-    for memory in found:
-        if memory.content_hash == prepared.content_hash:
-            similarity = 1.0
-        else:
-            similarity = 1.0 - float(memory.distance if memory.distance is not None else 1.0)
-        out.append((memory, round(min(max(similarity, 0.0), 1.0), 4)))
-    out.sort(key=lambda pair: -pair[1])
-    return out
+    out = [(m, 1.0) for m in exact]
+    for memory in neighbours:
+        similarity = 1.0 - float(memory.distance)
+        if similarity >= threshold:
+            out.append((memory, round(min(max(similarity, 0.0), 1.0), 4)))
+    out.sort(key=lambda pair: (-pair[1], pair[0].created_at, pair[0].id))
+    return out[:NEAR_LIMIT]
 
 
 def _near_duplicates(
