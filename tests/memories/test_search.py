@@ -1,0 +1,314 @@
+"""Search (SPEC §4): modes, filters, isolation, lifetimes, isLatest, the response format."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from accounts.principal import Principal
+from memories.models import Memory
+from memories.search import memory_search
+from memories.services import memory_forget, memory_store
+from tests.factories import make_agent, make_tenant
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+CORPUS = [
+    ("colby", "My son Colby lives in Los Angeles and studies film."),
+    ("coffee", "Prefers oat milk in coffee, never sugar."),
+    ("dentist", "Dentist appointment is every six months at Dr. Ortega's clinic."),
+    ("car", "Drives a blue 2019 Subaru Outback."),
+    ("allergy", "Allergic to penicillin; carries an EpiPen for bee stings."),
+    ("birthday", "Birthday is on the 14th of July."),
+]
+
+
+def put(principal, text, now=T0, **fields):
+    body = {"text": text, "dedup_policy": "insert", **fields}
+    return memory_store(principal=principal, data=body, now=now).memory
+
+
+def search(principal, now=None, **body):
+    return memory_search(principal=principal, data=body, now=now or T0 + timedelta(minutes=5))
+
+
+def texts(result):
+    return [hit["data"]["text"] for hit in result["memories"]]
+
+
+@pytest.fixture
+def me(tenant, agent):
+    return Principal(tenant=tenant, agent=agent)
+
+
+@pytest.fixture
+def corpus(me):
+    return {key: put(me, text, key=key) for key, text in CORPUS}
+
+
+@pytest.mark.django_db
+def test_search_over_http_returns_the_llm_facing_format(api_client, agent):
+    stored = api_client.post(
+        "/api/v1/memories",
+        {
+            "text": "Prefers email over phone.",
+            "key": "contact-pref",
+            "kind": "preference",
+            "data": {"channel": "email"},
+            "tags": ["crm"],
+            "confidence": 0.9,
+            "mentions": [{"name": "Email", "type": "channel"}],
+        },
+        format="json",
+    ).json()["memory"]
+    response = api_client.post("/api/v1/search", {"query": "email or phone?"}, format="json")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["success"] is True and body["ok"] is True
+    assert body["searchedAt"].endswith("Z")
+    [hit] = body["memories"]
+    relevance = hit["quality"].pop("relevance")
+    assert 0 < relevance <= 1
+    assert hit == {
+        "id": stored["id"],
+        "key": "contact-pref",
+        "kind": "preference",
+        "category": "core",
+        "quality": {"confidence": 0.9},
+        "data": {"text": "Prefers email over phone.", "channel": "email"},
+        "context": {
+            "when": stored["updated_at"],
+            "created_at": stored["created_at"],
+            "updated_at": stored["updated_at"],
+            "expires_at": None,
+            "mentions": [{"name": "Email", "type": "channel"}],
+            "tags": ["crm"],
+            "isLatest": True,
+        },
+        "source": "own",
+    }
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("mode", ["hybrid", "semantic", "keyword"])
+def test_each_mode_finds_the_matching_memory_first(me, corpus, mode):
+    result = search(me, query="Where does Colby live?", mode=mode)
+    assert result["memories"][0]["id"] == corpus["colby"].id
+    scores = [hit["quality"]["relevance"] for hit in result["memories"]]
+    assert scores == sorted(scores, reverse=True)
+    assert all(0 <= s <= 1 for s in scores)
+
+
+@pytest.mark.django_db
+def test_keyword_mode_matches_any_lexeme_not_all(me, corpus):
+    # "appointments" and "Ortega" are in the memory; "tomorrow" and "cancel" are not: an AND
+    # query (plainto_tsquery) would find nothing.
+    result = search(me, query="cancel tomorrow's appointments with Ortega", mode="keyword")
+    assert [hit["id"] for hit in result["memories"]] == [corpus["dentist"].id]
+
+
+@pytest.mark.django_db
+def test_keyword_mode_returns_only_lexical_matches(me, corpus):
+    assert search(me, query="penicillin", mode="keyword")["memories"][0]["id"] == (
+        corpus["allergy"].id
+    )
+    assert len(search(me, query="penicillin", mode="keyword")["memories"]) == 1
+    assert search(me, query="zeppelin", mode="keyword")["memories"] == []
+
+
+@pytest.mark.django_db
+def test_semantic_mode_always_returns_nearest_neighbours(me, corpus):
+    result = search(me, query="zeppelin", mode="semantic", limit=3)
+    assert len(result["memories"]) == 3
+
+
+@pytest.mark.django_db
+def test_stop_word_only_query_still_searches_semantically(me, corpus):
+    assert search(me, query="the and of", mode="keyword")["memories"] == []
+    assert len(search(me, query="the and of", mode="hybrid", limit=4)["memories"]) == 4
+
+
+@pytest.mark.django_db
+def test_hybrid_ranks_a_memory_matching_both_signals_first(me, corpus):
+    result = search(me, query="blue Subaru", limit=6)
+    assert result["memories"][0]["id"] == corpus["car"].id
+    assert (
+        result["memories"][0]["quality"]["relevance"]
+        > result["memories"][1]["quality"]["relevance"]
+    )
+
+
+@pytest.mark.django_db
+def test_limit_and_min_score(me, corpus):
+    assert len(search(me, query="coffee", limit=2, mode="semantic")["memories"]) == 2
+    strict = search(me, query="oat milk coffee", min_score=0.5)["memories"]
+    assert [hit["id"] for hit in strict] == [corpus["coffee"].id]
+    assert all(hit["quality"]["relevance"] >= 0.5 for hit in strict)
+
+
+@pytest.mark.django_db
+def test_filters_category_kind_tags(me):
+    a = put(me, "Team standup is at nine.", category="daily", kind="event", tags=["work"])
+    b = put(me, "Standup notes live in the wiki.", category="core", kind="fact", tags=["work"])
+    c = put(me, "Standup moved to ten on Fridays.", category="daily", kind="fact", tags=["home"])
+
+    def ids(**body):
+        return {hit["id"] for hit in search(me, query="standup", **body)["memories"]}
+
+    assert ids() == {a.id, b.id, c.id}
+    assert ids(category="daily") == {a.id, c.id}
+    assert ids(categories=["core", "workspace"]) == {b.id}
+    assert ids(kind="fact") == {b.id, c.id}
+    assert ids(tags=["work"]) == {a.id, b.id}
+    assert ids(tags=["Work", "home"]) == set()
+    assert ids(category="daily", kind="fact", tags=["home"]) == {c.id}
+
+
+@pytest.mark.django_db
+def test_never_returns_another_tenant_agent_or_subject(tenant, agent, me):
+    other_tenant = make_tenant("globex")
+    strangers = [
+        Principal(tenant=other_tenant, agent=make_agent(other_tenant, "support-bot")),
+        Principal(tenant=tenant, agent=make_agent(tenant, "sales-bot")),
+    ]
+    text = "The vault code is kept by the night manager."
+    for stranger in strangers:
+        for i in range(30):
+            put(stranger, f"{text} ({i})", kind="secretish")
+    put(me, text + " (subject bob)", subject_id="bob", kind="secretish")
+    mine = put(me, text + " (mine)", kind="secretish")
+    alice = put(me, text + " (subject alice)", subject_id="alice", kind="secretish")
+
+    for mode in ("hybrid", "semantic", "keyword"):
+        # A highly selective filter: only a few rows of the whole table pass it.
+        hits = search(me, query="vault code", mode=mode, kind="secretish", limit=100)
+        assert [hit["id"] for hit in hits["memories"]] == [mine.id]
+        hits = search(me, query="vault code", mode=mode, subject_id="alice", limit=100)
+        assert {hit["id"] for hit in hits["memories"]} == {mine.id, alice.id}
+
+
+@pytest.mark.django_db
+def test_selective_agent_filter_still_returns_k_rows(tenant, me):
+    crowd = Principal(tenant=tenant, agent=make_agent(tenant, "crowd"))
+    for i in range(200):
+        put(crowd, f"Shipping note {i}: parcels leave the depot at dawn.")
+    own = {put(me, f"Shipping rule {i}: parcels need a signature.").id for i in range(12)}
+    for mode in ("semantic", "hybrid"):
+        hits = search(me, query="parcels depot dawn", mode=mode, limit=10)["memories"]
+        assert len(hits) == 10
+        assert {hit["id"] for hit in hits} <= own
+
+
+@pytest.mark.django_db
+def test_expired_and_tombstoned_are_never_returned(me):
+    live = put(me, "Gate code for the warehouse is on the badge.")
+    put(me, "Gate code changes weekly.", ttl="1h")
+    gone = put(me, "Gate code used to be written on the door.")
+    memory_forget(principal=me, memory_id=gone.id, reason="wrong", now=T0)
+    later = T0 + timedelta(hours=2)
+    for mode in ("hybrid", "semantic", "keyword"):
+        hits = search(me, query="gate code", mode=mode, now=later)["memories"]
+        assert [hit["id"] for hit in hits] == [live.id]
+
+
+@pytest.mark.django_db
+def test_is_latest_and_history(me):
+    first = put(me, "Favourite colour is green.", key="colour")
+    second = put(me, "Favourite colour is purple.", key="colour", now=T0 + timedelta(minutes=1))
+    assert first.id == second.id
+    current = search(me, query="favourite colour")["memories"]
+    assert [(h["data"]["text"], h["context"]["isLatest"]) for h in current] == [
+        ("Favourite colour is purple.", True)
+    ]
+    both = search(me, query="favourite colour", include_history=True)["memories"]
+    assert sorted((h["data"]["text"], h["context"]["isLatest"]) for h in both) == [
+        ("Favourite colour is green.", False),
+        ("Favourite colour is purple.", True),
+    ]
+    assert {h["id"] for h in both} == {first.id}
+
+
+@pytest.mark.django_db
+def test_shared_and_workspace_sources(tenant, agent, me):
+    teacher = make_agent(tenant, "teacher")
+    agent.reads_from.add(teacher)
+    agent._reads_from_ids = None
+    taught = Principal(tenant=tenant, agent=teacher)
+    shared = put(taught, "Invoices are due on the first Monday.")
+    put(taught, "Invoices chat in this run only.", category="conversation", thread_id="t1")
+    workspace = put(me, "Invoices go to billing@acme.test.", category="workspace")
+    me = Principal(tenant=tenant, agent=type(agent).objects.get(pk=agent.pk))
+
+    hits = search(me, query="invoices", limit=10)["memories"]
+    assert {h["id"]: h["source"] for h in hits} == {
+        shared.id: "shared:teacher",
+        workspace.id: "workspace",
+    }
+    alone = search(me, query="invoices", include_shared=False)["memories"]
+    assert [h["id"] for h in alone] == [workspace.id]
+
+
+@pytest.mark.django_db
+def test_conversation_memories_only_for_their_thread(me):
+    general = put(me, "Ticket 42 concerns a broken hinge.")
+    in_run = put(me, "Ticket 42: customer sent photos.", category="conversation", thread_id="r1")
+    put(me, "Ticket 42: other run.", category="conversation", thread_id="r2")
+    assert [h["id"] for h in search(me, query="ticket 42")["memories"]] == [general.id]
+    in_thread = search(me, query="ticket 42", thread_id="r1")["memories"]
+    assert [h["id"] for h in in_thread] == [in_run.id]
+
+
+@pytest.mark.django_db
+def test_returned_rows_are_bumped_with_one_update(me, corpus):
+    later = T0 + timedelta(hours=1)
+    with CaptureQueriesContext(connection) as ctx:
+        hits = search(me, query="coffee sugar", mode="keyword", now=later)["memories"]
+    updates = [q for q in ctx.captured_queries if q["sql"].startswith("UPDATE")]
+    assert len(updates) == 1
+    bumped = Memory.objects.get(pk=hits[0]["id"])
+    assert bumped.access_count == 1 and bumped.last_accessed_at == later
+    assert Memory.objects.get(pk=corpus["car"].id).access_count == 0
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "body,field",
+    [
+        ({}, "query"),
+        ({"query": "  "}, "query"),
+        ({"query": 5}, "query"),
+        ({"query": "x", "mode": "fuzzy"}, "mode"),
+        ({"query": "x", "limit": 101}, "limit"),
+        ({"query": "x", "limit": 0}, "limit"),
+        ({"query": "x", "min_score": 2}, "min_score"),
+        ({"query": "x", "tags": "Not A Tag!"}, "tags"),
+        ({"query": "x", "include_shared": "maybe"}, "include_shared"),
+        ({"query": "x", "category": "Bad Category"}, "category"),
+    ],
+)
+def test_invalid_input_names_the_field(api_client, body, field):
+    response = api_client.post("/api/v1/search", body, format="json")
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["code"] == "INVALID_INPUT" and error["details"]["field"] == field
+
+
+@pytest.mark.django_db
+def test_scope_and_subject_binding(agent, key_client):
+    write_only = key_client(agent, scopes=["write"])
+    response = write_only.post("/api/v1/search", {"query": "x"}, format="json")
+    assert response.status_code == 403
+    assert response.json()["error"]["code"] == "SCOPE_DENIED"
+    bound = key_client(agent, subject_id="alice")
+    response = bound.post("/api/v1/search", {"query": "x", "subject_id": "bob"}, format="json")
+    assert response.status_code == 403
+
+
+@pytest.mark.django_db
+def test_unauthenticated(client):
+    response = client.post("/api/v1/search", {"query": "x"}, content_type="application/json")
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "UNAUTHENTICATED"
