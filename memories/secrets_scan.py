@@ -52,6 +52,8 @@ _INVISIBLE_RE = re.compile(
 
 # No rule can match fewer characters than this (`://a:b@c`), so shorter strings are skipped.
 _MIN_SCAN_LEN = 8
+# A value judged by entropy alone is at most this long; longer ones are documents, not secrets.
+_MAX_SECRET_LEN = 512
 
 _ALNUM = frozenset(ascii_letters + digits)
 
@@ -155,13 +157,18 @@ def _url_password(match: re.Match[str]) -> bool:
     )
 
 
-_DISCORD_HEAD_RE = re.compile(r"(?<![A-Za-z0-9_\-])[MNO][A-Za-z0-9_\-]{23,27}$")
+_DISCORD_HEAD_RE = re.compile(r"(?<![A-Za-z0-9_\-])[MNO][A-Za-z0-9_\-]{23,27}+$")
 
 
 def _discord(match: re.Match[str]) -> bool:
     # The match starts at the first dot (a literal to search for); the id part precedes it.
     head = _DISCORD_HEAD_RE.search(match.string, max(0, match.start() - 29), match.start())
     return head is not None and _token(match)
+
+
+def _putty_private_lines(match: re.Match[str]) -> bool:
+    header = match.string.rfind("PuTTY-User-Key-File-", max(0, match.start() - 4000), match.start())
+    return header != -1 and _token(match)
 
 
 @dataclass(frozen=True)
@@ -181,13 +188,20 @@ def _rule(name: str, pattern: str, accept=_token, *, bounded: bool = True) -> _R
 _B64URL = r"[A-Za-z0-9_\-]"
 _END = r"(?![A-Za-z0-9])"  # right boundary for alphanumeric bodies
 _END_URL = r"(?![A-Za-z0-9_\-])"  # right boundary for base64url bodies
-_PEM_BODY = r"(?:(?!-----)[\s\S]){0,300}?(?P<s>[A-Za-z0-9+/]{40})"
+# What may follow a PEM header before the base64 body: whitespace (or `\n` escapes when the key
+# was pasted from JSON) and RFC 1421 header lines (`Proc-Type: 4,ENCRYPTED`, `DEK-Info: …`).
+_PEM_GAP = r"(?:\s|\\[nr])*+"
+_PEM_BODY = (
+    rf"{_PEM_GAP}(?:[A-Za-z][A-Za-z\-]*+:[^\n\\]*+{_PEM_GAP}){{0,4}}(?P<s>[A-Za-z0-9+/]{{40}})"
+)
 
 _RULES: tuple[_Rule, ...] = (
     _rule("ssh_private_key", r"-----BEGIN OPENSSH PRIVATE KEY-----" + _PEM_BODY, bounded=False),
+    # PuTTY key files: searched from their private section, the file header checked behind it.
     _rule(
         "ssh_private_key",
-        r"PuTTY-User-Key-File-\d:[\s\S]{0,2000}?Private-Lines:\s*\d+\s+(?P<s>[A-Za-z0-9+/]{40})",
+        r"Private-Lines:\s*\d+\s+(?P<s>[A-Za-z0-9+/]{40})",
+        _putty_private_lines,
         bounded=False,
     ),
     _rule(
@@ -196,36 +210,37 @@ _RULES: tuple[_Rule, ...] = (
         bounded=False,
     ),
     _rule("aws_access_key_id", r"A(?:KIA|SIA|BIA|CCA|3T[A-Z0-9])[A-Z0-9]{16}" + _END),
-    _rule("github_pat", r"github_pat_[A-Za-z0-9_]{60,255}" + _END),
-    _rule("github_token", r"gh[pousr]_[A-Za-z0-9]{36,251}" + _END),
+    _rule("github_pat", r"github_pat_[A-Za-z0-9_]{60,255}+" + _END),
+    _rule("github_token", r"gh[pousr]_[A-Za-z0-9]{36,251}+" + _END),
     _rule(
         "gitlab_token",
-        r"gl(?:pat|dt|rt|ptt|cbt|soat|ft|imt|agent|oas|wt)-[A-Za-z0-9_\-]{20,255}" + _END_URL,
+        r"gl(?:pat|dt|rt|ptt|cbt|soat|ft|imt|agent|oas|wt)-[A-Za-z0-9_\-]{20,255}+" + _END_URL,
     ),
     _rule(
         "slack_webhook",
-        r"hooks\.slack\.com/(?:services|workflows|triggers)/(?P<s>[A-Za-z0-9_/\-]{20,200})",
+        r"hooks\.slack\.com/(?:services|workflows|triggers)/(?P<s>[A-Za-z0-9_/\-]{20,200}+)",
     ),
-    _rule("slack_token", r"xox[abeoprs]-[A-Za-z0-9\-]{10,250}" + _END),
-    _rule("slack_token", r"xapp-[0-9]-[A-Za-z0-9\-]{10,250}" + _END),
-    _rule("stripe_key", r"sk_(?:live|test)_[A-Za-z0-9]{20,247}" + _END),
-    _rule("stripe_key", r"rk_(?:live|test)_[A-Za-z0-9]{20,247}" + _END),
-    _rule("stripe_webhook_secret", r"whsec_[A-Za-z0-9+/]{32,100}" + _END),
-    _rule("anthropic_api_key", r"sk-ant-[A-Za-z0-9_\-]{32,400}" + _END_URL),
+    _rule("slack_token", r"xox[abeoprs]-[A-Za-z0-9\-]{10,250}+" + _END),
+    _rule("slack_token", r"xapp-[0-9]-[A-Za-z0-9\-]{10,250}+" + _END),
+    _rule("stripe_key", r"sk_(?:live|test)_[A-Za-z0-9]{20,247}+" + _END),
+    _rule("stripe_key", r"rk_(?:live|test)_[A-Za-z0-9]{20,247}+" + _END),
+    _rule("stripe_webhook_secret", r"whsec_[A-Za-z0-9+/]{32,100}+" + _END),
+    _rule("anthropic_api_key", r"sk-ant-[A-Za-z0-9_\-]{32,400}+" + _END_URL),
     _rule(
         "openai_api_key",
-        r"sk-(?!ant-)(?P<s>(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{32,400})" + _END_URL,
+        r"sk-(?!ant-)(?P<s>(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{32,400}+)" + _END_URL,
         _token_not_wordy,
     ),
     _rule("google_api_key", r"AIza[A-Za-z0-9_\-]{35}" + _END_URL),
     _rule("google_oauth_client_secret", r"GOCSPX-[A-Za-z0-9_\-]{28}" + _END_URL),
     _rule(
         "jwt",
-        r"eyJ[A-Za-z0-9_\-]{10,4096}\.[A-Za-z0-9_\-]{10,8192}\.[A-Za-z0-9_\-]{0,1024}" + _END_URL,
+        r"eyJ[A-Za-z0-9_\-]{10,4096}+\.[A-Za-z0-9_\-]{10,8192}+\.[A-Za-z0-9_\-]{0,1024}+"
+        + _END_URL,
     ),
     _rule("memoryhub_api_key", r"mh_[A-Za-z0-9]{38}" + _END),
     _rule("npm_token", r"npm_[A-Za-z0-9]{36}" + _END),
-    _rule("pypi_token", r"pypi-AgE[A-Za-z0-9_\-]{50,2000}" + _END_URL),
+    _rule("pypi_token", r"pypi-AgE[A-Za-z0-9_\-]{50,2000}+" + _END_URL),
     _rule("twilio_api_key", r"SK[0-9a-f]{32}" + _END),
     _rule("twilio_api_key", r"AC[0-9a-f]{32}" + _END),
     _rule("sendgrid_api_key", rf"SG\.{_B64URL}{{22}}\.{_B64URL}{{43}}" + _END_URL),
@@ -236,26 +251,26 @@ _RULES: tuple[_Rule, ...] = (
         r"_v1_(?<![A-Za-z0-9]do[opr]_v1_)(?<=do[opr]_v1_)[a-f0-9]{64}" + _END,
         bounded=False,
     ),
-    _rule("huggingface_token", r"hf_[A-Za-z0-9]{34,40}" + _END),
+    _rule("huggingface_token", r"hf_[A-Za-z0-9]{34,40}+" + _END),
     _rule(
         "azure_connection_string",
-        r"AccountKey=(?P<s>[A-Za-z0-9+/]{40,100}={0,2})",
+        r"AccountKey=(?P<s>[A-Za-z0-9+/]{40,100}+={0,2})",
         bounded=False,
     ),
     _rule(
         "azure_connection_string",
-        r"SharedAccessKey=(?P<s>[A-Za-z0-9+/]{40,100}={0,2})",
+        r"SharedAccessKey=(?P<s>[A-Za-z0-9+/]{40,100}+={0,2})",
         bounded=False,
     ),
     _rule(
         "discord_bot_token",
-        rf"\.{_B64URL}{{6,7}}\.{_B64URL}{{27,40}}" + _END_URL,
+        rf"\.{_B64URL}{{6,7}}\.{_B64URL}{{27,40}}+" + _END_URL,
         _discord,
         bounded=False,
     ),
     _rule(
         "discord_webhook",
-        r"discord(?:app)?\.com/api/webhooks/[0-9]{17,20}/(?P<s>[A-Za-z0-9_\-]{60,100})",
+        r"discord(?:app)?\.com/api/webhooks/[0-9]{17,20}/(?P<s>[A-Za-z0-9_\-]{60,100}+)",
     ),
     # `<8-10 digit bot id>:AA…`: searched from the `:AA` literal, the id checked behind it.
     _rule(
@@ -267,17 +282,17 @@ _RULES: tuple[_Rule, ...] = (
     _rule("square_token", r"sq0atp-[A-Za-z0-9_\-]{22}" + _END_URL),
     _rule("square_token", r"sq0csp-[A-Za-z0-9_\-]{43}" + _END_URL),
     _rule("square_token", r"EAAA[A-Za-z0-9_\-]{60}" + _END_URL),
-    _rule("atlassian_api_token", r"ATATT3[A-Za-z0-9_\-=]{150,300}" + _END),
+    _rule("atlassian_api_token", r"ATATT3[A-Za-z0-9_\-=]{150,300}+" + _END),
     _rule("databricks_token", r"dapi[a-f0-9]{32}(?:-[0-9])?" + _END),
     _rule("groq_api_key", r"gsk_[A-Za-z0-9]{52}" + _END),
-    _rule("hashicorp_vault_token", r"hv[sb]\.[A-Za-z0-9_\-]{24,300}" + _END_URL),
+    _rule("hashicorp_vault_token", r"hv[sb]\.[A-Za-z0-9_\-]{24,300}+" + _END_URL),
     _rule("linear_api_key", r"lin_api_[A-Za-z0-9]{40}" + _END),
     _rule("postman_api_key", r"PMAK-[a-f0-9]{24}-[a-f0-9]{34}" + _END),
     _rule("age_secret_key", r"AGE-SECRET-KEY-1[QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L]{58}" + _END),
     # `scheme://user:password@host`; the user may be empty (`redis://:pw@host`).
     _rule(
         "url_password",
-        r"://[^\s/?#@:]{0,256}:(?P<s>[^\s/?#@]{1,256})@[A-Za-z0-9\[]",
+        r"://[^\s/?#@:]{0,256}+:(?P<s>[^\s/?#@]{1,256}+)@[A-Za-z0-9\[]",
         _url_password,
         bounded=False,
     ),
@@ -288,7 +303,7 @@ _BEARER_RULES: tuple[_Rule, ...] = tuple(
     _rule(
         "bearer_token",
         # Searched from a literal; the look-behinds restore the word boundary before it.
-        rf"{word[1:]}(?<![A-Za-z0-9]{word})(?<={word})\s+(?P<s>[A-Za-z0-9\-._~+/]{{16,512}}=*)",
+        rf"{word[1:]}(?<![A-Za-z0-9]{word})(?<={word})\s+(?P<s>[A-Za-z0-9\-._~+/]{{16,512}}+=*)",
         _bearer_value,
         bounded=False,
     )
@@ -323,10 +338,10 @@ _SECRET_NAME_ENDINGS = _SECRET_NAME_BASES + tuple(
 # Every secret name contains one of these; each is found with a fast `str.find`.
 _NAME_STEMS = ("secret", "token", "passw", "pwd", "key", "credential", "authorization")
 _NAME_CHARS = frozenset(ascii_letters + digits + "_.-")
-_NAME_END_RE = re.compile(r"[A-Za-z0-9_.\-]*")
+_NAME_END_RE = re.compile(r"[A-Za-z0-9_.\-]*+")
 _ASSIGNED_VALUE_RE = re.compile(
     r"""\\?["']?\s{0,3}(?:=>|:=|=|:)\s{0,3}\\?["']?"""
-    r"""(?:(?:Bearer|bearer|Token|token|Basic|basic)\s+)?(?P<s>[^\s"'`,;()\[\]{}]{1,256})"""
+    r"""(?:(?:Bearer|bearer|Token|token|Basic|basic)\s+)?(?P<s>[^\s"'`,;()\[\]{}]{1,256}+)"""
 )
 _AWS_SECRET_RE = re.compile(r"[A-Za-z0-9/+]{40}")
 _UUID_RE = re.compile(r"[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}")
@@ -342,10 +357,13 @@ def _is_secret_name(name: str) -> bool:
 
 def _classify_assignment(name: str, value: str) -> str | None:
     """The rule for `name = value` when `name` is a secret name, or None if `value` is not one."""
+    if len(value) > _MAX_SECRET_LEN:  # a long document under a secret-named key
+        return None
     compact = _compact_name(name)
     value = value.rstrip(".,;:)]}\\")
     if ("aws" in compact or "secretaccesskey" in compact) and _AWS_SECRET_RE.fullmatch(value):
-        return "aws_secret_access_key" if shannon_entropy(value) >= 3.0 else None
+        real = not _is_placeholder(value) and shannon_entropy(value) >= 3.0
+        return "aws_secret_access_key" if real else None
     if "heroku" in compact and _UUID_RE.fullmatch(value):
         return "heroku_api_key"
     return "generic_secret" if _looks_random(value) else None
@@ -361,24 +379,22 @@ def _lowered(text: str) -> str:
 
 def _scan_assignments(text: str) -> str | None:
     low = _lowered(text)
-    seen: set[int] = set()
     for stem in _NAME_STEMS:
         at = low.find(stem)
         while at != -1:
             start = at
             while start and low[start - 1] in _NAME_CHARS and at - start < 64:
                 start -= 1
-            end = _NAME_END_RE.match(text, at).end()
-            if start not in seen:
-                seen.add(start)
-                name = text[start:end]
-                if _is_secret_name(name):
-                    assigned = _ASSIGNED_VALUE_RE.match(text, end)
-                    if assigned is not None:
-                        rule = _classify_assignment(name, assigned.group("s"))
-                        if rule is not None:
-                            return rule
-            at = low.find(stem, end)
+            end = resume = _NAME_END_RE.match(text, at).end()
+            name = text[start:end]
+            if _is_secret_name(name):
+                assigned = _ASSIGNED_VALUE_RE.match(text, end)
+                if assigned is not None:
+                    rule = _classify_assignment(name, assigned.group("s"))
+                    if rule is not None:
+                        return rule
+                    resume = assigned.end()  # a value is not also a name: keeps this linear
+            at = low.find(stem, resume)
     return None
 
 
