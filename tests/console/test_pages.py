@@ -365,3 +365,36 @@ def test_run_now_enqueues_the_job(login, admin_user):
     run = JobRun.objects.get(job="prune_memories")
     assert (run.trigger, run.status) == ("console", "ok")
     assert client.post("/console/jobs/run/", {"job": "rm -rf"}).status_code == 404
+
+
+def test_owner_manages_members(owner_client, tenant):
+    from accounts.models import Membership
+
+    page = owner_client.get("/console/members/").content.decode()
+    assert "owner@acme.test" in page
+    response = owner_client.post(
+        "/console/members/",
+        {"email": "New@Acme.test", "role": "reviewer", "password": "a-long-password"},
+    )
+    assert response.status_code == 302
+    membership = Membership.objects.get(tenant=tenant, user__username="new@acme.test")
+    assert membership.role == "reviewer"
+    # A new operator needs a password; an existing one does not.
+    response = owner_client.post("/console/members/", {"email": "x@acme.test", "role": "viewer"})
+    assert response.status_code == 422
+    response = owner_client.post("/console/members/", {"email": "new@acme.test", "role": "admin"})
+    assert response.status_code == 302
+    membership.refresh_from_db()
+    assert membership.role == "admin"
+
+
+def test_activity_filters_by_actor_and_type(owner_client, agent, store_memory):
+    from memories.services import memory_tombstone
+
+    kept = store_memory(agent, "Kept")
+    gone = store_memory(agent, "Gone")
+    memory_tombstone(tenant=agent.tenant, memory_id=gone.pk, actor="operator:z@acme.test")
+    body = owner_client.get("/console/activity/?type=tombstone").content.decode()
+    assert gone.pk in body and kept.pk not in body
+    body = owner_client.get("/console/activity/?actor=agent:support-bot").content.decode()
+    assert gone.pk in body and kept.pk in body and "operator:z@acme.test" not in body
