@@ -14,7 +14,7 @@ from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest
 
-from accounts.models import Membership, Role
+from accounts.models import ROLE_RANK, Membership, Role
 
 SESSION_TENANT_KEY = "console_tenant_id"
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
@@ -51,9 +51,7 @@ def require_role(role: str = Role.VIEWER):
             if membership is None:
                 raise PermissionDenied("You are not a member of any tenant.")
             needed = role
-            if request.method not in SAFE_METHODS and not Membership(role=role).has_role(
-                Role.REVIEWER
-            ):
+            if request.method not in SAFE_METHODS and ROLE_RANK[role] < ROLE_RANK[Role.REVIEWER]:
                 needed = Role.REVIEWER
             if not membership.has_role(needed):
                 raise PermissionDenied("Your role does not allow this.")

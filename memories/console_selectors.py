@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import base64
 import json
+from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.db import connection
 from django.db.models import Count, Q, QuerySet
 from django.http import Http404
@@ -85,9 +87,11 @@ def _keyset(qs: QuerySet, *, field_name: str, desc: bool, cursor: str | None, si
     if decoded is not None:
         value, pk = decoded
         op = "lt" if desc else "gt"
-        qs = qs.filter(
-            Q(**{f"{field_name}__{op}": value}) | Q(**{field_name: value, f"id__{op}": pk})
-        )
+        # A hand-edited cursor of the wrong type restarts the list rather than failing.
+        with suppress(ValueError, TypeError, ValidationError):
+            qs = qs.filter(
+                Q(**{f"{field_name}__{op}": value}) | Q(**{field_name: value, f"id__{op}": pk})
+            )
     rows = list(qs[: size + 1])
     next_cursor = None
     if len(rows) > size:

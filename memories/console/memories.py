@@ -8,6 +8,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.urls import reverse
 from django.views.decorators.http import require_POST
+from django_htmx.http import HttpResponseClientRefresh
 
 from accounts.console import operator_actor, require_role
 from accounts.models import Role
@@ -177,10 +178,10 @@ def _action(request: HttpRequest, memory_id: str, call, message: str) -> HttpRes
     except NotFound as exc:
         raise Http404 from exc
     except DomainError as exc:
+        # e.g. restoring next to a live memory with the same key: say why on the reloaded page.
         messages.error(request, exc.message)
         if request.htmx:
-            response = HttpResponse(exc.message, status=409)
-            return response
+            return HttpResponseClientRefresh()
         return redirect(safe_next(request, reverse("console:memory-detail", args=[memory_id])))
     return _after_action(request, memory, message)
 

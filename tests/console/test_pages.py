@@ -398,3 +398,12 @@ def test_activity_filters_by_actor_and_type(owner_client, agent, store_memory):
     assert gone.pk in body and kept.pk not in body
     body = owner_client.get("/console/activity/?actor=agent:support-bot").content.decode()
     assert gone.pk in body and kept.pk in body and "operator:z@acme.test" not in body
+
+
+def test_tampered_cursor_restarts_the_list(owner_client, agent, store_memory):
+    from memories.console_selectors import encode_cursor
+
+    store_memory(agent, "Still listed")
+    for cursor in ("garbage", encode_cursor("not-a-number", "x"), encode_cursor(None, 1)):
+        response = owner_client.get(f"/console/memories/?sort=importance&cursor={cursor}")
+        assert response.status_code == 200 and "Still listed" in response.content.decode()
