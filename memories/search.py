@@ -47,16 +47,19 @@ class Fusion:
     """Knobs of the hybrid ranking (chosen on LoCoMo; see README "Search quality")."""
 
     rrf_k: int = 60
-    keyword_weight: float = 2.0
+    keyword_weight: float = 1.0
     semantic_weight: float = 1.0
     # Candidates taken from each list before fusing (at least the requested limit).
-    depth: int = 60
+    depth: int = 40
     # Candidates visited by the HNSW scan; iterative scans go further when filters drop rows.
     ef_search: int = 100
     # "rrf": weighted reciprocal rank; "linear": both scores re-computed for the union of the
     # candidates, normalised, and mixed with the same weights.
-    method: str = "rrf"
-    semantic_norm: str = "minmax"
+    method: str = "linear"
+    semantic_norm: str = "raw"
+    # "max": keyword rank divided by the best rank among the candidates; "squash": r / (r + c).
+    keyword_norm: str = "max"
+    keyword_squash: float = 0.1
 
 
 FUSION = Fusion()
@@ -68,9 +71,9 @@ TSQUERY_SQL = (
     "(SELECT string_agg(quote_literal(lexeme), ' | ')::tsquery "
     "FROM unnest(to_tsvector('english'::regconfig, %s)))"
 )
-# ts_rank with normalisation 1 (divide by 1 + log(length)) keeps long memories from winning on
-# length alone; /(rank + 1) is applied when turning it into a 0–1 relevance.
-KEYWORD_RANK_SQL = "ts_rank(search_vector, " + TSQUERY_SQL + ", 1)"
+# Plain ts_rank (normalisation 0) ranked best on LoCoMo; length normalisations (1, 2, 32) and
+# ts_rank_cd all ranked worse there (README "Search quality").
+KEYWORD_RANK_SQL = "ts_rank(search_vector, " + TSQUERY_SQL + ")"
 KEYWORD_MATCH_SQL = "search_vector @@ " + TSQUERY_SQL
 
 
@@ -232,9 +235,10 @@ def ranked_ids(
 ) -> list[tuple[str, float]]:
     """`[(memory_id, relevance 0–1)]`, best first, computed by one SQL statement.
 
-    keyword relevance = rank / (rank + 1); semantic relevance = cosine similarity clamped to
-    0–1; hybrid relevance = the fused score divided by the best score a memory could get (first
-    in both lists), so 1.0 means "top of both".
+    keyword relevance = ts_rank / (ts_rank + 0.1); semantic relevance = cosine similarity
+    clamped to 0–1; hybrid (linear) relevance = the weighted mean of the cosine similarity and
+    the keyword rank relative to the best keyword rank among the candidates, both recomputed for
+    every candidate of either list (a memory found by one list still gets the other's score).
     """
     depth = max(fusion.depth, limit)
     parts: list[str] = []
@@ -258,7 +262,8 @@ def ranked_ids(
         params.extend(p)
 
     if mode == "keyword":
-        select = "SELECT id, kw_score / (kw_score + 1) AS relevance FROM kw"
+        c = fusion.keyword_squash
+        select = f"SELECT id, kw_score / (kw_score + {c}) AS relevance FROM kw"
     elif mode == "semantic":
         select = "SELECT id, LEAST(1, GREATEST(0, 1 - sem_dist)) AS relevance FROM sem"
     elif fusion.method == "rrf":
@@ -286,9 +291,13 @@ def ranked_ids(
             sem_expr = "(sim - mins) / NULLIF(maxs - mins, 0)"
         else:
             sem_expr = "GREATEST(sim, 0)"
+        if fusion.keyword_norm == "max":
+            kw_expr = "kws / NULLIF(maxk, 0)"
+        else:
+            kw_expr = f"kws / (kws + {fusion.keyword_squash})"
         select = (
             f"SELECT id, ({ws} * COALESCE({sem_expr}, 0) "
-            f"+ {wk} * COALESCE(kws / NULLIF(maxk, 0), 0)) / {wk + ws} AS relevance FROM normed"
+            f"+ {wk} * COALESCE({kw_expr}, 0)) / {wk + ws} AS relevance FROM normed"
         )
     sql = f"WITH {', '.join(parts)} SELECT id, relevance FROM ({select}) fused"
     if min_score is not None:
