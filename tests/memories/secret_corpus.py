@@ -72,6 +72,13 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     _tp("private_key", _pem("PRIVATE KEY")),
     _tp("private_key", _pem("EC PRIVATE KEY"), "key: {}"),
     _tp("private_key", _pem("PGP PRIVATE KEY BLOCK")),
+    _tp("private_key", _pem("RSA PRIVATE KEY").replace("\n", "\\n"), '{{"pem": "{}"}}'),
+    _tp(
+        "private_key",
+        _pem("RSA PRIVATE KEY").replace(
+            "-----\n", "-----\nProc-Type: 4,ENCRYPTED\nDEK-Info: AES-128-CBC,0A1B\n\n", 1
+        ),
+    ),
     _tp("aws_access_key_id", "AKIA" + rand(16, UPPER_ALNUM), "The deploy user is {} in us-east-1"),
     _tp("aws_access_key_id", "ASIA" + rand(16, UPPER_ALNUM), "temporary creds {},"),
     _tp(

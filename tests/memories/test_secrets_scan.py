@@ -8,6 +8,8 @@ import sys
 import unicodedata
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memories.secrets_scan import RULE_NAMES, SecretFinding, find_secret, normalise
 from tests.memories.secret_corpus import (
@@ -177,3 +179,27 @@ def test_normalise_covers_every_format_character_of_this_python():
 def test_normalise_folds_compatibility_forms():
     assert normalise("ｇｈｐ＿ＡＢＣ　ｘ") == "ghp_ABC x"
     assert normalise("plain ascii stays") == "plain ascii stays"
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_json)
+def test_any_json_value_scans_without_error(value):
+    finding = find_secret(value, "data")
+    assert finding is None or (finding.rule in RULE_NAMES and finding.field.startswith("data"))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(TRUE_POSITIVES), st.text(max_size=40), st.text(max_size=40))
+def test_true_positive_is_found_whatever_surrounds_it(example, before, after):
+    _, text, _ = example
+    finding = find_secret(f"{before} {text} {after}", "text")
+    assert finding is not None and finding.rule in RULE_NAMES
