@@ -629,9 +629,11 @@ def _evict_over_cap(
             live.filter(agent__isnull=True, category=Category.WORKSPACE),
             tenant.workspace_cap,
         )
-    excess = live.count() - cap
-    if excess <= 0:
+    # Count at most cap + 1 rows first: the common answer, "not over", then costs O(cap) index
+    # entries rather than O(all the owner's memories). Only an owner over its cap is counted.
+    if live.order_by()[: cap + 1].count() <= cap:
         return 0
+    excess = live.count() - cap
     victims = list(
         live.exclude(pk__in=list(exclude_ids))
         .annotate(
