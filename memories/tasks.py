@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+from django.db import connection
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -55,10 +56,12 @@ def run_job(
     if name not in JOBS:
         raise ValueError(f"unknown job {name!r}; one of {', '.join(sorted(JOBS))}")
     as_of = resolve_now(_as_datetime(now))
+    _reap_abandoned(name)
     model = PruneRun if name == "prune_memories" else JobRun
     run = model.objects.create(
         job=name, trigger=trigger, as_of=as_of, dry_run=dry_run, started_at=timezone.now()
     )
+    _advisory("pg_advisory_lock", run.pk)
     started = time.monotonic()
     try:
         counts = JOBS[name](now=as_of, dry_run=dry_run, progress=progress, **options)
@@ -73,7 +76,31 @@ def run_job(
     return run
 
 
+# A running JobRun holds a session-level advisory lock on its connection. PostgreSQL drops it
+# when the worker dies (SIGKILL, OOM, a lost machine), so the next run can tell a killed run,
+# which would otherwise say "running" forever, from one still at work.
+_LIVENESS_NAMESPACE = 0x4D48_4A42  # "MHJB"
+
+
+def _advisory(function: str, run_id: int) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {function}(%s, %s)", [_LIVENESS_NAMESPACE, run_id % 2**31])
+        return cursor.fetchone()[0] is not False
+
+
+def _reap_abandoned(name: str) -> None:
+    for run_id in JobRun.objects.filter(job=name, status="running").values_list("pk", flat=True):
+        if _advisory("pg_try_advisory_lock", run_id):
+            JobRun.objects.filter(pk=run_id, status="running").update(
+                status="failed",
+                error="abandoned: the worker stopped before recording an end (killed or lost)",
+                finished_at=timezone.now(),
+            )
+            _advisory("pg_advisory_unlock", run_id)
+
+
 def _finish(run: JobRun, started: float) -> None:
     run.finished_at = timezone.now()
     run.duration_ms = int((time.monotonic() - started) * 1000)
     run.save(update_fields=["status", "error", "counts", "finished_at", "duration_ms"])
+    _advisory("pg_advisory_unlock", run.pk)

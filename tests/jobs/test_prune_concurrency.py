@@ -12,6 +12,7 @@ from django.db import connection, connections, transaction
 from memories.bench.prune import insert_memories
 from memories.jobs.prune import prune_memories
 from memories.models import Memory, PruneRun
+from memories.tasks import run_job
 from tests.jobs.conftest import (
     NOW,
     add_memories,
@@ -70,6 +71,13 @@ def test_a_worker_killed_mid_run_leaves_no_half_batch_and_the_next_run_finishes(
             break
     worker.wait(timeout=60)
     assert worker.returncode == -signal.SIGKILL
+    with connection.cursor() as cursor:
+        # The dead worker's server process ends once it notices; make that happen now, so
+        # nothing it sent before dying can commit after we look.
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid, 30000) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
 
     changed = Memory.objects.filter(status="expired").count()
     assert 200 <= changed < 20_000
@@ -78,11 +86,14 @@ def test_a_worker_killed_mid_run_leaves_no_half_batch_and_the_next_run_finishes(
     killed = PruneRun.objects.get()
     assert killed.status == "running"  # it never got to record an end
 
-    counts = prune_memories(now=NOW)
+    rerun = run_job("prune_memories", now=NOW)
 
-    assert counts["expired"] == 20_000 - changed
+    assert rerun.counts["expired"] == 20_000 - changed
     assert not Memory.objects.filter(status="active").exists()
     assert_each_change_has_exactly_one_revision()
+    killed.refresh_from_db()
+    assert killed.status == "failed"
+    assert killed.error.startswith("abandoned")
 
 
 def test_a_memory_locked_by_a_writer_is_skipped_and_left_for_the_next_run(tenant, agent):

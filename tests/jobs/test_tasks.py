@@ -80,3 +80,27 @@ def test_unknown_job_is_refused():
 def test_bad_now_is_a_command_error():
     with pytest.raises(CommandError):
         call_command("prune_memories", "--now", "yesterday-ish")
+
+
+def test_a_live_run_is_not_taken_for_abandoned(tenant, agent):
+    """A run still at work (its connection holds the liveness lock) stays `running`."""
+    from django.db import connections
+
+    seen: list[str] = []
+
+    def progress(line: str) -> None:
+        if not seen:
+            # Another process starting a run meanwhile must leave this one alone.
+            running_id = JobRun.objects.get(status="running").pk
+            other = connections.create_connection("default")
+            try:
+                with other.cursor() as cursor:
+                    cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [0x4D48_4A42, running_id])
+                    seen.append(cursor.fetchone()[0])
+            finally:
+                other.close()
+
+    add_memories(tenant, agent, 1, expires_at=ago(hours=1))
+    run_job("prune_memories", now=NOW, progress=progress)
+
+    assert seen == [False]
