@@ -192,3 +192,17 @@ def test_store_result_replays_under_idempotency(principal):
     second = services.memory_store(principal=principal, data=data, idempotency_key="abc")
     assert second.replayed and second.as_response() == first.as_response()
     assert second.status_code == 201 and second.memory.id == first.memory.id
+
+
+@pytest.mark.django_db
+def test_seed_demo_stores_demo_memories_once():
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    call_command("seed_demo", stdout=StringIO())
+    call_command("seed_demo", stdout=StringIO())
+    rows = Memory.objects.filter(tenant__slug="demo")
+    assert rows.count() == 5
+    assert set(rows.values_list("category", flat=True)) == {"core", "workspace", "daily"}
+    assert rows.filter(review_state="pending").count() == 1

@@ -43,3 +43,26 @@ class Command(BaseCommand):
                 f"Agent {DEMO_TENANT}/{DEMO_AGENT} has a key already "
                 "(create another with manage.py create_api_key)"
             )
+        if not agent.memories.exists():
+            seed_memories(tenant, agent)
+            self.stdout.write(f"Stored {len(DEMO_MEMORIES)} demo memories")
+
+
+# A few memories so the console has something to show on a fresh install.
+DEMO_MEMORIES = (
+    {"key": "user.name", "text": "The user's name is Ada.", "tags": ["profile"]},
+    {"text": "Prefers answers in short bullet points.", "kind": "preference"},
+    {"text": "Release freeze starts every Thursday at 18:00 UTC.", "category": "workspace"},
+    {"text": "Asked about the March invoice today.", "category": "daily", "tags": ["billing"]},
+    {"text": "Might be relocating to Lisbon.", "capture_mode": "inferred"},
+)
+
+
+def seed_memories(tenant, agent) -> None:
+    """Store the demo memories through the same service the API uses."""
+    from accounts.principal import Principal
+    from memories.services import memory_store
+
+    principal = Principal(tenant=tenant, agent=agent)
+    for data in DEMO_MEMORIES:
+        memory_store(principal=principal, data=dict(data))
