@@ -879,7 +879,7 @@ def thread_end(*, principal: Principal, thread_id: str, now: datetime | None = N
         rows = rows.filter(Q(subject_id__isnull=True) | Q(subject_id=principal.bound_subject))
     removed = 0
     with transaction.atomic():
-        for memory in rows.select_for_update(skip_locked=True):
+        for memory in rows.order_by("id").select_for_update():
             before = snapshot(memory)
             if _conditional_update(
                 memory,
