@@ -6,7 +6,8 @@ the rule name and the field path: the value is never returned, logged or put int
 so a rejection can say *what* tripped without echoing the secret. This module logs nothing.
 
 Text is NFKC-normalised and stripped of invisible format characters first, so a key split by
-zero-width spaces or typed in full-width forms is still caught. Rules are anchored on token
+zero-width spaces or typed in full-width forms is still caught (remaining non-ASCII characters,
+never part of a credential, are folded to one placeholder each). Rules are anchored on token
 boundaries and reject placeholder-looking matches (low entropy, `xxxx`, `YOUR_…`, `EXAMPLE`),
 so documentation and prose about keys and passwords stay storable.
 
@@ -17,12 +18,13 @@ value's entropy, then bare `Bearer …` tokens. The first hit wins.
 Speed: every regex starts with a literal, so `re` skips ahead with a fast substring search
 instead of trying each position, and variable-length bodies are possessive (`{m,n}+`), so a
 candidate never backtracks; assignments are found from a handful of keyword `str.find`s.
-A 16 KB ASCII text scans in about half a millisecond, non-ASCII text (normalised first) in
-one to two, and no input found so far takes more than a few tens of milliseconds.
+A 16 KB text scans in about half a millisecond to a millisecond (more when it needs NFKC),
+and no input found so far takes more than a few tens of milliseconds.
 """
 
 from __future__ import annotations
 
+import codecs
 import math
 import re
 import unicodedata
@@ -41,23 +43,64 @@ class SecretFinding:
 
 # Every Cf (format) character of Unicode 15.1, plus invisible fillers and variation selectors
 # of other categories that render as nothing. Hard-coded because enumerating all code points
-# at import costs ~0.2 s; a test checks these classes against the running `unicodedata`.
-# Split in two because `re` tests a class of BMP characters with a bitmap, but falls back to
-# range-by-range checks once any astral character is in it.
-_INVISIBLE_BMP_RE = re.compile(
-    "["
-    "\u00ad\u034f\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u115f\u1160\u17b4\u17b5"
-    "\u180b-\u180f\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\u3164"
-    "\ufe00-\ufe0f\ufeff\uffa0\ufff9-\ufffb"
-    "]"
+# at import costs ~0.2 s; a test checks them against the running `unicodedata`.
+_INVISIBLE_RANGES = (
+    (0x00AD, 0x00AD),
+    (0x034F, 0x034F),
+    (0x0600, 0x0605),
+    (0x061C, 0x061C),
+    (0x06DD, 0x06DD),
+    (0x070F, 0x070F),
+    (0x0890, 0x0891),
+    (0x08E2, 0x08E2),
+    (0x115F, 0x1160),
+    (0x17B4, 0x17B5),
+    (0x180B, 0x180F),
+    (0x200B, 0x200F),
+    (0x202A, 0x202E),
+    (0x2060, 0x2064),
+    (0x2066, 0x206F),
+    (0x3164, 0x3164),
+    (0xFE00, 0xFE0F),
+    (0xFEFF, 0xFEFF),
+    (0xFFA0, 0xFFA0),
+    (0xFFF9, 0xFFFB),
+    (0x110BD, 0x110BD),
+    (0x110CD, 0x110CD),
+    (0x13430, 0x1343F),
+    (0x1BCA0, 0x1BCA3),
+    (0x1D173, 0x1D17A),
+    (0xE0001, 0xE0001),
+    (0xE0020, 0xE007F),
+    (0xE0100, 0xE01EF),
 )
-_INVISIBLE_ASTRAL_RE = re.compile(
-    "["
-    "\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a"
-    "\U000e0001\U000e0020-\U000e007f\U000e0100-\U000e01ef"
-    "]"
-)
-_ASTRAL_RE = re.compile("[\U00010000-\U0010ffff]")
+_INVISIBLE = "".join(chr(c) for low, high in _INVISIBLE_RANGES for c in range(low, high + 1))
+
+
+_NON_ASCII_RE = re.compile(r"[^\x00-\x7f]+")
+
+
+def _fold_run(run: str) -> str:
+    """Invisible characters vanish (joining the halves of a split key), whitespace becomes a
+    space, anything else one NUL: no rule matches a non-ASCII character, so which one it was
+    does not matter, and ASCII-only text lets `re` scan bytes instead of wide characters."""
+    run = run.strip(_INVISIBLE)
+    return "" if not run else " " if run.isspace() else "\0"
+
+
+def _fold_non_ascii(error: UnicodeEncodeError) -> tuple[str, int]:
+    """Codec error handler for one run of non-ASCII characters: NFKC (full-width forms become
+    ASCII), then `_fold_run`. NFKC per run equals NFKC of the whole text up to combining marks
+    after an ASCII letter, which fold to a NUL either way."""
+    run = error.object[error.start : error.end]
+    if unicodedata.is_normalized("NFKC", run):
+        return _fold_run(run), error.end
+    run = unicodedata.normalize("NFKC", run)
+    return _NON_ASCII_RE.sub(lambda match: _fold_run(match.group()), run), error.end
+
+
+_FOLD = "memoryhub.secrets_scan.fold"
+codecs.register_error(_FOLD, _fold_non_ascii)
 
 # No rule can match fewer characters than this (`://a:b@c`), so shorter strings are skipped.
 _MIN_SCAN_LEN = 8
@@ -116,15 +159,10 @@ def shannon_entropy(text: str) -> float:
 
 
 def normalise(text: str) -> str:
-    """NFKC, then drop invisible format characters: what a human would read."""
+    """What the rules read: NFKC, invisible characters dropped, other non-ASCII folded."""
     if text.isascii():  # ASCII is already NFKC and holds no format characters
         return text
-    if not unicodedata.is_normalized("NFKC", text):
-        text = unicodedata.normalize("NFKC", text)
-    text = _INVISIBLE_BMP_RE.sub("", text)
-    if _ASTRAL_RE.search(text):
-        text = _INVISIBLE_ASTRAL_RE.sub("", text)
-    return text
+    return text.encode("ascii", _FOLD).decode("ascii")
 
 
 def _is_placeholder(text: str) -> bool:
@@ -383,16 +421,8 @@ def _classify_assignment(name: str, value: str) -> str | None:
     return "generic_secret" if _looks_random(value) else None
 
 
-def _lowered(text: str) -> str:
-    """`text.lower()` with the same length, so indexes found in it apply to `text`."""
-    low = text.lower()
-    if len(low) == len(text):
-        return low
-    return "".join(ch if len(ch.lower()) != 1 else ch.lower() for ch in text)
-
-
 def _scan_assignments(text: str) -> str | None:
-    low = _lowered(text)
+    low = text.lower()  # same length: `text` is ASCII once normalised
     for stem in _NAME_STEMS:
         at = low.find(stem)
         while at != -1:

@@ -164,6 +164,7 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     _tp("url_password", _url_pw, "DATABASE_URL=postgres://app:{}@db.internal:5432/memoryhub"),
     _tp("url_password", _redis_pw, "cache at redis://:{}@cache:6379/0"),
     _tp("url_password", "Tr0ub4dor&3", "mongo: mongodb+srv://admin:{}@cluster0.mongodb.net/"),
+    _tp("url_password", "Pässwörd-" + rand(6), "Datenbank: postgres://app:{}@db.intern/app"),
     _tp("generic_secret", rand(32), "api_key = '{}'"),
     _tp("generic_secret", rand(40, B64URL), '{{"client_secret": "{}"}}'),
     _tp("generic_secret", rand(20, ALNUM + "!#%&*"), "DB_PASSWORD={}"),

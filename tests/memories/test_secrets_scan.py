@@ -181,6 +181,12 @@ def test_normalise_folds_compatibility_forms():
     assert normalise("plain ascii stays") == "plain ascii stays"
 
 
+def test_normalise_folds_other_non_ascii_to_one_placeholder_per_run():
+    # No rule matches non-ASCII characters, so the rules read ASCII only.
+    assert normalise("Straße\u2028und\u00a0Tür") == "Stra\0e und T\0r"
+    assert normalise("东京\u200b塔 ok") == "\0 ok"
+
+
 _json = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
     lambda children: (
