@@ -49,7 +49,11 @@ class ExportMarkdownView(APIView):
         principal = request.user
         principal.require_scope("read")
         params = request.query_params
-        subject_id = principal.resolve_subject(params.get("subject_id") or None)
+        requested = params.get("subject_id") or None
+        # Checked up front: once the stream has started, an error can no longer be a 400.
+        if requested is not None and ("\x00" in requested or len(requested) > 255):
+            raise InvalidInput("Invalid subject_id", field="subject_id")
+        subject_id = principal.resolve_subject(requested)
         category = params.get("category") or None
         if category is not None and not _CATEGORY.match(category):
             raise InvalidInput("Invalid category", field="category")

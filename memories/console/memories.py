@@ -25,9 +25,14 @@ STATUS_CHOICES = (
 )
 
 
+def _clean(value: str | None) -> str:
+    # PostgreSQL text cannot hold NUL; a pasted one must not turn a filter into a 500.
+    return (value or "").replace("\x00", "").strip()[:255]
+
+
 def parse_filters(params) -> dict:
-    filters = {name: (params.get(name) or "").strip() for name in sel.FILTER_FIELDS}
-    filters["tags"] = [t.strip().lower() for t in params.getlist("tag") if t.strip()]
+    filters = {name: _clean(params.get(name)) for name in sel.FILTER_FIELDS}
+    filters["tags"] = [_clean(t).lower() for t in params.getlist("tag") if _clean(t)]
     return filters
 
 

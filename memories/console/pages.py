@@ -19,6 +19,7 @@ from accounts.models import Agent, ApiKey, Membership, Role
 from memories import console_selectors as sel
 from memories.clock import resolve_now
 from memories.console.common import done, render
+from memories.console.memories import parse_filters
 from memories.export import export_filename, export_markdown
 from memories.forms import (
     AgentCreateForm,
@@ -27,6 +28,7 @@ from memories.forms import (
     ImportForm,
     MemberForm,
 )
+from memories.ids import is_memory_id
 from memories.jsonl import ImportLineError, export_jsonl, import_jsonl
 from memories.models import JobRun, Status
 from memoryhub.errors import DomainError
@@ -53,12 +55,13 @@ EXPORT_STATUSES = [
 
 def _export_queryset(request: HttpRequest):
     params = request.GET
-    ids = [i for i in params.getlist("ids") if i]
+    ids = [i for i in params.getlist("ids") if is_memory_id(i)]
+    filters = parse_filters(params)
     filters = {
-        "agent": params.get("agent", ""),
-        "subject": params.get("subject", ""),
-        "category": params.get("category", ""),
-        "status": params.get("status") or "live",
+        "agent": filters["agent"],
+        "subject": filters["subject"],
+        "category": filters["category"],
+        "status": filters["status"] or "live",
     }
     qs = sel.memory_filtered(tenant=request.tenant, filters=filters)
     if ids:

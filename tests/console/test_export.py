@@ -202,8 +202,9 @@ def test_rest_export_is_the_agents_visible_memories(api_client, agent, store_mem
     assert set(with_tombstones) == {mine.pk, workspace.pk, gone.pk}
     only_core = parse_export(_download(api_client.get("/api/v1/export.md?category=core")))
     assert set(only_core) == {mine.pk}
-    bad = api_client.get("/api/v1/export.md?category=NO%20WAY")
-    assert bad.status_code == 400 and bad.json()["error"]["code"] == "INVALID_INPUT"
+    for query in ("category=NO%20WAY", "subject_id=a%00b", "include_tombstoned=maybe"):
+        bad = api_client.get(f"/api/v1/export.md?{query}")
+        assert bad.status_code == 400 and bad.json()["error"]["code"] == "INVALID_INPUT"
 
 
 def test_rest_export_needs_a_key(client):

@@ -407,3 +407,10 @@ def test_tampered_cursor_restarts_the_list(owner_client, agent, store_memory):
     for cursor in ("garbage", encode_cursor("not-a-number", "x"), encode_cursor(None, 1)):
         response = owner_client.get(f"/console/memories/?sort=importance&cursor={cursor}")
         assert response.status_code == 200 and "Still listed" in response.content.decode()
+
+
+def test_nul_bytes_in_filters_do_not_break_the_list(owner_client, agent, store_memory):
+    store_memory(agent, "Plain")
+    for query in ("subject=a%00b", "tag=x%00", "q=he%00llo", "kind=%00"):
+        assert owner_client.get(f"/console/memories/?{query}").status_code == 200, query
+    assert owner_client.get("/console/export/markdown/?subject=%00").status_code == 200
