@@ -18,8 +18,9 @@ value's entropy, then bare `Bearer …` tokens. The first hit wins.
 Speed: every regex starts with a literal, so `re` skips ahead with a fast substring search
 instead of trying each position, and variable-length bodies are possessive (`{m,n}+`), so a
 candidate never backtracks; assignments are found from a handful of keyword `str.find`s.
-A 16 KB text scans in about half a millisecond to a millisecond (more when it needs NFKC),
-and no input found so far takes more than a few tens of milliseconds.
+Measured on a loaded 2-core box: 16 KB of English or German prose in 0.5-1 ms, of CJK or
+full-width text (which needs NFKC) in about 3 ms; no crafted input found takes more than a few
+tens of milliseconds.
 """
 
 from __future__ import annotations
@@ -132,7 +133,7 @@ _PLACEHOLDER_RE = re.compile(
         for word in _PLACEHOLDER_WORDS
         for variant in (word, word.upper(), word.title())
     )
-    + r"|\*\*\*|\.\.\.|…|<|>|\$\{|\{\{|%\("
+    + r"|\*\*\*|\.\.\.|<|>|\$\{|\{\{|%\("
 )
 
 # A "wordy" value is made of words, numbers and separators: identifiers (`settings.DB_PASS`,
