@@ -12,6 +12,7 @@ from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
+from django.utils.cache import patch_vary_headers
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.safestring import SafeString, mark_safe
 
@@ -84,11 +85,18 @@ def render(
     fragment: str | None = None,
     status: int = 200,
 ) -> TemplateResponse:
-    """A full page, or for an HTMX (non-boosted) request only the page's `fragment` partial."""
-    if fragment and request.htmx and not request.htmx.boosted:
+    """A full page, or for an HTMX request only the page's `fragment` partial.
+
+    Boosted requests and history restores (back button after `hx-push-url`) want whole pages;
+    `Vary: HX-Request` keeps a browser cache from serving one kind for the other.
+    """
+    htmx = request.htmx
+    if fragment and htmx and not htmx.boosted and not htmx.history_restore_request:
         template_name += f"#{fragment}"
     context = {**role_flags(request), **context}
-    return TemplateResponse(request, template_name, context, status=status)
+    response = TemplateResponse(request, template_name, context, status=status)
+    patch_vary_headers(response, ("HX-Request",))
+    return response
 
 
 def safe_next(request: HttpRequest, fallback: str) -> str:

@@ -59,9 +59,12 @@ def test_detail_fragment_for_htmx(owner_client, agent, store_memory):
     assert "Detail fragment" in fragment
 
 
-def test_boosted_requests_get_whole_pages(owner_client):
+def test_boosted_and_history_restore_requests_get_whole_pages(owner_client):
     response = owner_client.get("/console/memories/", HTTP_HX_BOOSTED="true", **HX)
     assert "<html" in response.content.decode()
+    response = owner_client.get("/console/memories/", HTTP_HX_HISTORY_RESTORE_REQUEST="true", **HX)
+    assert "<html" in response.content.decode()
+    assert "HX-Request" in response["Vary"]
 
 
 def test_memory_list_runs_a_fixed_number_of_queries(
