@@ -108,6 +108,28 @@ def test_filter_memories_by_agent_and_tag(new_page, owner, agent, store_memory):
     assert "agent=support-bot" in page.url and "tag=billing" in page.url  # pushed, shareable
     page.reload()
     expect(page.locator("#memory-table tbody tr")).to_have_count(1)
+    # Back restores whole pages (never a bare fragment), filter by filter.
+    page.go_back()
+    expect(page.get_by_role("heading", name="Memories")).to_be_visible()
+    expect(page.get_by_label("Agent")).to_have_value("support-bot")
+    expect(table.get_by_text("Support shipping fact")).to_be_visible()
+
+
+def test_bulk_select_all_and_add_tag(new_page, owner, agent, store_memory):
+    memories = [store_memory(agent, f"Bulk fact {i}") for i in range(3)]
+    page = new_page()
+    page.goto("/console/memories/")
+    export_button = page.get_by_role("button", name="Export selected")
+    expect(export_button).to_be_disabled()
+    page.get_by_label("Select all rows").check()
+    expect(page.get_by_text("3 selected")).to_be_visible()
+    page.get_by_label(f"Select {memories[0].pk}").uncheck()
+    expect(page.get_by_text("2 selected")).to_be_visible()
+    page.get_by_label("Tag to add").fill("Audited")
+    page.get_by_role("button", name="Add tag").click()
+    expect(page.get_by_text("Tagged 2 memories.")).to_be_visible()
+    tags = dict(Memory.objects.values_list("pk", "tags"))
+    assert tags == {memories[0].pk: [], memories[1].pk: ["audited"], memories[2].pk: ["audited"]}
 
 
 def test_edit_save_shows_new_text_and_revision(new_page, owner, agent, store_memory):
