@@ -261,6 +261,26 @@ class MemoryRevision(models.Model):
         ]
 
 
+class OwnerCount(models.Model):
+    """How many `active` memories an owner has, kept by PostgreSQL triggers (migration 0004).
+
+    The store-time cap check reads this one row instead of counting the owner's memories: an
+    owner whose active count is within its cap cannot be over it (live ≤ active). Statement
+    triggers on `memories_memory` (insert, update, delete; transition tables, one aggregate per
+    statement) keep it exact whoever writes: services, jobs' raw SQL, bulk loads, imports.
+    """
+
+    tenant_id = models.BigIntegerField()
+    owner_id = models.BigIntegerField()  # the agent's id; 0 for the tenant's workspace
+    active = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            # The cap check's lookup, and the triggers' ON CONFLICT target.
+            models.UniqueConstraint(fields=["tenant_id", "owner_id"], name="ownercount_owner_uniq"),
+        ]
+
+
 class IdempotencyRecord(models.Model):
     """A stored response for `Idempotency-Key` replays (per tenant, kept 24 h)."""
 
