@@ -229,6 +229,25 @@ def test_review_queue_approve_with_the_keyboard(new_page, owner, agent, store_me
     assert newer.review_state == ReviewState.APPROVED
 
 
+def test_review_queue_tombstone_and_edit_with_the_keyboard(new_page, owner, agent, store_memory):
+    wrong = store_memory(agent, "Inferred: hates coffee", capture_mode="inferred")
+    fixable = store_memory(agent, "Inferred: works at Acem", capture_mode="inferred")
+    page = new_page()
+    page.goto("/console/review/")
+    rows = page.locator("[data-review-row]")
+    expect(rows.first).to_have_class("review-item card is-current")
+    page.keyboard.press("t")
+    expect(page.get_by_label("Tombstone reason").first).to_be_focused()
+    page.keyboard.type("customer said otherwise")
+    page.keyboard.press("Enter")
+    expect(rows).to_have_count(1)
+    wrong.refresh_from_db()
+    assert (wrong.status, wrong.tombstone_reason) == (Status.TOMBSTONED, "customer said otherwise")
+    page.keyboard.press("e")
+    expect(page.get_by_role("textbox", name="Text")).to_have_value("Inferred: works at Acem")
+    assert page.url.endswith(f"/console/memories/{fixable.pk}/?edit=1")
+
+
 def test_export_markdown_downloads_every_live_memory(new_page, owner, agent, store_memory):
     live = [store_memory(agent, f"Live fact {i}", key=f"k{i}") for i in range(3)]
     live.append(store_memory(make_agent(agent.tenant, "sales-bot"), "Sales live fact"))
