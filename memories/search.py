@@ -23,12 +23,13 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import BooleanField, F, Q, QuerySet
+from django.db.models import BooleanField, Q, QuerySet
 from django.db.models.expressions import RawSQL
 from pgvector.django import CosineDistance
 
 from accounts.principal import Principal
 from memories import validation
+from memories.access import bump_access
 from memories.clock import resolve_now
 from memories.embeddings import get_embedder
 from memories.models import Category, Memory, MemoryRevision
@@ -320,26 +321,20 @@ def ranked_ids(
 # --- response format ---------------------------------------------------------------------------
 
 
-def _shared_slugs(principal: Principal, memories) -> dict[int, str]:
-    others = {m.agent_id for m in memories if m.agent_id and m.agent_id != principal.agent.pk}
-    if not others:
-        return {}
-    from accounts.models import Agent
+def _owner_slugs(principal: Principal, memories) -> dict[int, str]:
+    """Owner slugs of these memories (one query, and none when all are own or workspace)."""
+    slugs = {principal.agent.pk: principal.agent.slug}
+    others = {m.agent_id for m in memories if m.agent_id and m.agent_id not in slugs}
+    if others:
+        from accounts.models import Agent
 
-    return dict(Agent.objects.filter(pk__in=others).values_list("pk", "slug"))
+        slugs.update(Agent.objects.filter(pk__in=others).values_list("pk", "slug"))
+    return slugs
 
 
 def _fetch(tenant_id: int, ids: list[str]) -> dict[str, Memory]:
     rows = Memory.objects.for_tenant(tenant_id).filter(pk__in=ids).defer("embedding")
     return {m.pk: m for m in rows}
-
-
-def bump_access(tenant_id: int, ids: list[str], now: datetime) -> None:
-    """One UPDATE for everything a request returned (recency for eviction, access counts)."""
-    if ids:
-        Memory.objects.for_tenant(tenant_id).filter(pk__in=ids).update(
-            last_accessed_at=now, access_count=F("access_count") + 1
-        )
 
 
 def _history_hits(
@@ -409,7 +404,7 @@ def memory_search(*, principal: Principal, data: dict, now: datetime | None = No
         ]
     ids = [mid for mid, _ in ranked] + [r.memory_id for r, _ in history]
     rows = _fetch(principal.tenant.pk, ids)
-    slugs = _shared_slugs(principal, rows.values())
+    slugs = _owner_slugs(principal, rows.values())
     agent = principal.agent
     hits = [
         (relevance, search_hit_json(rows[mid], agent=agent, relevance=relevance, slugs=slugs))
@@ -628,7 +623,7 @@ def memory_hydrate(*, principal: Principal, data: dict, now: datetime | None = N
                 now=now,
             ).filter(pk__in=[mid for mid, _ in matches])
         )
-    slugs = _shared_slugs(principal, [m for m, _ in taken])
+    slugs = _owner_slugs(principal, [m for m, _ in taken])
     entries = [
         {**memory_json(m, agent=principal.agent, slugs=slugs), "reason": r} for m, r in taken
     ]

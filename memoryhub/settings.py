@@ -88,6 +88,15 @@ DATABASES["default"]["CONN_MAX_AGE"] = env_int("DB_CONN_MAX_AGE", 60)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DATABASES["default"].setdefault("OPTIONS", {})
 DATABASES["default"]["OPTIONS"].setdefault("connect_timeout", 5)
+# Under ASGI each request runs in a thread of its own, so per-thread persistent connections
+# mean a new PostgreSQL connection (~10 ms) per request; a psycopg pool shares them instead.
+if env_bool("MEMORYHUB_DB_POOL", default=not TESTING):
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"]["OPTIONS"]["pool"] = {
+        "min_size": 2,
+        "max_size": env_int("MEMORYHUB_DB_POOL_SIZE", 20),
+        "timeout": 10,
+    }
 # Every test run gets its own database on the shared test server.
 DATABASES["default"]["TEST"] = {
     "NAME": env_str("MEMORYHUB_TEST_DB", f"test_memoryhub_{os.getpid()}"),

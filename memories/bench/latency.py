@@ -1,0 +1,312 @@
+"""Latency over real HTTP (SPEC §10): store, recall by key, list, search (each mode), hydrate.
+
+Synthetic memories are bulk-loaded with COPY (loading is not what is measured), spread over
+agents of 10k memories each so the measured agent always has 10k memories while the tenant
+grows to the scale. Embeddings come from the hashing embedder, the one the targets name.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+import time
+from collections.abc import Callable
+from datetime import timedelta
+
+from django.db import connection
+from django.utils import timezone
+
+from memories.bench.server import Progress, api_client
+from memories.embeddings import HashingEmbedder
+from memories.ids import new_ulid
+
+PER_AGENT = 10_000
+
+NAMES = [
+    "alice",
+    "bob",
+    "carol",
+    "dave",
+    "erin",
+    "frank",
+    "grace",
+    "heidi",
+    "ivan",
+    "judy",
+    "mallory",
+    "niaj",
+    "olivia",
+    "peggy",
+    "rupert",
+    "sybil",
+    "trent",
+    "victor",
+    "walter",
+    "yolanda",
+    "zoe",
+    "colby",
+    "dana",
+    "emil",
+    "farah",
+]
+VERBS = [
+    "prefers",
+    "likes",
+    "bought",
+    "returned",
+    "ordered",
+    "booked",
+    "cancelled",
+    "visited",
+    "reported",
+    "asked-about",
+    "recommended",
+    "reviewed",
+    "upgraded",
+    "downgraded",
+    "renewed",
+]
+THINGS = [
+    "espresso machine",
+    "hiking boots",
+    "annual plan",
+    "window seat",
+    "vegan menu",
+    "blue sedan",
+    "standing desk",
+    "noise-cancelling headphones",
+    "family suite",
+    "express shipping",
+    "paper invoices",
+    "dark mode",
+    "weekly newsletter",
+    "gluten-free bread",
+    "spare charger",
+    "premium support",
+    "rooftop table",
+    "mountain bike",
+    "winter tyres",
+    "french lessons",
+]
+PLACES = [
+    "Lisbon",
+    "Berlin",
+    "Osaka",
+    "Denver",
+    "Nairobi",
+    "Quito",
+    "Oslo",
+    "Perth",
+    "Austin",
+    "Seville",
+]
+DAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
+
+COLUMNS = (
+    "id, tenant_id, agent_id, created_by, key, category, kind, text, data, tags, subject_id, "
+    "thread_id, importance, confidence, capture_mode, source_provider, mentions, expires_at, "
+    "last_confirmed_at, created_at, updated_at, last_accessed_at, access_count, version, status, "
+    "status_changed_at, review_state, size_bytes, content_hash, embedding, embedding_model, "
+    "tombstone_reason, tombstoned_by, tombstoned_at, purged_at"
+)
+# Indexes rebuilt after a bulk load instead of maintained row by row.
+BULK_INDEXES = ("memory_embedding_hnsw", "memory_fts_idx")
+
+
+def fact(rng: random.Random, i: int) -> str:
+    return (
+        f"{rng.choice(NAMES).title()} {rng.choice(VERBS).replace('-', ' ')} the "
+        f"{rng.choice(THINGS)} in {rng.choice(PLACES)} on {rng.choice(DAYS)} (note {i})."
+    )
+
+
+def query_text(rng: random.Random) -> str:
+    return f"what did {rng.choice(NAMES)} say about the {rng.choice(THINGS)}"
+
+
+def _category(i: int) -> tuple[str, str | None]:
+    slot = i % 20
+    if slot < 2:
+        return "core", None
+    if slot < 10:
+        return "daily", None
+    if slot < 16:
+        return "notes", None
+    if slot < 18:
+        return "archival", None
+    if slot == 18:
+        return "conversation", f"thread-{i % 50}"
+    return "workspace", None
+
+
+def _vector_text(vector: list[float]) -> str:
+    return "[" + ",".join("0" if v == 0 else f"{v:.5f}" for v in vector) + "]"
+
+
+def key_for(agent_index: int, i: int) -> str:
+    return f"pref-{agent_index}-{i}"
+
+
+def seed_agent(*, tenant_id: int, agent_id: int, agent_index: int, count: int, progress) -> None:
+    """COPY `count` synthetic memories for one agent (workspace ones belong to the tenant)."""
+    rng = random.Random(agent_index)
+    embedder = HashingEmbedder()
+    now = timezone.now()
+    sql = f"COPY memories_memory ({COLUMNS}) FROM STDIN"
+    with connection.cursor() as cursor, cursor.cursor.copy(sql) as copy:
+        for i in range(count):
+            text = fact(rng, i)
+            category, thread_id = _category(i)
+            owner = None if category == "workspace" else agent_id
+            keyed = i % 5 == 0 and category not in ("workspace", "conversation")
+            subject = f"user-{i % 100}" if i % 3 == 0 and owner is not None else None
+            when = now - timedelta(seconds=(count - i) * 30)
+            copy.write_row(
+                (
+                    "mem_" + new_ulid(int(when.timestamp() * 1000)),
+                    tenant_id,
+                    owner,
+                    "system:bench",
+                    key_for(agent_index, i) if keyed else None,
+                    category,
+                    "fact",
+                    text,
+                    None,
+                    [rng.choice(("crm", "billing", "travel", "support"))],
+                    subject,
+                    thread_id,
+                    0.5,
+                    1.0,
+                    "explicit",
+                    None,
+                    "[]",
+                    None,
+                    when,
+                    when,
+                    when,
+                    when,
+                    0,
+                    1,
+                    "active",
+                    None,
+                    "none",
+                    len(text.encode()),
+                    "",
+                    _vector_text(embedder.embed_one(text)),
+                    embedder.model_name,
+                    "",
+                    "",
+                    None,
+                    None,
+                )
+            )
+            if i % 1000 == 999:
+                progress.advance(1000)
+    progress.advance(count % 1000)
+
+
+def _index_definitions() -> dict[str, str]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE indexname = ANY(%s)",
+            [list(BULK_INDEXES)],
+        )
+        return dict(cursor.fetchall())
+
+
+def bulk_load(jobs: list[dict], out: Callable[[str], None]) -> float:
+    """Load every job's memories with the bulk indexes dropped, then rebuild and ANALYZE."""
+    started = time.monotonic()
+    definitions = _index_definitions()
+    with connection.cursor() as cursor:
+        for name in definitions:
+            cursor.execute(f"DROP INDEX {name}")
+    total = sum(job["count"] for job in jobs)
+    progress = Progress("loading synthetic memories", total)
+    for job in jobs:
+        seed_agent(progress=progress, **job)
+    progress.close()
+    index_started = time.monotonic()
+    with connection.cursor() as cursor:
+        cursor.execute("SET max_parallel_maintenance_workers = 2")
+        for definition in definitions.values():
+            cursor.execute(definition)
+        cursor.execute("VACUUM ANALYZE memories_memory")
+    out(f"indexes rebuilt in {time.monotonic() - index_started:.1f}s")
+    return time.monotonic() - started
+
+
+def percentiles(samples: list[float]) -> dict:
+    ordered = sorted(samples)
+
+    def pick(q: float) -> float:
+        if not ordered:
+            return float("nan")
+        index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+        return round(ordered[index], 2)
+
+    return {
+        "n": len(ordered),
+        "p50": pick(0.50),
+        "p95": pick(0.95),
+        "p99": pick(0.99),
+        "mean": round(statistics.fmean(ordered), 2) if ordered else None,
+    }
+
+
+def _timed(client, request: Callable, n: int, warmup: int) -> list[float]:
+    samples = []
+    for i in range(warmup + n):
+        started = time.perf_counter()
+        response = request(client, i)
+        elapsed = (time.perf_counter() - started) * 1000
+        if response.status_code >= 400:
+            raise RuntimeError(f"bench request failed: {response.status_code} {response.text}")
+        if i >= warmup:
+            samples.append(elapsed)
+    return samples
+
+
+def measure(
+    *, base_url: str, key: str, agent_index: int, count: int, requests: int, seed: int = 7
+) -> dict:
+    """p50/p95/p99 (ms) of each operation against the agent `agent_index` (sequential calls)."""
+    rng = random.Random(seed)
+    keys = [key_for(agent_index, i) for i in range(0, count, 5) if i % 20 not in (18, 19)]
+    keys = [k for k in keys if int(k.rsplit("-", 1)[1]) % 3 != 0]  # subject-less ones
+    queries = [query_text(rng) for _ in range(requests + 20)]
+    warmup = min(10, requests)
+    ops: dict[str, Callable] = {
+        "store": lambda c, i: c.post(
+            "/api/v1/memories",
+            content=json.dumps({"text": f"bench store {time.time_ns()} {fact(rng, i)}"}),
+            headers={"Content-Type": "application/json"},
+        ),
+        "recall_by_key": lambda c, i: c.get(f"/api/v1/memories/by-key/{rng.choice(keys)}"),
+        "list": lambda c, i: c.get("/api/v1/memories", params={"limit": 50}),
+        "search_hybrid": lambda c, i: c.post(
+            "/api/v1/search", json={"query": queries[i % len(queries)], "mode": "hybrid"}
+        ),
+        "search_semantic": lambda c, i: c.post(
+            "/api/v1/search", json={"query": queries[i % len(queries)], "mode": "semantic"}
+        ),
+        "search_keyword": lambda c, i: c.post(
+            "/api/v1/search", json={"query": queries[i % len(queries)], "mode": "keyword"}
+        ),
+        "hydrate": lambda c, i: c.post("/api/v1/hydrate", json={}),
+    }
+    results = {}
+    with api_client(base_url, key) as client:
+        for name, request in ops.items():
+            results[name] = percentiles(_timed(client, request, requests, warmup))
+    return results
+
+
+TARGETS = {
+    # SPEC §10 (hashing embedder): (operation, statistic, ms, at scale)
+    "recall_by_key": ("p50", 3.0, 100_000),
+    "store": ("p50", 10.0, 100_000),
+    "search_hybrid": ("p95", 30.0, 100_000),
+    "hydrate": ("p95", 10.0, None),
+}

@@ -1,0 +1,150 @@
+"""LoCoMo evidence recall through the public API (metric: ../shared/datasets/README.md).
+
+Every turn of a conversation is stored as one memory (`POST /api/v1/memories`, one agent per
+conversation, text = "<speaker>: <text>" plus the image caption if any); each question is asked
+through `POST /api/v1/search` in each mode, and evidence recall@k = |evidence ∩ top-k| /
+|evidence| is averaged over the questions (category 5 and questions without evidence excluded).
+The dataset is read where it lies; nothing of it is copied into the repository.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from memories.bench.server import Progress, api_client
+
+KS = (1, 5, 10, 20)
+MODES = ("keyword", "semantic", "hybrid")
+
+
+@dataclass
+class Turn:
+    dia_id: str
+    text: str
+
+
+@dataclass
+class Question:
+    question: str
+    evidence: set[str]
+
+
+@dataclass
+class Conversation:
+    sample_id: str
+    turns: list[Turn]
+    questions: list[Question]
+
+
+def turn_text(turn: dict) -> str:
+    text = f"{turn['speaker']}: {turn['text']}"
+    if turn.get("blip_caption"):
+        text += f" [shares {turn['blip_caption']}]"
+    return text
+
+
+def evidence_ids(raw: list[str]) -> set[str]:
+    """Evidence ids, with the few malformed ones ("D8:6; D9:17") split apart."""
+    return {part.strip() for item in raw for part in str(item).split(";") if part.strip()}
+
+
+def load(path: Path) -> list[Conversation]:
+    conversations = []
+    for sample in json.loads(Path(path).read_text()):
+        conv = sample["conversation"]
+        turns = []
+        n = 1
+        while f"session_{n}" in conv:
+            turns.extend(Turn(t["dia_id"], turn_text(t)) for t in conv[f"session_{n}"])
+            n += 1
+        questions = [
+            Question(q["question"], evidence_ids(q.get("evidence") or []))
+            for q in sample["qa"]
+            if q.get("category") != 5 and evidence_ids(q.get("evidence") or [])
+        ]
+        conversations.append(Conversation(sample["sample_id"], turns, questions))
+    return conversations
+
+
+def store_conversation(client, conversation: Conversation, progress: Progress) -> dict[str, str]:
+    """Store every turn; returns memory id → dia_id."""
+    dia_of: dict[str, str] = {}
+    for turn in conversation.turns:
+        response = client.post(
+            "/api/v1/memories",
+            json={"text": turn.text, "category": "archival", "dedup_policy": "insert"},
+        )
+        progress.advance()
+        if response.status_code == 422:  # e.g. a turn that looks like a secret: not stored
+            continue
+        if response.status_code not in (200, 201):
+            raise RuntimeError(f"LoCoMo store failed: {response.status_code} {response.text}")
+        dia_of[response.json()["memory_id"]] = turn.dia_id
+    return dia_of
+
+
+def score(client, conversation: Conversation, dia_of: dict[str, str], mode: str, sums, timings):
+    for question in conversation.questions:
+        started = time.perf_counter()
+        response = client.post(
+            "/api/v1/search", json={"query": question.question, "mode": mode, "limit": max(KS)}
+        )
+        timings.append((time.perf_counter() - started) * 1000)
+        if response.status_code != 200:
+            raise RuntimeError(f"LoCoMo search failed: {response.status_code} {response.text}")
+        ranked = [dia_of.get(hit["id"]) for hit in response.json()["memories"]]
+        for k in KS:
+            found = question.evidence & set(ranked[:k])
+            sums[k] += len(found) / len(question.evidence)
+
+
+def run_locomo(
+    *,
+    path: Path,
+    base_url: str,
+    key_for_conversation: Callable[[int], str],
+    conversations: int | None = None,
+    questions: int | None = None,
+    out: Callable[[str], None] = print,
+) -> dict:
+    """Load the (first `conversations`) conversations and score every mode."""
+    data = load(path)
+    subset = data[:conversations] if conversations else data
+    if questions:
+        for conversation in subset:
+            conversation.questions = conversation.questions[:questions]
+    turns = sum(len(c.turns) for c in subset)
+    progress = Progress("storing LoCoMo turns via POST /api/v1/memories", turns)
+    stores = []
+    for index, conversation in enumerate(subset):
+        with api_client(base_url, key_for_conversation(index)) as client:
+            started = time.monotonic()
+            stores.append(store_conversation(client, conversation, progress))
+            conversation_seconds = time.monotonic() - started
+    progress.close()
+    scored = sum(len(c.questions) for c in subset)
+    results: dict = {
+        "dataset": str(path),
+        "conversations": len(subset),
+        "of_conversations": len(data),
+        "turns": turns,
+        "questions": scored,
+        "last_conversation_store_seconds": round(conversation_seconds, 1),
+        "modes": {},
+    }
+    for mode in MODES:
+        sums = dict.fromkeys(KS, 0.0)
+        timings: list[float] = []
+        for index, conversation in enumerate(subset):
+            with api_client(base_url, key_for_conversation(index)) as client:
+                score(client, conversation, stores[index], mode, sums, timings)
+        recall = {f"R@{k}": round(100 * sums[k] / max(scored, 1), 1) for k in KS}
+        timings.sort()
+        recall["search_p50_ms"] = round(timings[len(timings) // 2], 1) if timings else None
+        results["modes"][mode] = recall
+        out(f"LoCoMo {mode}: " + ", ".join(f"{k} {v}" for k, v in recall.items()))
+    return results

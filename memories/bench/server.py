@@ -1,0 +1,167 @@
+"""A throwaway embedded PostgreSQL for the bench process, and the real web server on top of it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management import call_command
+from django.db import connections
+
+from memoryhub.embedded_db import ensure_server, stop_server
+
+
+@contextmanager
+def throwaway_database(out: Callable[[str], None] = print) -> Iterator[Path]:
+    """Start an embedded PostgreSQL in a temp dir, point this process at it, migrate it.
+
+    On exit the server is stopped and the directory removed; this process's `default`
+    connection is pointed back where it was.
+    """
+    data_dir = Path(tempfile.mkdtemp(prefix="memoryhub-bench-"))
+    started = time.monotonic()
+    server = ensure_server(data_dir, throwaway=True)
+    connection = connections["default"]
+    saved_settings = dict(connection.settings_dict)
+    saved_data_dir = settings.DATA_DIR
+    connection.close()
+    connection.settings_dict.update(server.database_settings())
+    settings.DATABASES["default"].update(server.database_settings())
+    settings.DATA_DIR = data_dir
+    try:
+        call_command("migrate", verbosity=0, interactive=False)
+        out(f"throwaway PostgreSQL ready in {time.monotonic() - started:.1f}s at {data_dir}")
+        yield data_dir
+    finally:
+        connection.close()
+        connection.settings_dict.clear()
+        connection.settings_dict.update(saved_settings)
+        settings.DATABASES["default"].update(saved_settings)
+        settings.DATA_DIR = saved_data_dir
+        try:
+            stop_server(data_dir)
+        finally:
+            shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class ApiServer:
+    """`python -m uvicorn memoryhub.asgi:application` on a free 127.0.0.1 port, on `data_dir`."""
+
+    def __init__(self, data_dir: Path, *, embedder: str = "hashing"):
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        env = dict(
+            os.environ,
+            MEMORYHUB_DATA_DIR=str(data_dir),
+            MEMORYHUB_EMBEDDER=embedder,
+            DJANGO_SETTINGS_MODULE="memoryhub.settings",
+            HF_HUB_OFFLINE="1",
+            TRANSFORMERS_OFFLINE="1",
+            LOG_LEVEL="WARNING",
+        )
+        env.pop("DATABASE_URL", None)
+        env.pop("MEMORYHUB_TESTING", None)
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "memoryhub.asgi:application",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--log-level",
+                "warning",
+                "--no-access-log",
+            ],
+            cwd=settings.BASE_DIR,
+            env=env,
+        )
+
+    def wait_ready(self, timeout: float = 90) -> None:
+        import httpx
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError("the bench web server exited during start-up")
+            try:
+                if httpx.get(self.base_url + "/healthz", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError("the bench web server did not start")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+    def __enter__(self) -> ApiServer:
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def api_client(base_url: str, key: str):
+    """A keep-alive HTTP client with the agent's key."""
+    import httpx
+
+    return httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {key}"}, timeout=60.0)
+
+
+class Progress:
+    """A one-line progress bar on stderr (plain lines when stderr is not a terminal)."""
+
+    def __init__(self, label: str, total: int, stream=None):
+        self.label, self.total, self.done = label, max(total, 1), 0
+        self.stream = stream or sys.stderr
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.started = time.monotonic()
+        self._last_decile = -1
+
+    def advance(self, n: int = 1) -> None:
+        self.done += n
+        if self.tty:
+            filled = int(30 * self.done / self.total)
+            bar = "#" * filled + "." * (30 - filled)
+            self.stream.write(f"\r{self.label} [{bar}] {self.done}/{self.total}")
+            self.stream.flush()
+        else:
+            decile = 10 * self.done // self.total
+            if decile != self._last_decile:
+                self._last_decile = decile
+                self.stream.write(f"{self.label}: {self.done}/{self.total}\n")
+                self.stream.flush()
+
+    def close(self) -> None:
+        seconds = time.monotonic() - self.started
+        end = "\n" if self.tty else ""
+        self.stream.write(f"{end}{self.label}: {self.done}/{self.total} in {seconds:.1f}s\n")
+        self.stream.flush()

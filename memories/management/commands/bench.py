@@ -1,0 +1,234 @@
+"""`python manage.py bench`: latency over real HTTP and LoCoMo retrieval quality (SPEC §10).
+
+Runs on a throwaway embedded PostgreSQL in a temp dir with a real uvicorn server on a free
+127.0.0.1 port; prints tables and writes bench-results.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
+
+from memories.bench import latency
+from memories.bench.server import ApiServer, throwaway_database
+
+SCALES = (10_000, 100_000, 1_000_000)
+DEFAULT_LOCOMO = settings.BASE_DIR.parent / "shared" / "datasets" / "locomo10.json"
+
+
+class Command(BaseCommand):
+    help = "Benchmark latency (store, recall, list, search, hydrate) and LoCoMo recall."
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--quick",
+            action="store_true",
+            help="10k memories only, fewer requests, a LoCoMo subset (under two minutes)",
+        )
+        parser.add_argument(
+            "--scale",
+            type=int,
+            default=100_000,
+            help="largest tenant size; measured at 10k, 100k (1M with --scale 1000000)",
+        )
+        parser.add_argument(
+            "--embedder", default="auto", help="embedder for LoCoMo: auto, local, hashing, openai"
+        )
+        parser.add_argument("--locomo", type=Path, default=DEFAULT_LOCOMO)
+        parser.add_argument("--output", type=Path, default=Path("bench-results.json"))
+        parser.add_argument("--requests", type=int, help="timed requests per operation")
+        parser.add_argument("--conversations", type=int, help="LoCoMo conversations to load")
+        parser.add_argument("--questions", type=int, help="LoCoMo questions per conversation")
+        parser.add_argument(
+            "--prune-scale", type=int, help="expired memories for the prune bench (0: skip)"
+        )
+        parser.add_argument("--skip-latency", action="store_true")
+        parser.add_argument("--skip-locomo", action="store_true")
+
+    def handle(self, *args, **opts):
+        quick = opts["quick"]
+        scale = 10_000 if quick else opts["scale"]
+        if scale < 1:
+            raise CommandError("--scale must be positive")
+        scales = [s for s in SCALES if s <= scale] or [scale]
+        if scale not in scales:
+            scales.append(scale)
+        requests = opts["requests"] or (100 if quick else 300)
+        conversations = opts["conversations"] or (2 if quick else None)
+        questions = opts["questions"]
+        prune_scale = opts["prune_scale"]
+        if prune_scale is None:
+            prune_scale = 10_000 if quick else 1_000_000
+        locomo_path = opts["locomo"]
+        if not opts["skip_locomo"] and not locomo_path.exists():
+            raise CommandError(f"LoCoMo dataset not found at {locomo_path} (use --locomo PATH)")
+
+        started = time.monotonic()
+        results: dict = {
+            "meta": {
+                "started_at": timezone.now().isoformat(),
+                "quick": quick,
+                "scales": scales,
+                "requests_per_operation": requests,
+                "embedder_latency": "hashing",
+                "embedder_locomo": opts["embedder"],
+                "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+            }
+        }
+        if quick:
+            self.out(
+                "--quick: 10k memories only, "
+                f"{requests} requests per operation, LoCoMo subset of "
+                f"{conversations} conversations"
+            )
+        with throwaway_database(self.out) as data_dir:
+            if not opts["skip_latency"]:
+                results["latency"] = self.latency(data_dir, scales, requests)
+                self.latency_table(results["latency"])
+            if prune_scale:
+                results["prune"] = self.prune(prune_scale)
+            if not opts["skip_locomo"]:
+                results["locomo"] = self.locomo(
+                    data_dir, locomo_path, opts["embedder"], conversations, questions
+                )
+        results["meta"]["seconds"] = round(time.monotonic() - started, 1)
+        opts["output"].write_text(json.dumps(results, indent=2) + "\n")
+        self.out(f"wrote {opts['output']} ({results['meta']['seconds']}s)")
+
+    def out(self, line: str) -> None:
+        self.stdout.write(line)
+        self.stdout.flush()
+
+    # --- latency ---------------------------------------------------------------------------
+
+    def latency(self, data_dir: Path, scales: list[int], requests: int) -> dict:
+        from accounts.services import agent_get_or_create, api_key_create, tenant_get_or_create
+
+        tenant = tenant_get_or_create(slug="bench")
+        out: dict = {}
+        loaded = 0
+        with ApiServer(data_dir, embedder="hashing") as server:
+            for scale in scales:
+                jobs = []
+                per_agent = min(latency.PER_AGENT, scale)
+                while loaded < scale:
+                    index = loaded // per_agent
+                    agent = agent_get_or_create(tenant=tenant, slug=f"bench-{index}")
+                    agent.entry_cap = 10_000_000  # eviction is not what this measures
+                    agent.save(update_fields=["entry_cap"])
+                    count = min(per_agent, scale - loaded)
+                    jobs.append(
+                        {
+                            "tenant_id": tenant.pk,
+                            "agent_id": agent.pk,
+                            "agent_index": index,
+                            "count": count,
+                        }
+                    )
+                    loaded += count
+                seconds = latency.bulk_load(jobs, self.out)
+                self.out(f"tenant at {loaded} memories (load {seconds:.1f}s); measuring")
+                measured = agent_get_or_create(tenant=tenant, slug="bench-0")
+                _, key = api_key_create(
+                    tenant=tenant, agent=measured, scopes=["read", "write", "admin"]
+                )
+                out[str(scale)] = {
+                    "memories_in_tenant": loaded,
+                    "memories_of_agent": per_agent,
+                    **latency.measure(
+                        base_url=server.base_url,
+                        key=key,
+                        agent_index=0,
+                        count=per_agent,
+                        requests=requests,
+                    ),
+                }
+        return out
+
+    def latency_table(self, results: dict) -> None:
+        self.out("")
+        self.out(f"{'operation':<18}{'tenant':>10}{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}  target")
+        for scale, ops in results.items():
+            for name, stats in ops.items():
+                if not isinstance(stats, dict):
+                    continue
+                target = ""
+                if name in latency.TARGETS:
+                    stat, limit, at = latency.TARGETS[name]
+                    if at is None or int(scale) == at:
+                        verdict = "ok" if stats[stat] <= limit else "MISSED"
+                        target = f"{stat} <= {limit:g} ms: {verdict}"
+                self.out(
+                    f"{name:<18}{int(scale):>10}{stats['p50']:>9.2f}{stats['p95']:>9.2f}"
+                    f"{stats['p99']:>9.2f}  {target}"
+                )
+        self.out("")
+
+    # --- prune (memories/bench/prune.py, owned by the jobs work) ------------------------------
+
+    def prune(self, scale: int) -> dict | None:
+        try:
+            from memories.bench.prune import run_prune_bench
+        except ImportError:
+            return None
+        return run_prune_bench(scale=scale, out=self.out)
+
+    # --- LoCoMo ------------------------------------------------------------------------------
+
+    def locomo(
+        self,
+        data_dir: Path,
+        path: Path,
+        embedder: str,
+        conversations: int | None,
+        questions: int | None,
+    ) -> dict:
+        from accounts.services import agent_get_or_create, api_key_create, tenant_get_or_create
+        from memories.bench.locomo import KS, MODES, run_locomo
+        from memories.models import Memory
+
+        tenant = tenant_get_or_create(slug="locomo")
+        keys: dict[int, str] = {}
+
+        def key_for(index: int) -> str:
+            if index not in keys:
+                agent = agent_get_or_create(tenant=tenant, slug=f"conversation-{index}")
+                agent.entry_cap = 100_000
+                agent.save(update_fields=["entry_cap"])
+                keys[index] = api_key_create(tenant=tenant, agent=agent, scopes=["read", "write"])[
+                    1
+                ]
+            return keys[index]
+
+        with ApiServer(data_dir, embedder=embedder) as server:
+            result = run_locomo(
+                path=path,
+                base_url=server.base_url,
+                key_for_conversation=key_for,
+                conversations=conversations,
+                questions=questions,
+                out=self.out,
+            )
+        model = Memory.objects.for_tenant(tenant).values_list("embedding_model", flat=True).first()
+        result["embedding_model"] = model
+        subset = ""
+        if result["conversations"] < result["of_conversations"]:
+            subset = f" (subset: {result['conversations']} of {result['of_conversations']})"
+        self.out("")
+        self.out(
+            f"LoCoMo evidence recall, {result['questions']} questions, "
+            f"{result['turns']} turns, embedder {model}{subset}"
+        )
+        self.out(f"{'mode':<10}" + "".join(f"{'R@' + str(k):>8}" for k in KS))
+        for mode in MODES:
+            row = result["modes"][mode]
+            self.out(f"{mode:<10}" + "".join(f"{row['R@' + str(k)]:>8.1f}" for k in KS))
+        self.out("")
+        return result
