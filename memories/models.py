@@ -174,6 +174,12 @@ class Memory(models.Model):
                 condition=Q(status="active"),
                 name="memory_live_cold_idx",
             ),
+            # Hydrate: "does anything still fit the budget left?" without walking every row.
+            models.Index(
+                fields=["tenant", "agent", "size_bytes"],
+                condition=Q(status="active"),
+                name="memory_live_size_idx",
+            ),
             # Exact-duplicate and previously-corrected checks by normalised text hash.
             models.Index(fields=["tenant", "content_hash"], name="memory_hash_idx"),
             # Console: filters by status / review queue (oldest pending first).
