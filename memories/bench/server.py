@@ -33,7 +33,7 @@ def throwaway_database(out: Callable[[str], None] = print) -> Iterator[Path]:
     connection = connections["default"]
     saved_settings = dict(connection.settings_dict)
     saved_data_dir = settings.DATA_DIR
-    connection.close()
+    _disconnect(connection)
     connection.settings_dict.update(server.database_settings())
     settings.DATABASES["default"].update(server.database_settings())
     settings.DATA_DIR = data_dir
@@ -42,7 +42,7 @@ def throwaway_database(out: Callable[[str], None] = print) -> Iterator[Path]:
         out(f"throwaway PostgreSQL ready in {time.monotonic() - started:.1f}s at {data_dir}")
         yield data_dir
     finally:
-        connection.close()
+        _disconnect(connection)
         connection.settings_dict.clear()
         connection.settings_dict.update(saved_settings)
         settings.DATABASES["default"].update(saved_settings)
@@ -51,6 +51,13 @@ def throwaway_database(out: Callable[[str], None] = print) -> Iterator[Path]:
             stop_server(data_dir)
         finally:
             shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def _disconnect(connection) -> None:
+    """Close the connection and its pool (a pool keeps pointing at the server it was made for)."""
+    connection.close()
+    if hasattr(connection, "close_pool"):
+        connection.close_pool()
 
 
 def free_port() -> int:

@@ -7,6 +7,7 @@ Runs on a throwaway embedded PostgreSQL in a temp dir with a real uvicorn server
 from __future__ import annotations
 
 import json
+import logging
 import os
 import platform
 import time
@@ -70,6 +71,7 @@ class Command(BaseCommand):
         if not opts["skip_locomo"] and not locomo_path.exists():
             raise CommandError(f"LoCoMo dataset not found at {locomo_path} (use --locomo PATH)")
 
+        logging.getLogger("httpx").setLevel(logging.WARNING)
         started = time.monotonic()
         results: dict = {
             "meta": {
