@@ -34,7 +34,15 @@ from memories import idempotency, validation
 from memories.clock import resolve_now
 from memories.embeddings import get_embedder
 from memories.ids import is_memory_id
-from memories.models import EMBEDDING_DIM, Category, ChangeType, Memory, ReviewState, Status
+from memories.models import (
+    EMBEDDING_DIM,
+    Category,
+    ChangeType,
+    Memory,
+    OwnerCount,
+    ReviewState,
+    Status,
+)
 from memories.revisions import revision_write, snapshot
 from memories.serialization import iso, memory_json
 from memories.visibility import visible_memories, visible_q
@@ -87,6 +95,16 @@ def embed_text(value: str) -> tuple[list[float], str]:
     if len(vector) != EMBEDDING_DIM:
         raise EmbeddingError(details={"reason": "wrong dimension"})
     return vector, embedder.model_name
+
+
+def cap_lock(tenant: Tenant, agent: Agent | None) -> None:
+    """The owner's cap lock (transaction-level; the prune job's cap sweep takes the same one).
+
+    Take it before changing any of the owner's memories in a transaction that will check the
+    cap: the change locks the owner's counter row (memories_ownercount), and the sweep takes the
+    cap lock first and the counter row second, so the other order could deadlock.
+    """
+    _advisory_lock(f"cap:{tenant.pk}:{agent.pk if agent else 'workspace'}")
 
 
 def _advisory_lock(name: str) -> None:
@@ -425,6 +443,7 @@ def _check_quota(tenant: Tenant, owner: Agent | None) -> None:
 def _insert(*, principal: Principal, prepared: _Prepared, pending: bool, now: datetime) -> Memory:
     inp = prepared.inp
     _check_quota(principal.tenant, prepared.owner)
+    cap_lock(principal.tenant, prepared.owner)  # before the insert touches the counter row
     review = ReviewState.PENDING if pending or inp.capture_mode == "inferred" else ReviewState.NONE
     memory = Memory(
         tenant=principal.tenant,
@@ -475,6 +494,7 @@ def _upsert(
         existing = _keyed(tenant, prepared.owner, prepared.subject_id, inp.key)
         if existing is not None and existing.expires_at and existing.expires_at <= now:
             # Invisible already; expire it so the key is free for the new fact.
+            cap_lock(tenant, prepared.owner)
             _expire(existing, actor=principal.actor, reason="expired", now=now)
             existing = None
         if existing is None:
@@ -619,8 +639,8 @@ def _evict_over_cap(
     exclude_ids: list[str] | tuple[str, ...] = (),
 ) -> int:
     # One owner's cap is enforced by one transaction at a time, so two concurrent stores cannot
-    # both see room for themselves.
-    _advisory_lock(f"cap:{tenant.pk}:{agent.pk if agent else 'workspace'}")
+    # both see room for themselves. (Re-taking a lock this transaction holds is a no-op.)
+    cap_lock(tenant, agent)
     live = Memory.objects.for_tenant(tenant).live(now)
     if agent is not None:
         live, cap = live.filter(agent=agent), agent.entry_cap
@@ -629,11 +649,18 @@ def _evict_over_cap(
             live.filter(agent__isnull=True, category=Category.WORKSPACE),
             tenant.workspace_cap,
         )
-    # Count at most cap + 1 rows first: the common answer, "not over", then costs O(cap) index
-    # entries rather than O(all the owner's memories). Only an owner over its cap is counted.
-    if live.order_by()[: cap + 1].count() <= cap:
+    # The trigger-kept active count bounds the live count (live ≤ active): the common answer,
+    # "not over", costs one row read. Only an owner that may be over its cap is counted.
+    active = (
+        OwnerCount.objects.filter(tenant_id=tenant.pk, owner_id=agent.pk if agent else 0)
+        .values_list("active", flat=True)
+        .first()
+    )
+    if active is not None and active <= cap:
         return 0
     excess = live.count() - cap
+    if excess <= 0:
+        return 0
     victims = list(
         live.exclude(pk__in=list(exclude_ids))
         .annotate(
@@ -1093,6 +1120,7 @@ def memory_restore(
         fields["expires_at"] = None
     try:
         with transaction.atomic():
+            cap_lock(tenant, memory.agent)
             memory = _change(
                 memory,
                 fields=fields,

@@ -9,7 +9,7 @@ import pytest
 from django.db import connections
 from rest_framework.test import APIClient
 
-from memories.models import IdempotencyRecord, Memory, MemoryRevision
+from memories.models import IdempotencyRecord, Memory, MemoryRevision, OwnerCount
 from tests.factories import make_agent, make_key, make_tenant
 
 N = 20
@@ -145,3 +145,4 @@ def test_concurrent_stores_respect_the_entry_cap(raw_key):
     assert set(_run_concurrently(12, put)) == {201}
     assert Memory.objects.filter(status="active").count() == 5
     assert Memory.objects.filter(status="evicted").count() == 7
+    assert OwnerCount.objects.get(owner_id=agent.pk).active == 5

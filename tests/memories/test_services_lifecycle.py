@@ -206,3 +206,49 @@ def test_seed_demo_stores_demo_memories_once():
     assert rows.count() == 5
     assert set(rows.values_list("category", flat=True)) == {"core", "workspace", "daily"}
     assert rows.filter(review_state="pending").count() == 1
+
+
+def _counter_matches_table():
+    from django.db.models import Count
+
+    from memories.models import OwnerCount
+
+    kept = {
+        (t, o): n
+        for t, o, n in OwnerCount.objects.values_list("tenant_id", "owner_id", "active")
+        if n
+    }
+    actual = {
+        (row["tenant_id"], row["agent_id"] or 0): row["n"]
+        for row in Memory.objects.filter(status="active")
+        .values("tenant_id", "agent_id")
+        .annotate(n=Count("id"))
+    }
+    assert kept == actual
+
+
+@pytest.mark.django_db
+def test_owner_counts_follow_every_kind_of_write(principal, tenant, agent):
+    a = store(principal, 0, text="one")
+    store(principal, 1, text="two", category="workspace")
+    store(principal, 2, text="three", category="conversation", thread_id="t")
+    _counter_matches_table()
+    services.memory_tombstone(tenant=tenant, memory_id=a.id, actor=OPERATOR)
+    _counter_matches_table()
+    services.memory_restore(tenant=tenant, memory_id=a.id, actor=OPERATOR)
+    services.thread_end(principal=principal, thread_id="t")
+    _counter_matches_table()
+    services.memory_purge(tenant=tenant, memory_id=a.id, actor=OPERATOR)
+    _counter_matches_table()
+    # Writes that bypass the services (bulk loads, jobs' SQL, hard deletes) are counted too.
+    Memory.objects.bulk_create(
+        [Memory(tenant=tenant, agent=agent, created_by="test", text=f"bulk {i}") for i in range(5)]
+    )
+    _counter_matches_table()
+    Memory.objects.filter(text__startswith="bulk").exclude(text="bulk 0").update(status="expired")
+    _counter_matches_table()
+    Memory.objects.filter(text__startswith="bulk").delete()
+    _counter_matches_table()
+    # Reads change no status and write no counter row.
+    Memory.objects.update(access_count=7)
+    _counter_matches_table()
