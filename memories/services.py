@@ -324,7 +324,7 @@ def memory_store(
             tenant=principal.tenant, key=key, request_hash=request_hash, now=now
         )
         if early is not None:
-            return _replayed(early)
+            return _replayed(principal, early)
 
     prepared = _prepare_store(principal=principal, data=data, now=now)
     if key is None:
@@ -341,18 +341,24 @@ def memory_store(
     outcome = idempotency.run_idempotent(
         tenant=principal.tenant, key=key, request_hash=request_hash, now=now, action=action
     )
-    return holder["result"] if not outcome.replayed else _replayed(outcome)
+    return holder["result"] if not outcome.replayed else _replayed(principal, outcome)
 
 
-def _replayed(outcome: idempotency.Outcome) -> StoreResult:
-    memory_id = outcome.body.get("memory_id")
-    memory = Memory.objects.select_related("agent").filter(pk=memory_id).first()
+def _replayed(principal: Principal, outcome: idempotency.Outcome) -> StoreResult:
+    """The stored response, byte for byte; `.memory` is the row as it is now (or None)."""
+    memory = (
+        Memory.objects.for_tenant(principal.tenant)
+        .select_related("agent")
+        .filter(pk=outcome.body.get("memory_id"))
+        .first()
+    )
     return StoreResult(
         memory=memory,
         created=outcome.status == 201,
         message=outcome.body.get("message", ""),
         near_duplicates=outcome.body.get("near_duplicates", []),
         previously_corrected=outcome.body.get("previously_corrected", []),
+        agent=principal.agent,
         replayed=True,
         _body=outcome.body,
         _status=outcome.status,
