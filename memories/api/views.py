@@ -8,10 +8,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from django.conf import settings
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.throttling import SimpleRateThrottle
 from rest_framework.views import APIView
 
 from memories import idempotency, selectors, services, validation
@@ -61,7 +63,29 @@ def _forget_options(request: Request) -> tuple[str, bool]:
     return reason or "", purge
 
 
-class WhoAmIView(APIView):
+class KeyRateThrottle(SimpleRateThrottle):
+    """`MEMORYHUB_RATE_LIMIT_PER_MINUTE` requests per API key (0: off) → 429 RATE_LIMITED with
+    Retry-After. Counted in the Django cache, so per process unless a shared cache is set."""
+
+    scope = "agent_key"
+
+    def get_rate(self) -> str | None:
+        limit = settings.MEMORYHUB_RATE_LIMIT_PER_MINUTE
+        return f"{limit}/min" if limit else None
+
+    def get_cache_key(self, request, view) -> str:
+        principal = request.user
+        ident = principal.api_key.pk if principal.api_key else f"agent-{principal.agent.pk}"
+        return self.cache_format % {"scope": self.scope, "ident": ident}
+
+
+class AgentAPIView(APIView):
+    """Base of the agent API views: Bearer-key auth (project default) plus the per-key limit."""
+
+    throttle_classes = [KeyRateThrottle]
+
+
+class WhoAmIView(AgentAPIView):
     """The calling agent and its key's scopes (handy for checking a key)."""
 
     @extend_schema(
@@ -81,7 +105,7 @@ class WhoAmIView(APIView):
         )
 
 
-class MemoriesView(APIView):
+class MemoriesView(AgentAPIView):
     @extend_schema(
         operation_id="memories_list",
         summary="List memories, newest first (keyset cursor)",
@@ -128,7 +152,7 @@ class MemoriesView(APIView):
         return Response(result.as_response(), status=result.status_code)
 
 
-class MemoryDetailView(APIView):
+class MemoryDetailView(AgentAPIView):
     @extend_schema(
         operation_id="memories_get",
         parameters=[schema.MEMORY_ID_PARAM, schema.SUBJECT_PARAM],
@@ -174,7 +198,7 @@ class MemoryDetailView(APIView):
         return Response({"ok": True, "deleted": deleted, "memory_id": forgotten_id})
 
 
-class MemoryConfirmView(APIView):
+class MemoryConfirmView(AgentAPIView):
     @extend_schema(
         operation_id="memories_confirm",
         summary="Confirm a memory (last_confirmed_at = now)",
@@ -195,7 +219,7 @@ class MemoryConfirmView(APIView):
         return _idempotent(request, "confirm", payload, action)
 
 
-class MemoryByKeyView(APIView):
+class MemoryByKeyView(AgentAPIView):
     @extend_schema(
         operation_id="memories_recall",
         summary="Recall the memory stored under a key (memory: null when none)",
@@ -228,7 +252,7 @@ class MemoryByKeyView(APIView):
         return Response({"ok": True, "deleted": deleted, "memory_id": forgotten_id})
 
 
-class KeysView(APIView):
+class KeysView(AgentAPIView):
     @extend_schema(
         operation_id="keys_list",
         summary="The keys of the memories this key can see",
@@ -244,7 +268,7 @@ class KeysView(APIView):
         return Response({"ok": True, "keys": keys})
 
 
-class ThreadEndView(APIView):
+class ThreadEndView(AgentAPIView):
     @extend_schema(
         operation_id="threads_end",
         summary="End a thread: its conversation memories are removed",

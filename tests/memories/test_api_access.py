@@ -202,3 +202,23 @@ def test_unknown_api_path_is_json_404(api_client):
     response = api_client.get("/api/v1/nothing-here")
     assert response.status_code == 404
     assert response.json()["error"]["code"] == "NOT_FOUND"
+
+
+@pytest.mark.django_db
+def test_rate_limit_per_key(api_client, key_client, agent, settings):
+    from django.core.cache import cache
+
+    cache.clear()
+    settings.MEMORYHUB_RATE_LIMIT_PER_MINUTE = 2
+    assert api_client.get("/api/v1/keys").status_code == 200
+    assert api_client.get("/api/v1/keys").status_code == 200
+    limited = api_client.get("/api/v1/keys")
+    assert limited.status_code == 429
+    assert int(limited["Retry-After"]) > 0
+    assert limited.json() == {
+        "ok": False,
+        "error": {"code": "RATE_LIMITED", "message": "Too many requests", "details": {}},
+    }
+    # Another key has its own budget.
+    assert key_client(agent).get("/api/v1/keys").status_code == 200
+    cache.clear()
