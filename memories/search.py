@@ -41,6 +41,39 @@ MODES = ("hybrid", "semantic", "keyword")
 ARCHIVAL_MODES = ("tool_only", "auto", "off")
 MAX_LIMIT = 100
 MAX_QUERY_CHARS = 4000
+SEARCH_FIELDS = frozenset(
+    {
+        "query",
+        "mode",
+        "limit",
+        "min_score",
+        "category",
+        "categories",
+        "kind",
+        "tags",
+        "subject_id",
+        "thread_id",
+        "session_id",
+        "include_shared",
+        "include_history",
+    }
+)
+HYDRATE_FIELDS = frozenset(
+    {
+        "subject_id",
+        "thread_id",
+        "session_id",
+        "budget_bytes",
+        "query",
+        "archival_mode",
+        "archival_limit",
+        "archival_min_score",
+        "include_agent_core",
+        "include_user_core",
+        "format",
+        "explain",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -144,6 +177,7 @@ class SearchParams:
 
 def parse_search(principal: Principal, data: Any) -> SearchParams:
     data = validation.require_object(data)
+    validation.reject_unknown(data, SEARCH_FIELDS)
     min_score = data.get("min_score")
     kind = data.get("kind")
     return SearchParams(
@@ -447,6 +481,7 @@ class HydrateParams:
 
 def parse_hydrate(principal: Principal, data: Any) -> HydrateParams:
     data = validation.require_object(data)
+    validation.reject_unknown(data, HYDRATE_FIELDS)
     min_score = data.get("archival_min_score")
     return HydrateParams(
         subject_id=principal.resolve_subject(

@@ -287,6 +287,7 @@ def test_returned_rows_are_bumped_with_one_update(me, corpus):
         ({"query": "x", "tags": "Not A Tag!"}, "tags"),
         ({"query": "x", "include_shared": "maybe"}, "include_shared"),
         ({"query": "x", "category": "Bad Category"}, "category"),
+        ({"query": "x", "lmit": 5}, "lmit"),
     ],
 )
 def test_invalid_input_names_the_field(api_client, body, field):

@@ -1,0 +1,147 @@
+"""The bench machinery at a tiny scale: throwaway database, real server, every measurement.
+
+No timing assertions (performance lives in `bench` itself); this shows the command works end
+to end and writes a complete bench-results.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+from memories.bench.latency import percentiles
+from memories.bench.locomo import evidence_ids, load, turn_text
+
+TINY_LOCOMO = [
+    {
+        "sample_id": "conv-a",
+        "conversation": {
+            "speaker_a": "Ana",
+            "speaker_b": "Ben",
+            "session_1_date_time": "1:56 pm on 8 May, 2023",
+            "session_1": [
+                {"speaker": "Ana", "dia_id": "D1:1", "text": "I adopted a greyhound named Pixel."},
+                {"speaker": "Ben", "dia_id": "D1:2", "text": "Lovely! I started pottery classes."},
+                {
+                    "speaker": "Ana",
+                    "dia_id": "D1:3",
+                    "text": "Look at this.",
+                    "blip_caption": "a photo of a lighthouse at dusk",
+                },
+            ],
+            "session_2_date_time": "2:00 pm on 9 May, 2023",
+            "session_2": [
+                {"speaker": "Ben", "dia_id": "D2:1", "text": "My pottery teacher lives in Porto."},
+            ],
+        },
+        "qa": [
+            {
+                "question": "What is the name of Ana's greyhound?",
+                "evidence": ["D1:1"],
+                "category": 4,
+            },
+            {
+                "question": "Where does the pottery teacher live?",
+                "evidence": ["D2:1"],
+                "category": 4,
+            },
+            {
+                "question": "Which pottery and lighthouse?",
+                "evidence": ["D1:2; D1:3"],
+                "category": 1,
+            },
+            {"question": "Unanswerable?", "evidence": ["D1:1"], "category": 5},
+            {"question": "No evidence?", "evidence": [], "category": 2},
+        ],
+    }
+]
+
+
+def test_locomo_parsing(tmp_path):
+    path = tmp_path / "locomo.json"
+    path.write_text(json.dumps(TINY_LOCOMO))
+    [conversation] = load(path)
+    assert [t.dia_id for t in conversation.turns] == ["D1:1", "D1:2", "D1:3", "D2:1"]
+    assert (
+        conversation.turns[2].text == "Ana: Look at this. [shares a photo of a lighthouse at dusk]"
+    )
+    assert [q.evidence for q in conversation.questions] == [{"D1:1"}, {"D2:1"}, {"D1:2", "D1:3"}]
+    assert evidence_ids(["D8:6; D9:17", " D1:2 "]) == {"D8:6", "D9:17", "D1:2"}
+    assert turn_text({"speaker": "A", "text": "hi"}) == "A: hi"
+
+
+def test_percentiles():
+    stats = percentiles([float(i) for i in range(1, 101)])
+    assert (stats["n"], stats["p50"], stats["p95"], stats["p99"]) == (100, 51.0, 95.0, 99.0)
+
+
+@pytest.mark.slow
+def test_bench_command_runs_end_to_end_at_tiny_scale(tmp_path):
+    locomo = tmp_path / "locomo.json"
+    locomo.write_text(json.dumps(TINY_LOCOMO))
+    output = tmp_path / "bench-results.json"
+    env = dict(
+        os.environ,
+        MEMORYHUB_DATA_DIR=str(settings.DATA_DIR),  # reuse the running test server as home
+        HF_HUB_OFFLINE="1",
+    )
+    env.pop("MEMORYHUB_TESTING", None)
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "manage.py",
+            "bench",
+            "--scale",
+            "300",
+            "--requests",
+            "5",
+            "--embedder",
+            "hashing",
+            "--locomo",
+            str(locomo),
+            "--prune-scale",
+            "0",
+            "--output",
+            str(output),
+        ],
+        cwd=settings.BASE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    results = json.loads(output.read_text())
+    assert results["meta"]["scales"] == [300]
+    latency = results["latency"]["300"]
+    assert latency["memories_in_tenant"] == 300
+    for op in (
+        "store",
+        "recall_by_key",
+        "list",
+        "search_hybrid",
+        "search_semantic",
+        "search_keyword",
+        "hydrate",
+    ):
+        assert latency[op]["n"] == 5 and latency[op]["p50"] > 0, op
+    locomo_result = results["locomo"]
+    assert locomo_result["turns"] == 4 and locomo_result["questions"] == 3
+    assert locomo_result["embedding_model"] == "hashing-v1"
+    for mode in ("keyword", "semantic", "hybrid"):
+        recall = locomo_result["modes"][mode]
+        assert 0 <= recall["R@1"] <= recall["R@5"] <= recall["R@10"] <= recall["R@20"] <= 100
+    # Every question names its evidence in its own words: keyword and hybrid find it all.
+    assert locomo_result["modes"]["keyword"]["R@5"] == 100.0
+    assert locomo_result["modes"]["hybrid"]["R@5"] == 100.0
+    assert "LoCoMo evidence recall" in completed.stdout
+    assert "search_hybrid" in completed.stdout
+    # The throwaway data directory is gone.
+    data_dir = completed.stdout.split("throwaway PostgreSQL ready in ")[1].split(" at ")[1]
+    assert not Path(data_dir.splitlines()[0].strip()).exists()
