@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import Count, Q, QuerySet
 from django.http import Http404
 
@@ -213,7 +213,10 @@ def near_duplicates(
         ORDER BY p.id, similarity DESC
     """  # noqa: S608 - table name is ours, values are parameters
     out: dict[str, list[dict]] = {pk: [] for pk in memory_ids}
-    with connection.cursor() as cursor:
+    with transaction.atomic(), connection.cursor() as cursor:
+        # The HNSW scan visits a bounded candidate list; rows of other tenants (or dead ones)
+        # can fill it. Iterative scans keep walking the graph until the filters pass enough.
+        cursor.execute("SET LOCAL hnsw.iterative_scan = strict_order")
         cursor.execute(sql, [per_memory, tenant.pk, list(memory_ids), min_similarity])
         for pid, nid, text, version, similarity in cursor.fetchall():
             out[pid].append(

@@ -243,6 +243,7 @@ def test_review_queue_tombstone_and_edit_with_the_keyboard(new_page, owner, agen
     expect(rows).to_have_count(1)
     wrong.refresh_from_db()
     assert (wrong.status, wrong.tombstone_reason) == (Status.TOMBSTONED, "customer said otherwise")
+    expect(rows.first).to_have_class("review-item card is-current")  # the next row took over
     page.keyboard.press("e")
     expect(page.get_by_role("textbox", name="Text")).to_have_value("Inferred: works at Acem")
     assert page.url.endswith(f"/console/memories/{fixable.pk}/?edit=1")
