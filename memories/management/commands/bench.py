@@ -62,7 +62,7 @@ class Command(BaseCommand):
         if scale not in scales:
             scales.append(scale)
         requests = opts["requests"] or (100 if quick else 300)
-        conversations = opts["conversations"] or (2 if quick else None)
+        conversations = opts["conversations"] or (1 if quick else None)
         questions = opts["questions"]
         prune_scale = opts["prune_scale"]
         if prune_scale is None:
@@ -87,8 +87,8 @@ class Command(BaseCommand):
         if quick:
             self.out(
                 "--quick: 10k memories only, "
-                f"{requests} requests per operation, LoCoMo subset of "
-                f"{conversations} conversations"
+                f"{requests} requests per operation, a {prune_scale} prune, LoCoMo subset of "
+                f"{conversations} conversation(s)"
             )
         with throwaway_database(self.out) as data_dir:
             if not opts["skip_latency"]:
