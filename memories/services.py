@@ -870,7 +870,9 @@ def memory_forget(
         live = list(rows.live(now)[:1])
         # A purge by key erases every version that ever held the key, not only the live one.
         targets = (
-            live + list(rows.filter(purged_at__isnull=True).exclude(pk__in=live)) if purge else live
+            live + list(rows.filter(purged_at__isnull=True).exclude(pk__in=[m.pk for m in live]))
+            if purge
+            else live
         )
         if not targets:
             return False, None
