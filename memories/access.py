@@ -37,8 +37,7 @@ WHERE m.tenant_id = v.tenant_id AND m.id = v.id
 
 
 def mode() -> str:
-    default = "sync" if getattr(settings, "TESTING", False) else "deferred"
-    return getattr(settings, "MEMORYHUB_ACCESS_BUMP", default)
+    return getattr(settings, "MEMORYHUB_ACCESS_BUMP", "deferred")
 
 
 def bump_access(tenant_id: int, ids: list[str], now: datetime) -> None:

@@ -173,6 +173,9 @@ MEMORYHUB_EMBEDDER_URL = env_str("MEMORYHUB_EMBEDDER_URL", "https://api.openai.c
 MEMORYHUB_EMBEDDER_MODEL = env_str("MEMORYHUB_EMBEDDER_MODEL", "text-embedding-3-small")
 MEMORYHUB_EMBEDDER_API_KEY = env_str("MEMORYHUB_EMBEDDER_API_KEY")
 MEMORYHUB_EMBEDDER_TIMEOUT = env_float("MEMORYHUB_EMBEDDER_TIMEOUT", 10.0)
+# Reads' last_accessed_at/access_count bumps: "deferred" (merged, one UPDATE a second from a
+# background thread) or "sync" (one UPDATE inside the request; what tests assert on).
+MEMORYHUB_ACCESS_BUMP = env_str("MEMORYHUB_ACCESS_BUMP", "sync" if TESTING else "deferred")
 
 # --- Jobs (django-q2, ORM broker on the same PostgreSQL) -------------------------------------
 Q_CLUSTER = {

@@ -313,3 +313,20 @@ def test_unauthenticated(client):
     response = client.post("/api/v1/search", {"query": "x"}, content_type="application/json")
     assert response.status_code == 401
     assert response.json()["error"]["code"] == "UNAUTHENTICATED"
+
+
+@pytest.mark.django_db
+def test_deferred_access_bumps_are_merged_into_one_update(me, corpus, settings):
+    from memories import access
+
+    settings.MEMORYHUB_ACCESS_BUMP = "deferred"
+    first, second = T0 + timedelta(hours=1), T0 + timedelta(hours=2)
+    search(me, query="coffee sugar", mode="keyword", now=first)
+    search(me, query="coffee sugar", mode="keyword", now=second)
+    coffee = Memory.objects.get(pk=corpus["coffee"].id)
+    assert coffee.access_count == 0  # nothing written inside the requests
+    with CaptureQueriesContext(connection) as ctx:
+        assert access.flush_access() == 1
+    assert len(ctx.captured_queries) == 1
+    coffee.refresh_from_db()
+    assert coffee.access_count == 2 and coffee.last_accessed_at == second
