@@ -10,16 +10,18 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Case, F, IntegerField, Q, Value, When
+from django.db.models import Case, F, IntegerField, OuterRef, Q, Subquery, Value, When
+from django.db.models.functions import Coalesce
 
 from accounts.principal import Principal
 from memories import validation
 from memories.clock import resolve_now
 from memories.ids import is_memory_id
-from memories.models import Memory
+from memories.models import Memory, MemoryRevision
 from memories.serialization import iso
 from memories.visibility import visible_memories
 from memoryhub.errors import InvalidInput, NotFound
@@ -141,20 +143,79 @@ def memory_keys(
 # --- list with a keyset cursor ---------------------------------------------------------------
 
 
-def encode_cursor(memory: Memory) -> str:
-    raw = json.dumps([iso(memory.updated_at), memory.id], separators=(",", ":"))
-    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+@dataclass(frozen=True)
+class Cursor:
+    """Where a walk is: the time it began (`as_of`) and the (updated_at-as-of-then, id) of the
+    last row returned. Opaque to clients: URL-safe base64 of a JSON array."""
+
+    as_of: datetime
+    updated_at: datetime | None = None
+    memory_id: str | None = None
+
+    def encode(self) -> str:
+        raw = json.dumps([iso(self.as_of), iso(self.updated_at), self.memory_id])
+        return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 
-def decode_cursor(cursor: str) -> tuple[datetime, str]:
+def decode_cursor(cursor: str) -> Cursor:
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
-        updated_at, memory_id = json.loads(base64.urlsafe_b64decode(padded.encode()))
+        as_of, updated_at, memory_id = json.loads(base64.urlsafe_b64decode(padded.encode()))
         if not is_memory_id(memory_id):
             raise ValueError
-        return validation.parse_timestamp(updated_at, "cursor"), memory_id
+        return Cursor(
+            as_of=validation.parse_timestamp(as_of, "cursor"),
+            updated_at=validation.parse_timestamp(updated_at, "cursor"),
+            memory_id=memory_id,
+        )
     except (ValueError, TypeError, binascii.Error, InvalidInput, UnicodeError):
         raise InvalidInput("'cursor' is not a cursor this API returned", field="cursor") from None
+
+
+def _before(cursor: Cursor, field: str) -> Q:
+    if cursor.updated_at is None:
+        return Q()
+    return Q(**{f"{field}__lt": cursor.updated_at}) | Q(
+        **{field: cursor.updated_at, "id__lt": cursor.memory_id}
+    )
+
+
+def _page(rows, *, cursor: Cursor, limit: int) -> tuple[list[Memory], Cursor | None]:
+    """One page of the walk, in the order the rows had when the walk began.
+
+    Rows unchanged since `as_of` are read straight off the (updated_at, id) index. The few
+    changed since then are placed where they stood at `as_of`: their `updated_at` of that time
+    is the time of their last revision up to `as_of` (every change writes one, stamped like
+    `updated_at`). So a walk returns every memory that existed when it began and is still
+    visible exactly once, even when memories change between pages; memories created after it
+    began are not part of it (fetch them with `updated_after`).
+    """
+    rows = rows.filter(created_at__lte=cursor.as_of)
+    steady = list(
+        rows.filter(updated_at__lte=cursor.as_of)
+        .filter(_before(cursor, "updated_at"))
+        .annotate(walk_at=F("updated_at"))
+        .order_by("-updated_at", "-id")[: limit + 1]
+    )
+    as_of_then = (
+        MemoryRevision.objects.filter(
+            tenant_id=OuterRef("tenant_id"), memory_id=OuterRef("pk"), created_at__lte=cursor.as_of
+        )
+        .order_by("-created_at")
+        .values("created_at")[:1]
+    )
+    moved = list(
+        rows.filter(updated_at__gt=cursor.as_of)
+        .annotate(walk_at=Coalesce(Subquery(as_of_then), F("created_at")))
+        .filter(_before(cursor, "walk_at"))
+        .order_by("-walk_at", "-id")[: limit + 1]
+    )
+    merged = sorted(steady + moved, key=lambda m: (m.walk_at, m.id), reverse=True)
+    page = merged[:limit]
+    if len(merged) <= limit:
+        return page, None
+    last = page[-1]
+    return page, Cursor(as_of=cursor.as_of, updated_at=last.walk_at, memory_id=last.id)
 
 
 def _many(value: Any) -> list[str]:
@@ -176,10 +237,9 @@ def memory_list(
     """A page of visible memories, newest `updated_at` first, and the cursor of the next page.
 
     Filters (all optional): category, kind, tag (repeatable, AND), subject_id, thread_id,
-    updated_after, include_shared (default true), limit (default 50, max 200), cursor. The
-    cursor is the (updated_at, id) of the last row, so a walk never repeats a row and pages do
-    not shift when rows are added or removed meanwhile; a memory changed during the walk moves
-    to the head of the order (fetch it with `updated_after`).
+    updated_after, include_shared (default true), limit (default 50, max 200), cursor. A walk
+    keeps the order of the moment it began (see `_page`): no memory is skipped or repeated when
+    memories change, appear or disappear between pages.
     """
     principal.require_scope("read")
     now = resolve_now(now)
@@ -213,11 +273,6 @@ def memory_list(
     if filters.get("updated_after"):
         after = validation.parse_timestamp(filters["updated_after"], "updated_after")
         rows = rows.filter(updated_at__gt=after)
-    if filters.get("cursor"):
-        updated_at, memory_id = decode_cursor(str(filters["cursor"]))
-        rows = rows.filter(
-            Q(updated_at__lt=updated_at) | Q(updated_at=updated_at, id__lt=memory_id)
-        )
-    page = list(rows.order_by("-updated_at", "-id")[: limit + 1])
-    next_cursor = encode_cursor(page[limit - 1]) if len(page) > limit else None
-    return page[:limit], next_cursor
+    cursor = decode_cursor(str(filters["cursor"])) if filters.get("cursor") else Cursor(as_of=now)
+    page, next_cursor = _page(rows, cursor=cursor, limit=limit)
+    return page, next_cursor.encode() if next_cursor else None

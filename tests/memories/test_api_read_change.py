@@ -101,17 +101,23 @@ def test_cursor_walk_returns_each_memory_once_while_rows_change(api_client):
         seen += [m["id"] for m in body["memories"]]
         pages += 1
         if pages == 1:
-            # Changes between pages: a new memory and a forgotten one.
+            # Changes between pages: a new memory, a forgotten one, and two edits that move
+            # rows to the head of the order (one already returned, one not yet).
             _store(api_client, text="brand new", dedup_policy="insert")
             api_client.delete(f"/api/v1/memories/{ids[0]}")
+            for moved in (ids[1], seen[0]):
+                edit = api_client.patch(
+                    f"/api/v1/memories/{moved}", {"text": "edited"}, format="json"
+                )
+                assert edit.status_code == 200
         cursor = body["next_cursor"]
         if cursor is None:
             break
     assert pages == 3
     assert len(seen) == len(set(seen))
     assert set(seen) == set(ids) - {ids[0]}
-    updated = [Memory.objects.get(pk=i).updated_at for i in seen]
-    assert updated == sorted(updated, reverse=True)
+    created = [Memory.objects.get(pk=i).created_at for i in seen]
+    assert created == sorted(created, reverse=True)  # never updated before the walk
 
 
 @pytest.mark.django_db
