@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
@@ -59,7 +60,9 @@ from memoryhub.errors import (
 
 logger = logging.getLogger(__name__)
 
-MAX_RETRIES = 8  # optimistic retries of an unconditioned write that lost a race
+# Optimistic retries of an unconditioned write that lost a race: every round has a winner, so
+# n concurrent writers of one row need at most n rounds; this only bounds a runaway.
+MAX_RETRIES = 100
 NEAR_LIMIT = 5  # near duplicates / previously corrected entries reported per store
 CAP_ACTOR = "system:cap"
 MAX_REASON_CHARS = 1000
@@ -233,8 +236,22 @@ def _content_fields(text: str, data: dict | None, previous: Memory | None = None
         and previous.embedding_model == get_embedder().model_name
     ):
         return fields
-    fields["embedding"], fields["embedding_model"] = embed_text(basis)
+    fields["embedding"], fields["embedding_model"] = _embed_cached(basis)
     return fields
+
+
+def _embed_cached(basis: str) -> tuple[list[float], str]:
+    """`embed_text`, remembered for the current write only: a write that lost a race and is
+    recomputed from the fresh row does not embed the same text twice."""
+    cache = _write_embeddings.get()
+    if cache is None:
+        return embed_text(basis)
+    if basis not in cache:
+        cache[basis] = embed_text(basis)
+    return cache[basis]
+
+
+_write_embeddings: ContextVar[dict | None] = ContextVar("write_embeddings", default=None)
 
 
 def _reason(value: Any) -> str:
@@ -798,15 +815,19 @@ def memory_update(
             .first()
         )
 
-    return _change(
-        memory,
-        fields=lambda current: _update_fields(current, inp.changes),
-        actor=principal.actor,
-        change_type=ChangeType.UPDATE,
-        now=now,
-        cas=inp.cas,
-        reload=reload,
-    )
+    token = _write_embeddings.set({})
+    try:
+        return _change(
+            memory,
+            fields=lambda current: _update_fields(current, inp.changes),
+            actor=principal.actor,
+            change_type=ChangeType.UPDATE,
+            now=now,
+            cas=inp.cas,
+            reload=reload,
+        )
+    finally:
+        _write_embeddings.reset(token)
 
 
 def memory_confirm(

@@ -118,11 +118,11 @@ def test_concurrent_keyed_stores_never_duplicate(raw_key):
         )
         return response.status_code
 
-    statuses = _run_concurrently(10, put)
-    assert sorted(statuses) == [200] * 9 + [201]
+    statuses = _run_concurrently(N, put)
+    assert sorted(statuses) == [200] * (N - 1) + [201]
     memory = Memory.objects.get()
-    assert memory.version == 10
-    assert MemoryRevision.objects.filter(memory=memory).count() == 10
+    assert memory.version == N
+    assert MemoryRevision.objects.filter(memory=memory).count() == N
 
 
 @pytest.mark.django_db(transaction=True)
@@ -146,3 +146,26 @@ def test_concurrent_stores_respect_the_entry_cap(raw_key):
     assert Memory.objects.filter(status="active").count() == 5
     assert Memory.objects.filter(status="evicted").count() == 7
     assert OwnerCount.objects.get(owner_id=agent.pk).active == 5
+
+
+@pytest.mark.django_db(transaction=True)
+def test_twenty_concurrent_unconditioned_patches_all_apply(raw_key):
+    created = _client(raw_key).post("/api/v1/memories", {"text": "v0"}, format="json").json()
+    memory_id = created["memory_id"]
+
+    def patch(i):
+        return (
+            _client(raw_key)
+            .patch(f"/api/v1/memories/{memory_id}", {"text": f"writer {i}"}, format="json")
+            .status_code
+        )
+
+    assert _run_concurrently(N, patch) == [200] * N
+    memory = Memory.objects.get(pk=memory_id)
+    assert memory.version == N + 1
+    revisions = MemoryRevision.objects.filter(memory_id=memory_id)
+    assert sorted(revisions.values_list("version", flat=True)) == list(range(1, N + 2))
+    # Each revision's `before` is exactly the previous revision's `after`.
+    ordered = list(revisions.order_by("version"))
+    for previous, current in zip(ordered, ordered[1:], strict=False):
+        assert current.before == previous.after
