@@ -90,7 +90,10 @@ DATABASES["default"].setdefault("OPTIONS", {})
 DATABASES["default"]["OPTIONS"].setdefault("connect_timeout", 5)
 # Under ASGI each request runs in a thread of its own, so per-thread persistent connections
 # mean a new PostgreSQL connection (~10 ms) per request; a psycopg pool shares them instead.
-if env_bool("MEMORYHUB_DB_POOL", default=not TESTING):
+# Never in the django-q2 cluster: it forks its workers, and forked children would share the
+# pool's open sockets (two workers interleaving on one session corrupts both).
+_QCLUSTER = len(sys.argv) > 1 and sys.argv[1] == "qcluster"
+if env_bool("MEMORYHUB_DB_POOL", default=not TESTING and not _QCLUSTER):
     DATABASES["default"]["CONN_MAX_AGE"] = 0
     DATABASES["default"]["OPTIONS"]["pool"] = {
         "min_size": 2,
