@@ -366,8 +366,37 @@ def _owner_slugs(principal: Principal, memories) -> dict[int, str]:
     return slugs
 
 
+# What the response objects read: never the embedding or the tsvector (the bulk of a row).
+RESPONSE_FIELDS = (
+    "id",
+    "tenant_id",
+    "agent_id",
+    "key",
+    "category",
+    "kind",
+    "text",
+    "data",
+    "tags",
+    "subject_id",
+    "thread_id",
+    "importance",
+    "confidence",
+    "capture_mode",
+    "source_provider",
+    "mentions",
+    "expires_at",
+    "last_confirmed_at",
+    "created_at",
+    "updated_at",
+    "version",
+    "status",
+    "review_state",
+    "size_bytes",
+)
+
+
 def _fetch(tenant_id: int, ids: list[str]) -> dict[str, Memory]:
-    rows = Memory.objects.for_tenant(tenant_id).filter(pk__in=ids).defer("embedding")
+    rows = Memory.objects.for_tenant(tenant_id).filter(pk__in=ids).only(*RESPONSE_FIELDS)
     return {m.pk: m for m in rows}
 
 
@@ -514,7 +543,7 @@ def parse_hydrate(principal: Principal, data: Any) -> HydrateParams:
     )
 
 
-HYDRATE_BATCH = 200
+HYDRATE_BATCH = 300
 
 
 class _Budget:
@@ -540,7 +569,7 @@ def _hydrate_pools(principal: Principal, params: HydrateParams, now: datetime):
         subject_id=params.subject_id,
         include_shared=True,
         now=now,
-    ).defer("embedding")
+    ).only(*RESPONSE_FIELDS)
     core = base.filter(category=Category.CORE)
     if not params.include_agent_core:
         core = core.exclude(subject_id__isnull=True)
@@ -557,8 +586,9 @@ def _hydrate_pools(principal: Principal, params: HydrateParams, now: datetime):
 def _fill(pool: QuerySet, budget: _Budget, taken: list, reason: str, seen: set[str]) -> None:
     """Newest first; skip what does not fit; stop reading once nothing more can fit.
 
-    Rows come in batches of candidates no larger than the budget left, so an agent with 10k
-    memories costs a batch or two, not a scan of everything.
+    Only (id, size, updated_at) is read here, in batches of candidates no larger than the
+    budget left, so an agent with 10k memories costs a query or two and no model instances;
+    the chosen rows are loaded afterwards in one query.
     """
     pool = pool.order_by("-updated_at", "-id")
     cursor: tuple[datetime, str] | None = None
@@ -568,14 +598,15 @@ def _fill(pool: QuerySet, budget: _Budget, taken: list, reason: str, seen: set[s
             batch_qs = batch_qs.filter(
                 Q(updated_at__lt=cursor[0]) | Q(updated_at=cursor[0], id__lt=cursor[1])
             )
-        batch = list(batch_qs[:HYDRATE_BATCH])
-        for memory in batch:
-            if memory.pk not in seen and budget.take(memory.size_bytes):
-                taken.append((memory, reason))
-                seen.add(memory.pk)
+        batch = list(batch_qs.values_list("id", "size_bytes")[:HYDRATE_BATCH])
+        for memory_id, size in batch:
+            if memory_id not in seen and budget.take(size):
+                taken.append((memory_id, reason))
+                seen.add(memory_id)
         if len(batch) < HYDRATE_BATCH:
             return
-        cursor = (batch[-1].updated_at, batch[-1].pk)
+        last_id = batch[-1][0]
+        cursor = (pool.filter(pk=last_id).values_list("updated_at", flat=True)[0], last_id)
 
 
 def _omitted(pools: list[QuerySet], seen: set[str], budget_total: int) -> list[dict]:
@@ -637,18 +668,21 @@ def memory_hydrate(*, principal: Principal, data: dict, now: datetime | None = N
     params = parse_hydrate(principal, data)
     core, recent = _hydrate_pools(principal, params, now)
     budget = _Budget(params.budget_bytes)
-    taken: list[tuple[Memory, str]] = []
+    taken: list[tuple[Any, str]] = []
     seen: set[str] = set()
     _fill(core, budget, taken, "core", seen)
     _fill(recent, budget, taken, "recent", seen)
     pools = [core, recent]
     if params.archival_mode == "auto" and params.query and params.archival_limit:
         matches = _archival_matches(principal, params, now)
-        rows = _fetch(principal.tenant.pk, [mid for mid, _ in matches])
+        sizes = dict(
+            Memory.objects.for_tenant(principal.tenant)
+            .filter(pk__in=[mid for mid, _ in matches])
+            .values_list("id", "size_bytes")
+        )
         for mid, _ in matches:
-            memory = rows.get(mid)
-            if memory and mid not in seen and budget.take(memory.size_bytes):
-                taken.append((memory, "archival_match"))
+            if mid in sizes and mid not in seen and budget.take(sizes[mid]):
+                taken.append((mid, "archival_match"))
                 seen.add(mid)
         pools.append(
             visible_memories(
@@ -658,6 +692,8 @@ def memory_hydrate(*, principal: Principal, data: dict, now: datetime | None = N
                 now=now,
             ).filter(pk__in=[mid for mid, _ in matches])
         )
+    rows = _fetch(principal.tenant.pk, [mid for mid, _ in taken])
+    taken = [(rows[mid], reason) for mid, reason in taken if mid in rows]
     slugs = _owner_slugs(principal, [m for m, _ in taken])
     entries = [
         {**memory_json(m, agent=principal.agent, slugs=slugs), "reason": r} for m, r in taken

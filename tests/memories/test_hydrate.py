@@ -117,6 +117,13 @@ def test_core_written_once_still_loads_after_1000_newer_daily_writes(me, tenant,
     ]
     assert result["bytes_used"] <= 200
     assert 200 - result["bytes_used"] < len("daily note 0000")
+    # A budget that needs several batches of candidates walks them in order without gaps.
+    core_size = result["entries"][0]["size_bytes"]
+    big = hydrate(me, budget_bytes=core_size + 15 * 700)
+    assert [e["text"] for e in big["entries"][1:]] == [
+        f"daily note {i:04d}" for i in range(999, 299, -1)
+    ]
+    assert big["bytes_used"] == core_size + 15 * 700
 
 
 @pytest.mark.django_db
