@@ -9,20 +9,18 @@ store timings. Run it only against a throwaway database: it inserts `2 × scale`
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import statistics
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from pathlib import Path
 
 from django.conf import settings
 from django.db import connection, connections
 from django.utils import timezone
 
+from memories.bench.server import ApiServer, api_client
 from memories.ids import new_ulid
 from memories.jobs.prune import prune_memories
 
@@ -77,57 +75,6 @@ def insert_memories(
             stop = min(start + INSERT_CHUNK - 1, n)
             cursor.execute(INSERT_SQL, dict(params, start=start, stop=stop))
     return n
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class _Server:
-    """A uvicorn on this process's database, for the HTTP timings."""
-
-    def __init__(self):
-        self.port = _free_port()
-        env = dict(
-            os.environ, MEMORYHUB_EMBEDDER="hashing", MEMORYHUB_DATA_DIR=str(settings.DATA_DIR)
-        )
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "memoryhub.asgi:application",
-                "--port",
-                str(self.port),
-                "--log-level",
-                "warning",
-            ],
-            cwd=settings.BASE_DIR,
-            env=env,
-        )
-        self.base_url = f"http://127.0.0.1:{self.port}"
-
-    def wait_ready(self, timeout: float = 60) -> None:
-        import httpx
-
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(self.base_url + "/healthz", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise RuntimeError("the bench web server did not start")
-
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
 
 
 def _store_latencies(client, *, count: int | None = None, until: threading.Event | None = None):
@@ -199,22 +146,18 @@ def run_prune_bench(
     }
 
     # 2. Store p95 over HTTP, idle and while a second prune of `scale` rows runs.
-    import httpx
-
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request otherwise
 
     server = None
     if base_url is None:
-        server = _Server()
+        server = ApiServer(Path(settings.DATA_DIR), embedder="hashing")
         base_url = server.base_url
     try:
         if api_key is None:
             _, api_key = api_key_create(tenant=tenant, agent=writer, scopes=["read", "write"])
         if server is not None:
             server.wait_ready()
-        with httpx.Client(
-            base_url=base_url, headers={"Authorization": f"Bearer {api_key}"}, timeout=30
-        ) as client:
+        with api_client(base_url, api_key) as client:
             _store_latencies(client, count=20)  # warm up connections and caches
             idle = _store_latencies(client, count=idle_stores)
             seed()
