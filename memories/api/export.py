@@ -10,6 +10,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.views import APIView
 
+from memories.api import schema
 from memories.clock import resolve_now
 from memories.export import export_filename, export_markdown
 from memories.models import Memory, Status
@@ -43,7 +44,7 @@ class ExportMarkdownView(APIView):
             OpenApiParameter("include_tombstoned", bool, description="Also tombstoned memories"),
             OpenApiParameter("include_shared", bool, description="Also agents in reads_from"),
         ],
-        responses={(200, "text/markdown"): OpenApiTypes.STR},
+        responses={(200, "text/markdown"): OpenApiTypes.STR, **schema.READ_ERRORS},
     )
     def get(self, request):
         principal = request.user
