@@ -4,7 +4,9 @@ Search runs entirely inside PostgreSQL, as one statement:
 
 - keyword: full-text over the generated `search_vector`, with a tsquery that ORs the query's
   lexemes (stop words dropped, stemmed by the `english` config) — plainto_tsquery ANDs them,
-  which finds nothing as soon as a question uses one word the memory lacks;
+  which finds nothing as soon as a question uses one word the memory lacks — scored by the
+  BM25-style IDF of the lexemes each memory holds (counted over the matching memories) plus
+  ts_rank;
 - semantic: pgvector cosine distance through the HNSW index, with iterative index scans so a
   selective tenant/agent/subject filter still yields `depth` rows;
 - hybrid: both candidate lists fused by weighted reciprocal rank (see `FUSION` for the weights
@@ -93,7 +95,12 @@ class Fusion:
     semantic_norm: str = "raw"
     # "max": keyword rank divided by the best rank among the candidates; "squash": r / (r + c).
     keyword_norm: str = "max"
-    keyword_squash: float = 0.1
+    keyword_squash: float = 3.0
+    # Keyword score = sum of BM25-style IDF of the query lexemes a memory contains, with the
+    # document frequencies counted over the memories matching any lexeme (exactly the scope's,
+    # since the OR query matches every memory holding any of them), plus ts_rank to break ties.
+    keyword_idf: bool = True
+    idf_rank_weight: float = 5.0
 
 
 FUSION = Fusion()
@@ -245,6 +252,14 @@ def _keyword_branch(scope: QuerySet, query: str, depth: int) -> tuple[str, tuple
     )
 
 
+def _keyword_matches(scope: QuerySet, query: str) -> tuple[str, tuple]:
+    return _sql(
+        scope.annotate(kw_rank=RawSQL(KEYWORD_RANK_SQL, (query,)))
+        .filter(RawSQL(KEYWORD_MATCH_SQL, (query,), output_field=BooleanField()))
+        .values("id", "search_vector", "kw_rank")
+    )
+
+
 def _semantic_branch(scope: QuerySet, vector: list[float], depth: int) -> tuple[str, tuple]:
     return _sql(
         scope.filter(embedding__isnull=False)
@@ -270,7 +285,7 @@ def ranked_ids(
 ) -> list[tuple[str, float]]:
     """`[(memory_id, relevance 0–1)]`, best first, computed by one SQL statement.
 
-    keyword relevance = ts_rank / (ts_rank + 0.1); semantic relevance = cosine similarity
+    keyword relevance = score / (score + 3) where score = Σ IDF + 5 · ts_rank; semantic relevance = cosine similarity
     clamped to 0–1; hybrid (linear) relevance = the weighted mean of the cosine similarity and
     the keyword rank relative to the best keyword rank among the candidates, both recomputed for
     every candidate of either list (a memory found by one list still gets the other's score).
@@ -278,7 +293,26 @@ def ranked_ids(
     depth = max(fusion.depth, limit)
     parts: list[str] = []
     params: list[Any] = []
-    if mode in ("keyword", "hybrid"):
+    if mode in ("keyword", "hybrid") and fusion.keyword_idf:
+        sql, p = _keyword_matches(scope, query)
+        parts.append(
+            f"kw_all AS MATERIALIZED ({sql}), "
+            "kw_lex AS (SELECT DISTINCT lexeme, quote_literal(lexeme)::tsquery AS q "
+            "FROM unnest(to_tsvector('english'::regconfig, %s))), "
+            "kw_hits AS MATERIALIZED (SELECT a.id, l.lexeme FROM kw_all a JOIN kw_lex l "
+            "ON a.search_vector @@ l.q), "
+            "kw_n AS MATERIALIZED (SELECT count(*)::float8 AS n FROM kw_all), "
+            "kw_df AS MATERIALIZED (SELECT lexeme, count(*)::float8 AS df "
+            "FROM kw_hits GROUP BY lexeme), "
+            "kw_idf AS (SELECT h.id, sum(ln(1 + (kw_n.n - d.df + 0.5) / (d.df + 0.5))) AS s "
+            "FROM kw_hits h JOIN kw_df d USING (lexeme) CROSS JOIN kw_n GROUP BY h.id), "
+            f"kw_full AS (SELECT a.id, COALESCE(i.s, 0) + {fusion.idf_rank_weight} * a.kw_rank "
+            "AS kw_score FROM kw_all a LEFT JOIN kw_idf i USING (id)), "
+            "kw AS (SELECT id, kw_score, row_number() OVER (ORDER BY kw_score DESC, id) AS r "
+            f"FROM kw_full ORDER BY kw_score DESC, id LIMIT {int(depth)})"
+        )
+        params.extend([*p, query])
+    elif mode in ("keyword", "hybrid"):
         sql, p = _keyword_branch(scope, query, depth)
         parts.append(
             f"kw AS (SELECT id, kw_score, row_number() OVER (ORDER BY kw_score DESC, id) AS r "
@@ -312,16 +346,24 @@ def ranked_ids(
     else:
         wk, ws = fusion.keyword_weight, fusion.semantic_weight
         table = Memory._meta.db_table
+        if fusion.keyword_idf:
+            kws_sql = "COALESCE(f.kw_score, 0)"
+            kws_join = " LEFT JOIN kw_full f ON f.id = m.id"
+        else:
+            kws_join = ""
+            kws_sql = KEYWORD_RANK_SQL.replace("search_vector", "m.search_vector")
         parts.append(
             "cand AS (SELECT id FROM kw UNION SELECT id FROM sem), "
             "scored AS (SELECT m.id, "
             "COALESCE(1 - (m.embedding <=> %s::vector), 0) AS sim, "
-            f"{KEYWORD_RANK_SQL.replace('search_vector', 'm.search_vector')} AS kws "
-            f"FROM {table} m WHERE m.id IN (SELECT id FROM cand)), "
+            f"{kws_sql} AS kws "
+            f"FROM {table} m{kws_join} WHERE m.id IN (SELECT id FROM cand)), "
             "normed AS (SELECT id, sim, kws, max(kws) OVER () AS maxk, "
             "max(sim) OVER () AS maxs, min(sim) OVER () AS mins FROM scored)"
         )
-        params.extend([_vector_literal(vector), query])
+        params.append(_vector_literal(vector))
+        if not fusion.keyword_idf:
+            params.append(query)
         if fusion.semantic_norm == "minmax":
             sem_expr = "(sim - mins) / NULLIF(maxs - mins, 0)"
         else:
