@@ -56,7 +56,10 @@ class MemoryQuerySet(models.QuerySet):
 
 class Memory(models.Model):
     id = models.CharField(primary_key=True, max_length=30, default=new_memory_id, editable=False)
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memories")
+    # No single-column index: every index of the table leads with tenant already.
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.CASCADE, related_name="memories", db_index=False
+    )
     # Owner; NULL for workspace memories, which belong to the whole tenant.
     agent = models.ForeignKey(
         Agent, on_delete=models.CASCADE, null=True, blank=True, related_name="memories"
@@ -243,7 +246,10 @@ class ChangeType(models.TextChoices):
 class MemoryRevision(models.Model):
     """Append-only history of a memory: one row per change, with actor and before/after."""
 
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="revisions")
+    # No single-column index: every index of the table leads with tenant already.
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.CASCADE, related_name="revisions", db_index=False
+    )
     # No database constraint: the history outlives a memory that retention hard-deletes.
     memory = models.ForeignKey(
         Memory, on_delete=models.DO_NOTHING, db_constraint=False, related_name="revisions"
