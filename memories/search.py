@@ -9,8 +9,9 @@ Search runs entirely inside PostgreSQL, as one statement:
   ts_rank;
 - semantic: pgvector cosine distance through the HNSW index, with iterative index scans so a
   selective tenant/agent/subject filter still yields `depth` rows;
-- hybrid: both candidate lists fused by weighted reciprocal rank (see `FUSION` for the weights
-  chosen on LoCoMo; README "Search quality" keeps the experiment log).
+- hybrid: the top candidates of both lists, each re-scored by both signals and mixed linearly
+  (see `FUSION` for the knobs chosen on LoCoMo; README "Search quality" keeps the experiment
+  log, including the reciprocal-rank fusion this replaced).
 
 Visibility comes from `memories.visibility` only; expired and tombstoned memories are never
 candidates because every branch starts from `visible_memories`.
@@ -84,7 +85,7 @@ class Fusion:
 
     rrf_k: int = 60
     keyword_weight: float = 1.0
-    semantic_weight: float = 1.0
+    semantic_weight: float = 1.5
     # Candidates taken from each list before fusing (at least the requested limit).
     depth: int = 40
     # Candidates visited by the HNSW scan; iterative scans go further when filters drop rows.
