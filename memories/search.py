@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 from datetime import datetime
+from types import SimpleNamespace
 from typing import Any
 
 from django.conf import settings
@@ -438,9 +439,18 @@ RESPONSE_FIELDS = (
 )
 
 
-def _fetch(tenant_id: int, ids: list[str]) -> dict[str, Memory]:
-    rows = Memory.objects.for_tenant(tenant_id).filter(pk__in=ids).only(*RESPONSE_FIELDS)
-    return {m.pk: m for m in rows}
+class _Row(SimpleNamespace):
+    """A memory's response fields as plain attributes: what the serializers read, without
+    building a model instance per row (a hydrate returns a hundred or more of them)."""
+
+    @property
+    def pk(self) -> str:
+        return self.id
+
+
+def _fetch(tenant_id: int, ids: list[str]) -> dict[str, _Row]:
+    rows = Memory.objects.for_tenant(tenant_id).filter(pk__in=ids).values(*RESPONSE_FIELDS)
+    return {row["id"]: _Row(**row) for row in rows}
 
 
 def _history_hits(
