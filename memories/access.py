@@ -7,7 +7,8 @@ So reads hand their ids to a per-process bumper that merges them and writes them
 UPDATE per flush (about once a second) from a background thread, off the request path.
 
 `MEMORYHUB_ACCESS_BUMP = "sync"` (the test default) does the one UPDATE inside the request
-instead, so tests can assert the counts. A crash loses at most one interval of access stamps,
+instead, so tests can assert the counts; `"off"` records nothing (eviction then goes by
+`updated_at` alone). A crash loses at most one interval of access stamps,
 which only ever makes eviction slightly less precise.
 """
 
@@ -42,9 +43,10 @@ def mode() -> str:
 
 def bump_access(tenant_id: int, ids: list[str], now: datetime) -> None:
     """Record that these memories were just read (one UPDATE now, or merged into the next)."""
-    if not ids:
+    current = mode()
+    if not ids or current == "off":
         return
-    if mode() == "sync":
+    if current == "sync":
         Memory.objects.for_tenant(tenant_id).filter(pk__in=ids).update(
             last_accessed_at=now, access_count=F("access_count") + 1
         )

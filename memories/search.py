@@ -597,6 +597,8 @@ def parse_hydrate(principal: Principal, data: Any) -> HydrateParams:
 
 
 HYDRATE_BATCH = 300
+HYDRATE_MIN_BATCH = 32
+TYPICAL_BYTES = 48
 
 
 class _Budget:
@@ -651,15 +653,16 @@ def _fill(pool: QuerySet, budget: _Budget, taken: list, reason: str, seen: set[s
             batch_qs = batch_qs.filter(
                 Q(updated_at__lt=cursor[0]) | Q(updated_at=cursor[0], id__lt=cursor[1])
             )
-        batch = list(batch_qs.values_list("id", "size_bytes")[:HYDRATE_BATCH])
-        for memory_id, size in batch:
-            if memory_id not in seen and budget.take(size):
-                taken.append((memory_id, reason))
-                seen.add(memory_id)
-        if len(batch) < HYDRATE_BATCH:
+        # Enough rows for the budget left at a typical memory size; more batches if not.
+        size = max(HYDRATE_MIN_BATCH, min(HYDRATE_BATCH, budget.left // TYPICAL_BYTES))
+        batch = [_Row(**row) for row in batch_qs.values(*RESPONSE_FIELDS)[:size]]
+        for row in batch:
+            if row.id not in seen and budget.take(row.size_bytes):
+                taken.append((row, reason))
+                seen.add(row.id)
+        if len(batch) < size:
             return
-        last_id = batch[-1][0]
-        cursor = (pool.filter(pk=last_id).values_list("updated_at", flat=True)[0], last_id)
+        cursor = (batch[-1].updated_at, batch[-1].id)
 
 
 def _omitted(pools: list[QuerySet], seen: set[str], budget_total: int) -> list[dict]:
@@ -728,14 +731,10 @@ def memory_hydrate(*, principal: Principal, data: dict, now: datetime | None = N
     pools = [core, recent]
     if params.archival_mode == "auto" and params.query and params.archival_limit:
         matches = _archival_matches(principal, params, now)
-        sizes = dict(
-            Memory.objects.for_tenant(principal.tenant)
-            .filter(pk__in=[mid for mid, _ in matches])
-            .values_list("id", "size_bytes")
-        )
+        rows = _fetch(principal.tenant.pk, [mid for mid, _ in matches])
         for mid, _ in matches:
-            if mid in sizes and mid not in seen and budget.take(sizes[mid]):
-                taken.append((mid, "archival_match"))
+            if mid in rows and mid not in seen and budget.take(rows[mid].size_bytes):
+                taken.append((rows[mid], "archival_match"))
                 seen.add(mid)
         pools.append(
             visible_memories(
@@ -745,8 +744,6 @@ def memory_hydrate(*, principal: Principal, data: dict, now: datetime | None = N
                 now=now,
             ).filter(pk__in=[mid for mid, _ in matches])
         )
-    rows = _fetch(principal.tenant.pk, [mid for mid, _ in taken])
-    taken = [(rows[mid], reason) for mid, reason in taken if mid in rows]
     slugs = _owner_slugs(principal, [m for m, _ in taken])
     entries = [
         {**memory_json(m, agent=principal.agent, slugs=slugs), "reason": r} for m, r in taken
