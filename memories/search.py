@@ -262,7 +262,12 @@ def _keyword_matches(scope: QuerySet, query: str) -> tuple[str, tuple]:
     )
 
 
-def _semantic_branch(scope: QuerySet, vector: list[float], depth: int) -> tuple[str, tuple]:
+def _semantic_branch(
+    scope: QuerySet, vector: list[float], depth: int, model: str | None
+) -> tuple[str, tuple]:
+    if model:
+        # Vectors of another model are not comparable; `reembed` brings them over.
+        scope = scope.filter(embedding_model=model)
     return _sql(
         scope.filter(embedding__isnull=False)
         .annotate(sem_dist=CosineDistance("embedding", vector))
@@ -284,6 +289,7 @@ def ranked_ids(
     limit: int,
     min_score: float | None = None,
     fusion: Fusion = FUSION,
+    model: str | None = None,
 ) -> list[tuple[str, float]]:
     """`[(memory_id, relevance 0–1)]`, best first, computed by one SQL statement.
 
@@ -323,7 +329,7 @@ def ranked_ids(
         params.extend(p)
     if mode in ("semantic", "hybrid"):
         assert vector is not None
-        sql, p = _semantic_branch(scope, vector, depth)
+        sql, p = _semantic_branch(scope, vector, depth, model)
         # MATERIALIZED: relaxed_order scans may return rows slightly out of order; rank again.
         parts.append(
             f"sem_raw AS MATERIALIZED ({sql}), "
@@ -348,6 +354,9 @@ def ranked_ids(
     else:
         wk, ws = fusion.keyword_weight, fusion.semantic_weight
         table = Memory._meta.db_table
+        sim_sql = "1 - (m.embedding <=> %s::vector)"
+        if model:
+            sim_sql = f"CASE WHEN m.embedding_model = %s THEN {sim_sql} END"
         if fusion.keyword_idf:
             kws_sql = "COALESCE(f.kw_score, 0)"
             kws_join = " LEFT JOIN kw_full f ON f.id = m.id"
@@ -357,12 +366,13 @@ def ranked_ids(
         parts.append(
             "cand AS (SELECT id FROM kw UNION SELECT id FROM sem), "
             "scored AS (SELECT m.id, "
-            "COALESCE(1 - (m.embedding <=> %s::vector), 0) AS sim, "
+            f"COALESCE({sim_sql}, 0) AS sim, "
             f"{kws_sql} AS kws "
             f"FROM {table} m{kws_join} WHERE m.id IN (SELECT id FROM cand)), "
             "normed AS (SELECT id, sim, kws, max(kws) OVER () AS maxk, "
             "max(sim) OVER () AS maxs, min(sim) OVER () AS mins FROM scored)"
         )
+        params.extend([model] if model else [])
         params.append(_vector_literal(vector))
         if not fusion.keyword_idf:
             params.append(query)
@@ -500,9 +510,10 @@ def memory_search(*, principal: Principal, data: dict, now: datetime | None = No
     now = resolve_now(now)
     params = parse_search(principal, data)
     scope = search_scope(principal, params, now)
-    vector = None
+    vector = model = None
     if params.mode in ("semantic", "hybrid"):
-        vector = get_embedder().embed([params.query])[0]
+        embedder = get_embedder()
+        vector, model = embedder.embed([params.query])[0], embedder.model_name
     ranked = ranked_ids(
         scope,
         query=params.query,
@@ -510,6 +521,7 @@ def memory_search(*, principal: Principal, data: dict, now: datetime | None = No
         mode=params.mode,
         limit=params.limit,
         min_score=params.min_score,
+        model=model,
     )
     history = []
     if params.include_history:
@@ -685,14 +697,15 @@ def _archival_matches(
         categories=[Category.ARCHIVAL],
     )
     scope = search_scope(principal, search_params, now)
-    vector = get_embedder().embed([params.query])[0]
+    embedder = get_embedder()
     return ranked_ids(
         scope,
         query=params.query,
-        vector=vector,
+        vector=embedder.embed([params.query])[0],
         mode="hybrid",
         limit=params.archival_limit,
         min_score=params.archival_min_score,
+        model=embedder.model_name,
     )
 
 

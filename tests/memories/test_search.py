@@ -330,3 +330,13 @@ def test_deferred_access_bumps_are_merged_into_one_update(me, corpus, settings):
     assert len(ctx.captured_queries) == 1
     coffee.refresh_from_db()
     assert coffee.access_count == 2 and coffee.last_accessed_at == second
+
+
+@pytest.mark.django_db
+def test_vectors_of_another_model_are_not_compared(me, corpus):
+    Memory.objects.filter(pk=corpus["car"].id).update(embedding_model="some-other-model")
+    semantic = search(me, query="blue Subaru", mode="semantic", limit=10)["memories"]
+    assert corpus["car"].id not in {hit["id"] for hit in semantic}
+    # Full text still finds it, and hybrid keeps it on its keyword score alone.
+    hybrid = search(me, query="blue Subaru", limit=10)["memories"]
+    assert hybrid[0]["id"] == corpus["car"].id
