@@ -27,7 +27,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import BooleanField, Q, QuerySet
+from django.db.models import BooleanField, ExpressionWrapper, FloatField, Q, QuerySet, Value
 from django.db.models.expressions import RawSQL
 from pgvector.django import CosineDistance
 
@@ -263,14 +263,18 @@ def _keyword_matches(scope: QuerySet, query: str) -> tuple[str, tuple]:
 
 
 def _semantic_branch(
-    scope: QuerySet, vector: list[float], depth: int, model: str | None
+    scope: QuerySet, vector: list[float], depth: int, model: str | None, exact: bool
 ) -> tuple[str, tuple]:
     if model:
         # Vectors of another model are not comparable; `reembed` brings them over.
         scope = scope.filter(embedding_model=model)
+    distance = CosineDistance("embedding", vector)
+    if exact:
+        # `+ 0` hides the operator from the planner: an exact scan of the scope, no HNSW.
+        distance = ExpressionWrapper(distance + Value(0.0), output_field=FloatField())
     return _sql(
         scope.filter(embedding__isnull=False)
-        .annotate(sem_dist=CosineDistance("embedding", vector))
+        .annotate(sem_dist=distance)
         .order_by("sem_dist")
         .values_list("id", "sem_dist")[:depth]
     )
@@ -291,13 +295,51 @@ def ranked_ids(
     fusion: Fusion = FUSION,
     model: str | None = None,
 ) -> list[tuple[str, float]]:
-    """`[(memory_id, relevance 0–1)]`, best first, computed by one SQL statement.
+    """`[(memory_id, relevance 0–1)]`, best first, computed by one SQL statement (and a second,
+    exact one when the HNSW walk came back short).
 
-    keyword relevance = score / (score + 3) where score = Σ IDF + 5 · ts_rank; semantic relevance = cosine similarity
-    clamped to 0–1; hybrid (linear) relevance = the weighted mean of the cosine similarity and
-    the keyword rank relative to the best keyword rank among the candidates, both recomputed for
-    every candidate of either list (a memory found by one list still gets the other's score).
+    keyword relevance = score / (score + 3), score = Σ IDF + 5 · ts_rank; semantic relevance =
+    cosine similarity clamped to 0–1; hybrid (linear) relevance = the weighted mean of the cosine
+    similarity and the keyword score relative to the best among the candidates, both recomputed
+    for every candidate of either list (a memory found by one list still gets the other's score).
     """
+    depth = max(fusion.depth, limit)
+    args = (scope, query, vector, mode, limit, min_score, fusion, model)
+    with transaction.atomic(), connection.cursor() as cursor:
+        if vector is not None:
+            # Filtered HNSW scans keep walking the graph until `depth` rows pass the filters.
+            cursor.execute(
+                "SET LOCAL hnsw.iterative_scan = relaxed_order; "
+                f"SET LOCAL hnsw.ef_search = {int(max(fusion.ef_search, depth))}"
+            )
+        cursor.execute(*_ranking_sql(*args, exact=False))
+        rows = cursor.fetchall()
+        if vector is not None:
+            found = next(int(row[1]) for row in rows if row[0] is None)
+            rows = [row for row in rows if row[0] is not None]
+            if found < depth:
+                # Fewer vectors than asked for: either the scope is that small, or the index
+                # walk stopped before finding the scope's rows among many others (a small
+                # tenant in a big table, dead tuples). An exact scan of the scope is cheap in
+                # both cases and always complete.
+                cursor.execute(*_ranking_sql(*args, exact=True))
+                rows = cursor.fetchall()
+    rows.sort(key=lambda row: (-row[1], row[0]))
+    return [(row[0], float(row[1])) for row in rows]
+
+
+def _ranking_sql(
+    scope: QuerySet,
+    query: str,
+    vector: list[float] | None,
+    mode: str,
+    limit: int,
+    min_score: float | None,
+    fusion: Fusion,
+    model: str | None,
+    *,
+    exact: bool,
+) -> tuple[str, list]:
     depth = max(fusion.depth, limit)
     parts: list[str] = []
     params: list[Any] = []
@@ -329,7 +371,7 @@ def ranked_ids(
         params.extend(p)
     if mode in ("semantic", "hybrid"):
         assert vector is not None
-        sql, p = _semantic_branch(scope, vector, depth, model)
+        sql, p = _semantic_branch(scope, vector, depth, model, exact)
         # MATERIALIZED: relaxed_order scans may return rows slightly out of order; rank again.
         parts.append(
             f"sem_raw AS MATERIALIZED ({sql}), "
@@ -388,22 +430,22 @@ def ranked_ids(
             f"SELECT id, ({ws} * COALESCE({sem_expr}, 0) "
             f"+ {wk} * COALESCE({kw_expr}, 0)) / {wk + ws} AS relevance FROM normed"
         )
-    sql = f"WITH {', '.join(parts)} SELECT id, relevance FROM ({select}) fused"
+    ranked = f"SELECT id, relevance FROM ({select}) fused"
     if min_score is not None:
-        sql += " WHERE relevance >= %s"
+        ranked += " WHERE relevance >= %s"
         params.append(min_score)
-    sql += " ORDER BY relevance DESC, id LIMIT %s"
+    ranked += " ORDER BY relevance DESC, id LIMIT %s"
     params.append(limit)
-
-    with transaction.atomic(), connection.cursor() as cursor:
-        if vector is not None:
-            # Filtered HNSW scans keep walking the graph until `depth` rows pass the filters.
-            cursor.execute(
-                "SET LOCAL hnsw.iterative_scan = relaxed_order; "
-                f"SET LOCAL hnsw.ef_search = {int(max(fusion.ef_search, depth))}"
-            )
-        cursor.execute(sql, params)
-        return [(row[0], float(row[1])) for row in cursor.fetchall()]
+    if vector is None or exact:
+        return f"WITH {', '.join(parts)} {ranked}", params
+    # A first row (id NULL) counts what the HNSW scan returned, so the caller can tell an
+    # index scan that gave up early (hnsw.max_scan_tuples) from a scope that is that small.
+    sql = (
+        f"WITH {', '.join(parts)} "
+        "(SELECT NULL::varchar AS id, count(*)::float8 AS relevance FROM sem_raw) "
+        f"UNION ALL ({ranked})"
+    )
+    return sql, params
 
 
 # --- response format ---------------------------------------------------------------------------

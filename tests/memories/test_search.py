@@ -340,3 +340,21 @@ def test_vectors_of_another_model_are_not_compared(me, corpus):
     # Full text still finds it, and hybrid keeps it on its keyword score alone.
     hybrid = search(me, query="blue Subaru", limit=10)["memories"]
     assert hybrid[0]["id"] == corpus["car"].id
+
+
+@pytest.mark.django_db
+def test_short_index_walk_falls_back_to_an_exact_scan(tenant, me):
+    crowd = Principal(tenant=tenant, agent=make_agent(tenant, "crowd"))
+    for i in range(150):
+        put(crowd, f"Shipping note {i}: parcels leave the depot at dawn.")
+    own = [put(me, f"Shipping rule {i}: parcels need a signature.").id for i in range(12)]
+    expected = search(me, query="parcels depot dawn", mode="semantic", limit=10)["memories"]
+    with connection.cursor() as cursor:
+        # Make the planner take the HNSW index and let its walk give up almost at once.
+        cursor.execute("SET LOCAL enable_seqscan = off; SET LOCAL hnsw.max_scan_tuples = 1")
+    with CaptureQueriesContext(connection) as ctx:
+        hits = search(me, query="parcels depot dawn", mode="semantic", limit=10)["memories"]
+    assert [h["id"] for h in hits] == [h["id"] for h in expected]
+    assert len(hits) == 10 and {h["id"] for h in hits} <= set(own)
+    rankings = [q for q in ctx.captured_queries if q["sql"].startswith("WITH")]
+    assert len(rankings) == 2  # the HNSW walk came back short, the exact scan completed it
