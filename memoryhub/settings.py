@@ -68,6 +68,9 @@ TEMPLATES = [
     }
 ]
 
+# Threads that run Django requests under the ASGI server (memoryhub/asgi.py).
+MEMORYHUB_WEB_THREADS = env_int("MEMORYHUB_WEB_THREADS", 16)
+
 # --- Database -------------------------------------------------------------------------------
 # DATABASE_URL when set; otherwise the embedded PostgreSQL 18 + pgvector under MEMORYHUB_DATA_DIR.
 # Tests get a server of their own (var/test), so a test run never touches the dev database.
