@@ -19,6 +19,7 @@ from django.db.models.functions import Coalesce
 
 from accounts.principal import Principal
 from memories import validation
+from memories.access import bump_access
 from memories.clock import resolve_now
 from memories.ids import is_memory_id
 from memories.models import Memory, MemoryRevision
@@ -44,12 +45,10 @@ LIST_FILTERS = frozenset(
 
 def _touch(memory: Memory, now: datetime) -> None:
     """A read bumps `last_accessed_at` and `access_count` (not a change: no version, no
-    revision); cold memories are the ones evicted first at the cap."""
-    Memory.objects.filter(pk=memory.pk, tenant_id=memory.tenant_id).update(
-        last_accessed_at=now, access_count=F("access_count") + 1
-    )
-    memory.last_accessed_at = now
-    memory.access_count += 1
+    revision); cold memories are the ones evicted first at the cap. Recorded through
+    `memories.access` like search and hydrate, so a read never waits for an index-touching
+    UPDATE."""
+    bump_access(memory.tenant_id, [memory.pk], now)
 
 
 def memory_get(
