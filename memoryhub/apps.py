@@ -4,3 +4,10 @@ from django.apps import AppConfig
 class MemoryhubConfig(AppConfig):
     name = "memoryhub"
     verbose_name = "MemoryHub"
+
+    def ready(self) -> None:
+        from django.db.backends.signals import connection_created
+
+        from memoryhub.dbtypes import register_fast_loaders
+
+        connection_created.connect(register_fast_loaders, dispatch_uid="memoryhub-fast-loaders")
