@@ -1202,7 +1202,11 @@ def memory_merge(
     actor: str,
     now: datetime | None = None,
 ) -> Memory:
-    """Keep one memory, tombstone the others with reason "merged into <keep_id>"."""
+    """Keep one memory, tombstone the others with reason "merged into <keep_id>".
+
+    Merging is a review decision: the kept memory is approved too (`review_state=approved`,
+    `last_confirmed_at` = now, an `approve` revision), so it leaves the review queue.
+    """
     now = resolve_now(now)
     keep = _operator_get(tenant, keep_id)
     if keep.status != Status.ACTIVE:
@@ -1210,6 +1214,7 @@ def memory_merge(
     others = [i for i in dict.fromkeys(merge_ids) if i != keep_id]
     memories = [_operator_get(tenant, i) for i in others]
     with transaction.atomic():
+        keep = memory_approve(tenant=tenant, memory_id=keep_id, actor=actor, now=now)
         for memory in memories:
             if memory.status == Status.ACTIVE:
                 _tombstone(

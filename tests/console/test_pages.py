@@ -252,6 +252,42 @@ def test_merge_keeps_one_and_tombstones_the_rest(reviewer_client, agent, store_m
     assert dup.status == Status.TOMBSTONED and keep.pk in dup.tombstone_reason
 
 
+def test_merge_from_the_review_queue_approves_the_kept_memory(reviewer_client, agent, store_memory):
+    keep = store_memory(agent, "Customer prefers email", capture_mode="inferred")
+    dup = store_memory(agent, "Customer prefers email")
+    response = reviewer_client.post(
+        f"/console/memories/{keep.pk}/merge/", {"merge": [dup.pk], "from": "review"}, **HX
+    )
+    assert response.status_code == 200 and response.content == b""  # the row leaves
+    keep.refresh_from_db()
+    assert keep.review_state == ReviewState.APPROVED and keep.version == 2
+    assert keep.last_confirmed_at == keep.updated_at
+    revision = MemoryRevision.objects.filter(memory_id=keep.pk).latest("id")
+    assert (revision.change_type, revision.actor) == (
+        ChangeType.APPROVE,
+        "operator:reviewer@acme.test",
+    )
+    # On reload the kept memory is not in the queue any more.
+    assert keep.pk not in reviewer_client.get("/console/review/").content.decode()
+
+
+def test_memory_merge_service_approves_the_kept_memory(agent, store_memory):
+    from memories.services import memory_merge
+
+    keep = store_memory(agent, "Lives in Oslo", capture_mode="inferred")
+    dup = store_memory(agent, "Lives in Oslo, Norway", capture_mode="inferred")
+    before = keep.last_confirmed_at
+    kept = memory_merge(
+        tenant=agent.tenant, keep_id=keep.pk, merge_ids=[dup.pk], actor="operator:t"
+    )
+    keep.refresh_from_db()
+    dup.refresh_from_db()
+    assert kept.review_state == keep.review_state == ReviewState.APPROVED
+    assert keep.last_confirmed_at > before
+    assert dup.status == Status.TOMBSTONED and dup.tombstone_reason == f"merged into {keep.pk}"
+    assert dup.review_state == ReviewState.PENDING  # tombstoned, not approved
+
+
 def test_bulk_tombstone_and_add_tag(reviewer_client, agent, store_memory):
     a = store_memory(agent, "Bulk one")
     b = store_memory(agent, "Bulk two")
