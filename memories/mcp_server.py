@@ -2,12 +2,22 @@
 
 Every tool is a thin call into the same services as the REST API (same validation, same
 errors, same response bodies). Authentication is the same Bearer API key, checked before the
-MCP app sees the request: no valid key → 401 with the REST error body, and no tool runs.
+MCP app sees the request: no valid key → 401 with the REST error body, and no tool runs; the
+same per-key rate limit applies.
+
+A tool function's signature is its JSON schema (what clients list and the SDK type-checks), but
+the services receive the arguments exactly as the client sent them, as the REST views pass the
+request body: explicit nulls keep their meaning (`expires_at: null` = never expires), unknown
+arguments are `INVALID_INPUT` (the schemas say `additionalProperties: false`), and every other
+rule and message is the REST one. An argument the SDK's type check rejects is `INVALID_INPUT`
+too, naming the argument.
 """
 
 from __future__ import annotations
 
 import json
+from contextvars import ContextVar
+from types import SimpleNamespace
 from typing import Annotated, Any, Literal
 
 from asgiref.sync import sync_to_async
@@ -16,13 +26,15 @@ from django.db import close_old_connections
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
-from pydantic import Field
+from pydantic import Field, ValidationError
+from rest_framework.exceptions import Throttled
 
 from accounts.authentication import authenticate_key, bearer_token
 from accounts.principal import Principal
-from memories import search, selectors, services
+from memories import search, selectors, services, validation
+from memories.api.views import KeyRateThrottle
 from memories.serialization import memory_json
-from memoryhub.errors import DomainError, envelope, error_for_exception
+from memoryhub.errors import DomainError, InvalidInput, envelope, error_for_exception
 
 MCP_PATH = "/mcp"
 PRINCIPAL_SCOPE_KEY = "memoryhub.principal"
@@ -43,7 +55,48 @@ is never preloaded, only found by search. Never store secrets (keys, tokens, pas
 are rejected.
 """
 
-mcp = MCPServer(name="MemoryHub", instructions=INSTRUCTIONS, version="1.0.0")
+# The arguments of the tool call being run, as sent (see the module docstring).
+_ARGUMENTS: ContextVar[dict[str, Any]] = ContextVar("memoryhub_mcp_arguments")
+
+
+def _tool_error(err: DomainError) -> ToolError:
+    return ToolError(json.dumps(envelope(err.code, err.message, err.details)))
+
+
+def _invalid_arguments(exc: ValidationError) -> InvalidInput:
+    first = exc.errors()[0]
+    field = ".".join(str(part) for part in first["loc"]) or "arguments"
+    return InvalidInput(f"'{field}': {first['msg']}", field=field)
+
+
+class MemoryServer(MCPServer):
+    """The SDK's server, with REST's input rules: unknown arguments and arguments that fail the
+    schema's type check are `INVALID_INPUT` envelopes, and the tools see the raw arguments."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context=None):
+        tool = self._tool_manager.get_tool(name)
+        if tool is not None:
+            try:
+                validation.reject_unknown(arguments, frozenset(tool.parameters["properties"]))
+            except InvalidInput as err:
+                raise _tool_error(err) from None
+        token = _ARGUMENTS.set(dict(arguments))
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            if isinstance(exc.__cause__, ValidationError):
+                raise _tool_error(_invalid_arguments(exc.__cause__)) from None
+            raise
+        finally:
+            _ARGUMENTS.reset(token)
+
+
+def _arguments() -> dict[str, Any]:
+    """This call's arguments as the client sent them: what the services validate."""
+    return dict(_ARGUMENTS.get())
+
+
+mcp = MemoryServer(name="MemoryHub", instructions=INSTRUCTIONS, version="1.0.0")
 
 
 def _principal(ctx: Context) -> Principal:
@@ -54,12 +107,9 @@ def _principal(ctx: Context) -> Principal:
     return principal
 
 
-def _clean(args: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in args.items() if v is not None}
-
-
 async def _call(fn, /, **kwargs) -> dict[str, Any]:
-    """Run a sync service call in Django's sync thread; map domain errors to tool errors."""
+    """Run a sync service call in a worker thread (calls run in parallel, each with a database
+    connection of its thread); map domain errors to tool errors."""
 
     def run():
         close_old_connections()
@@ -69,13 +119,13 @@ async def _call(fn, /, **kwargs) -> dict[str, Any]:
             close_old_connections()
 
     try:
-        return await sync_to_async(run, thread_sensitive=True)()
+        return await sync_to_async(run, thread_sensitive=False)()
     except Exception as exc:  # noqa: BLE001 - every failure becomes the REST error envelope
         err = error_for_exception(exc)
         if err is None:
             raise
         assert isinstance(err, DomainError)
-        raise ToolError(json.dumps(envelope(err.code, err.message, err.details))) from None
+        raise _tool_error(err) from None
 
 
 Category = Annotated[
@@ -86,6 +136,12 @@ Category = Annotated[
     ),
 ]
 SubjectId = Annotated[str | None, Field(description="The end user this is about (optional)")]
+
+
+ThreadId = Annotated[
+    str | None, Field(description="Run/conversation id (`session_id` is accepted as an alias)")
+]
+Timestamp = Annotated[str | None, Field(description="ISO 8601")]
 
 
 @mcp.tool(
@@ -110,41 +166,28 @@ async def memory_store(
     data: Annotated[dict[str, Any] | None, Field(description="Optional structured fields")] = None,
     tags: list[str] | None = None,
     subject_id: SubjectId = None,
-    thread_id: Annotated[str | None, Field(description="Run/conversation id")] = None,
+    thread_id: ThreadId = None,
+    session_id: ThreadId = None,
     importance: Annotated[float | None, Field(ge=0, le=1)] = None,
     confidence: Annotated[float | None, Field(ge=0, le=1)] = None,
     capture_mode: Literal["explicit", "inferred"] | None = None,
     source_provider: str | None = None,
     mentions: list[dict[str, Any]] | None = None,
     ttl: Annotated[str | None, Field(description="Lifetime such as 30s, 15m, 24h, 7d")] = None,
-    expires_at: Annotated[str | None, Field(description="ISO 8601 expiry")] = None,
+    expires_at: Annotated[
+        str | int | None,
+        Field(description="ISO 8601 or Unix milliseconds; null: never (overrides default TTL)"),
+    ] = None,
+    last_confirmed_at: Timestamp = None,
     dedup_policy: Literal["ask", "skip_if_near", "insert"] | None = None,
     expected_version: Annotated[
         int | None, Field(description="Compare-and-set; 0 = create only")
     ] = None,
+    expected_updated_at: Annotated[
+        str | None, Field(description="Compare-and-set on updated_at; null = create only")
+    ] = None,
 ) -> dict[str, Any]:
-    args = _clean(
-        {
-            "text": text,
-            "key": key,
-            "category": category,
-            "kind": kind,
-            "data": data,
-            "tags": tags,
-            "subject_id": subject_id,
-            "thread_id": thread_id,
-            "importance": importance,
-            "confidence": confidence,
-            "capture_mode": capture_mode,
-            "source_provider": source_provider,
-            "mentions": mentions,
-            "ttl": ttl,
-            "expires_at": expires_at,
-            "dedup_policy": dedup_policy,
-            "expected_version": expected_version,
-        }
-    )
-    principal = _principal(ctx)
+    principal, args = _principal(ctx), _arguments()
     return await _call(lambda: services.memory_store(principal=principal, data=args).as_response())
 
 
@@ -180,25 +223,12 @@ async def memory_list(
     tags: Annotated[list[str] | None, Field(description="All of these tags")] = None,
     subject_id: SubjectId = None,
     thread_id: str | None = None,
-    updated_after: Annotated[str | None, Field(description="ISO 8601")] = None,
+    updated_after: Timestamp = None,
     include_shared: bool | None = None,
     limit: Annotated[int | None, Field(ge=1, le=200)] = None,
     cursor: str | None = None,
 ) -> dict[str, Any]:
-    principal = _principal(ctx)
-    filters = _clean(
-        {
-            "category": category,
-            "kind": kind,
-            "tag": tags,
-            "subject_id": subject_id,
-            "thread_id": thread_id,
-            "updated_after": updated_after,
-            "include_shared": include_shared,
-            "limit": limit,
-            "cursor": cursor,
-        }
-    )
+    principal, filters = _principal(ctx), _arguments()
 
     def run():
         memories, next_cursor = selectors.memory_list(principal=principal, filters=filters)
@@ -228,9 +258,7 @@ async def memory_forget(
 ) -> dict[str, Any]:
     principal = _principal(ctx)
     if not memory_id and not key:
-        raise ToolError(
-            json.dumps(envelope("INVALID_INPUT", "Give memory_id or key", {"field": "memory_id"}))
-        )
+        raise _tool_error(InvalidInput("Give memory_id or key", field="memory_id"))
 
     def run():
         deleted, mid = services.memory_forget(
@@ -259,28 +287,19 @@ async def memory_search(
     mode: Literal["hybrid", "semantic", "keyword"] | None = None,
     limit: Annotated[int | None, Field(ge=1, le=100)] = None,
     min_score: Annotated[float | None, Field(ge=0, le=1)] = None,
-    categories: list[str] | None = None,
+    category: Annotated[str | None, Field(description="Only this category")] = None,
+    categories: Annotated[list[str] | None, Field(description="Only these categories")] = None,
     kind: str | None = None,
-    tags: list[str] | None = None,
+    tags: Annotated[list[str] | None, Field(description="All of these tags")] = None,
     subject_id: SubjectId = None,
-    thread_id: str | None = None,
+    thread_id: ThreadId = None,
+    session_id: ThreadId = None,
     include_shared: bool | None = None,
+    include_history: Annotated[
+        bool | None, Field(description="Also older texts of re-stored keys (isLatest false)")
+    ] = None,
 ) -> dict[str, Any]:
-    principal = _principal(ctx)
-    args = _clean(
-        {
-            "query": query,
-            "mode": mode,
-            "limit": limit,
-            "min_score": min_score,
-            "categories": categories,
-            "kind": kind,
-            "tags": tags,
-            "subject_id": subject_id,
-            "thread_id": thread_id,
-            "include_shared": include_shared,
-        }
-    )
+    principal, args = _principal(ctx), _arguments()
     return await _call(search.memory_search, principal=principal, data=args)
 
 
@@ -295,7 +314,8 @@ async def memory_search(
 async def memory_hydrate(
     ctx: Context,
     subject_id: SubjectId = None,
-    thread_id: str | None = None,
+    thread_id: ThreadId = None,
+    session_id: ThreadId = None,
     budget_bytes: Annotated[int | None, Field(ge=0)] = None,
     query: str | None = None,
     archival_mode: Literal["tool_only", "auto", "off"] | None = None,
@@ -306,23 +326,13 @@ async def memory_hydrate(
     format: Literal["json", "markdown"] | None = None,
     explain: bool | None = None,
 ) -> dict[str, Any]:
-    principal = _principal(ctx)
-    args = _clean(
-        {
-            "subject_id": subject_id,
-            "thread_id": thread_id,
-            "budget_bytes": budget_bytes,
-            "query": query,
-            "archival_mode": archival_mode,
-            "archival_limit": archival_limit,
-            "archival_min_score": archival_min_score,
-            "include_agent_core": include_agent_core,
-            "include_user_core": include_user_core,
-            "format": format,
-            "explain": explain,
-        }
-    )
+    principal, args = _principal(ctx), _arguments()
     return await _call(search.memory_hydrate, principal=principal, data=args)
+
+
+# Unknown arguments are refused (INVALID_INPUT): say so in every tool's schema.
+for _tool in mcp._tool_manager.list_tools():
+    _tool.parameters["additionalProperties"] = False
 
 
 def _transport_security() -> TransportSecuritySettings:
@@ -376,11 +386,17 @@ async def _send_json(send, status: int, body: dict, headers: list[tuple[bytes, b
 
 
 def _authenticate(raw: str | None) -> Principal:
+    """The key's principal, under the same per-key rate limit as REST (one request = one HTTP
+    request to /mcp, as one REST call is)."""
     close_old_connections()
     try:
-        return authenticate_key(raw)
+        principal = authenticate_key(raw)
     finally:
         close_old_connections()
+    throttle = KeyRateThrottle()
+    if not throttle.allow_request(SimpleNamespace(user=principal), None):
+        raise Throttled(throttle.wait())
+    return principal
 
 
 async def mcp_application(scope, receive, send):
@@ -395,7 +411,7 @@ async def mcp_application(scope, receive, send):
         return
     headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
     try:
-        principal = await sync_to_async(_authenticate, thread_sensitive=True)(
+        principal = await sync_to_async(_authenticate, thread_sensitive=False)(
             bearer_token(headers.get("authorization"))
         )
     except DomainError as err:

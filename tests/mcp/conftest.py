@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import socket
 import threading
 
 import pytest
 import uvicorn
-from asgiref.sync import sync_to_async
 from django.db import connections
 
 
@@ -40,6 +38,11 @@ def asgi_server(transactional_db):
     yield f"http://127.0.0.1:{port}"
     server.should_exit = True
     thread.join(timeout=10)
-    # The app's database connection lives in asgiref's sync thread: close it there, so the
-    # test database can be dropped.
-    asyncio.run(sync_to_async(connections.close_all, thread_sensitive=True)())
+    # The app's database connections live in its worker threads (the WSGI pool, asgiref's
+    # executor): end those sessions so the test database can be dropped. A thread that serves
+    # again later finds its connection unusable and opens a new one (CONN_HEALTH_CHECKS).
+    with connections["default"].cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )

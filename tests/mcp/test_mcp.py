@@ -6,6 +6,8 @@ import asyncio
 import json
 import random
 import string
+import time
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
@@ -14,6 +16,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from rest_framework.test import APIClient
 
+from accounts.services import api_key_revoke
 from memories.models import Memory, MemoryRevision
 from tests.factories import make_agent, make_key, make_tenant
 
@@ -219,3 +222,116 @@ def test_mcp_and_rest_store_identical_memories_and_revisions(asgi_server, transa
     assert len(memories(via_mcp)) == 2
     assert revisions(via_mcp) == revisions(via_rest)
     assert len(revisions(via_mcp)) == 3
+
+
+def test_tool_arguments_follow_the_rest_rules(asgi_server, mcp_agent):
+    agent, raw = mcp_agent
+    agent.default_ttl = timedelta(days=7)
+    agent.save()
+    in_a_day_ms = int((time.time() + 86400) * 1000)
+    _, results = run_session(
+        asgi_server,
+        raw,
+        [
+            ("memory_store", {"text": "Typo in an argument.", "tll": "1h"}),
+            ("memory_store", {"text": "Too important.", "importance": 5}),
+            ("memory_search", {"query": "anything", "limit": 500}),
+            ("memory_recall", {"key": "k", "subjekt": "u1"}),
+            ("memory_store", {"text": "Expires tomorrow.", "expires_at": in_a_day_ms}),
+            ("memory_store", {"text": "Never expires.", "expires_at": None}),
+            ("memory_store", {"text": "Core fact about ferries.", "category": "core"}),
+            ("memory_store", {"text": "Daily note about ferries.", "category": "daily"}),
+            ("memory_search", {"query": "ferries", "category": "daily"}),
+            ("memory_store", {"text": "Create only.", "key": "once", "expected_updated_at": None}),
+            ("memory_store", {"text": "Again.", "key": "once", "expected_updated_at": None}),
+        ],
+    )
+    typo, too_important, too_many, recall_typo = map(body, results[:4])
+    for result, field in [(typo, "tll"), (too_important, "importance"), (too_many, "limit")]:
+        assert result["ok"] is False and result["error"]["code"] == "INVALID_INPUT"
+        assert result["error"]["details"]["field"] == field
+    assert recall_typo["error"] == {
+        "code": "INVALID_INPUT",
+        "message": "Unknown field 'subjekt'",
+        "details": {"field": "subjekt"},
+    }
+    expiring, never = body(results[4])["memory"], body(results[5])["memory"]
+    assert expiring["expires_at"].startswith(
+        datetime.fromtimestamp(in_a_day_ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    )
+    assert never["expires_at"] is None  # explicit null beats the agent's default TTL
+    searched = body(results[8])["memories"]
+    assert searched and {m["category"] for m in searched} == {"daily"}
+    created, refused = body(results[9]), body(results[10])
+    assert created["ok"] is True
+    assert refused["error"]["code"] == "CONFLICT"
+    assert not Memory.objects.filter(text__in=["Typo in an argument.", "Too important."]).exists()
+
+
+def test_tool_schemas_refuse_unknown_arguments(asgi_server, mcp_agent):
+    async def schemas(key):
+        async with (
+            create_mcp_http_client(headers={"Authorization": f"Bearer {key}"}) as http_client,
+            streamable_http_client(f"{asgi_server}/mcp", http_client=http_client) as (r, w),
+            ClientSession(r, w) as session,
+        ):
+            await session.initialize()
+            return {t.name: t.input_schema for t in (await session.list_tools()).tools}
+
+    listed = asyncio.run(schemas(mcp_agent[1]))
+    assert set(listed) == TOOLS
+    assert all(schema["additionalProperties"] is False for schema in listed.values())
+    store = listed["memory_store"]["properties"]
+    for field in ("session_id", "last_confirmed_at", "expected_updated_at", "expires_at"):
+        assert field in store
+    for field in ("category", "include_history", "session_id"):
+        assert field in listed["memory_search"]["properties"]
+
+
+def test_revoked_key_and_another_tenants_memory(asgi_server, mcp_agent):
+    agent, raw = mcp_agent
+    _, results = run_session(asgi_server, raw, [("memory_store", {"text": "Acme secret sauce."})])
+    memory_id = body(results[0])["memory_id"]
+    stranger = make_agent(make_tenant("globex"), "support-bot")
+    _, other_raw = make_key(stranger, scopes=["read", "write", "admin"])
+    _, results = run_session(
+        asgi_server,
+        other_raw,
+        [
+            ("memory_forget", {"memory_id": memory_id, "reason": "not yours"}),
+            ("memory_forget", {"memory_id": memory_id, "purge": True}),
+        ],
+    )
+    assert body(results[0])["error"]["code"] == "NOT_FOUND"
+    assert body(results[0]) == body(results[1])
+    assert Memory.objects.get(pk=memory_id).status == "active"
+
+    key, revoked_raw = make_key(agent)
+    api_key_revoke(tenant=agent.tenant, key_id=key.pk)
+    response = httpx.post(
+        f"{asgi_server}/mcp",
+        json={
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "memory_store", "arguments": {"text": "Should never be stored."}},
+        },
+        headers={
+            "Authorization": f"Bearer {revoked_raw}",
+            "Accept": "application/json, text/event-stream",
+        },
+    )
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "UNAUTHENTICATED"
+    assert not Memory.objects.filter(text="Should never be stored.").exists()
+
+
+def test_mcp_requests_share_the_per_key_rate_limit(asgi_server, mcp_agent, settings):
+    settings.MEMORYHUB_RATE_LIMIT_PER_MINUTE = 3
+    _, raw = mcp_agent
+    headers = {"Authorization": f"Bearer {raw}", "Accept": "application/json, text/event-stream"}
+    request = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    statuses = [httpx.post(f"{asgi_server}/mcp", json=request, headers=headers) for _ in range(4)]
+    assert [r.status_code for r in statuses] == [200, 200, 200, 429]
+    assert statuses[-1].json()["error"]["code"] == "RATE_LIMITED"
+    assert int(statuses[-1].headers["retry-after"]) >= 1
