@@ -571,6 +571,10 @@ def _upsert(
     raise Conflict(details={"current_version": None})
 
 
+# Never needed to report a near duplicate or a tombstone, and the bulk of a row to decode.
+BULKY_FIELDS = ("embedding", "search_vector")
+
+
 def _similar(
     rows,
     *,
@@ -588,12 +592,14 @@ def _similar(
     exact = list(
         rows.filter(content_hash=prepared.content_hash)
         .select_related("agent")
+        .defer(*BULKY_FIELDS)
         .order_by("created_at", "id")[:NEAR_LIMIT]
     )
     neighbours = list(
         rows.filter(embedding_model=prepared.embedding_model, embedding__isnull=False)
         .exclude(pk__in=[m.pk for m in exact])
         .select_related("agent")
+        .defer(*BULKY_FIELDS)
         .annotate(distance=CosineDistance("embedding", prepared.embedding))
         .order_by("distance")[:NEAR_LIMIT]
     )
