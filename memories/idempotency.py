@@ -1,4 +1,5 @@
-"""`Idempotency-Key` for agent POSTs: per tenant, kept 24 h, replayed byte for byte.
+"""`Idempotency-Key` for agent POSTs: per tenant, kept 24 h, replayed byte for byte, and only
+to the API key that sent the first request (see `fingerprint`).
 
 A request with a key runs inside one transaction that first takes a transaction-level advisory
 lock on (tenant, key): concurrent retries of the same request queue behind the first, then find
@@ -15,7 +16,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import connection, transaction
 
@@ -23,6 +24,9 @@ from accounts.models import Tenant
 from memories.models import IdempotencyRecord
 from memories.validation import compact_json
 from memoryhub.errors import IdempotencyMismatch, InvalidInput
+
+if TYPE_CHECKING:
+    from accounts.principal import Principal
 
 RETENTION = timedelta(hours=24)
 _KEY_RE = re.compile(r"^[\x21-\x7e]{1,255}$")
@@ -46,9 +50,24 @@ def clean_key(raw: str | None) -> str | None:
     return raw
 
 
-def fingerprint(*, agent_id: int, operation: str, payload: Any) -> str:
-    """What makes two requests "the same": the agent, the operation and the exact body."""
-    basis = compact_json({"agent": agent_id, "operation": operation, "body": payload})
+def fingerprint(*, principal: Principal, operation: str, payload: Any) -> str:
+    """What makes two requests "the same": who acts, the operation and the exact body.
+
+    Who acts is the API key (and so its agent and subject binding), not only the agent: two
+    keys of one agent bound to different subjects send the same body for different people, and
+    a stored response must never be replayed to a principal other than the one that earned it.
+    The same Idempotency-Key from another key answers IDEMPOTENCY_MISMATCH instead.
+    """
+    api_key = principal.api_key
+    basis = compact_json(
+        {
+            "agent": principal.agent.pk,
+            "api_key": api_key.pk if api_key is not None else None,
+            "subject": principal.bound_subject,
+            "operation": operation,
+            "body": payload,
+        }
+    )
     return hashlib.sha256(basis.encode("utf-8")).hexdigest()
 
 

@@ -334,9 +334,7 @@ def memory_store(
     key = idempotency.clean_key(idempotency_key)
     request_hash = ""
     if key is not None:
-        request_hash = idempotency.fingerprint(
-            agent_id=principal.agent.pk, operation="store", payload=data
-        )
+        request_hash = idempotency.fingerprint(principal=principal, operation="store", payload=data)
         early = idempotency.peek(
             tenant=principal.tenant, key=key, request_hash=request_hash, now=now
         )

@@ -47,7 +47,7 @@ def _idempotent(
         tenant=principal.tenant,
         key=key,
         request_hash=idempotency.fingerprint(
-            agent_id=principal.agent.pk, operation=operation, payload=payload
+            principal=principal, operation=operation, payload=payload
         ),
         now=timezone.now(),
         action=action,

@@ -222,3 +222,37 @@ def test_rate_limit_per_key(api_client, key_client, agent, settings):
     # Another key has its own budget.
     assert key_client(agent).get("/api/v1/keys").status_code == 200
     cache.clear()
+
+
+IDEMPOTENCY_MISMATCH = {
+    "ok": False,
+    "error": {
+        "code": "IDEMPOTENCY_MISMATCH",
+        "message": "This Idempotency-Key was used with a different body",
+        "details": {},
+    },
+}
+
+
+@pytest.mark.django_db
+def test_idempotent_replays_go_only_to_the_key_that_earned_them(key_client, agent):
+    ann, bob = key_client(agent, subject_id="ann"), key_client(agent, subject_id="bob")
+    retry = {"HTTP_IDEMPOTENCY_KEY": "same-retry-key"}
+    first = ann.post("/api/v1/memories", {"text": "Likes tea"}, format="json", **retry)
+    assert first.status_code == 201
+    assert first.json()["memory"]["subject_id"] == "ann"
+    # Bob's key sends the very same body and header: never Ann's stored response.
+    other = bob.post("/api/v1/memories", {"text": "Likes tea"}, format="json", **retry)
+    assert (other.status_code, other.json()) == (422, IDEMPOTENCY_MISMATCH)
+    assert list(Memory.objects.values_list("subject_id", flat=True)) == ["ann"]
+    # Ann's own retry still replays byte for byte.
+    again = ann.post("/api/v1/memories", {"text": "Likes tea"}, format="json", **retry)
+    assert (again.status_code, again.content) == (201, first.content)
+
+    # The same for the other idempotent POSTs: a confirm replay would hand Bob Ann's memory.
+    url = f"/api/v1/memories/{first.json()['memory_id']}/confirm"
+    confirm = {"HTTP_IDEMPOTENCY_KEY": "confirm-retry-key"}
+    assert ann.post(url, **confirm).status_code == 200
+    leaked = bob.post(url, **confirm)
+    assert (leaked.status_code, leaked.json()) == (422, IDEMPOTENCY_MISMATCH)
+    assert "Likes tea" not in leaked.content.decode()
