@@ -802,7 +802,7 @@ def memory_update(
     now = resolve_now(now)
     inp = validation.parse_update(data, now=now, if_match=if_match)
     scan_secrets(text=data.get("text"), data=data.get("data"), tags=data.get("tags"))
-    subject = principal.resolve_subject(subject_id)
+    subject = principal.resolve_subject(validation.identifier(subject_id, "subject_id"))
     memory = _writable(principal=principal, memory_id=memory_id, subject_id=subject, now=now)
     if not inp.changes:
         if inp.cas is not None:
@@ -844,7 +844,7 @@ def memory_confirm(
     """The agent re-confirms a fact: `last_confirmed_at` = now (a change: version + 1)."""
     principal.require_scope("write")
     now = resolve_now(now)
-    subject = principal.resolve_subject(subject_id)
+    subject = principal.resolve_subject(validation.identifier(subject_id, "subject_id"))
     memory = _writable(principal=principal, memory_id=memory_id, subject_id=subject, now=now)
     return _change(
         memory,
@@ -875,7 +875,7 @@ def memory_forget(
     principal.require_scope("admin" if purge else "write")
     now = resolve_now(now)
     reason = _reason(reason)
-    subject = principal.resolve_subject(subject_id)
+    subject = principal.resolve_subject(validation.identifier(subject_id, "subject_id"))
     owned = Memory.objects.for_tenant(principal.tenant).filter(_owned_q(principal.agent, subject))
     if memory_id is not None:
         memory = owned.filter(pk=memory_id).first() if is_memory_id(memory_id) else None

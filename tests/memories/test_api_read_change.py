@@ -252,3 +252,33 @@ def test_confirm_replays_under_idempotency_key(api_client):
     second = api_client.post(url, HTTP_IDEMPOTENCY_KEY="c-1")
     assert first.content == second.content
     assert Memory.objects.get().version == 2
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("method", "url", "body"),
+    [
+        ("patch", "/api/v1/memories/{id}", {"text": "changed"}),
+        ("delete", "/api/v1/memories/{id}", None),
+        ("delete", "/api/v1/memories/by-key/pref", None),
+        ("post", "/api/v1/memories/{id}/confirm", None),
+        ("get", "/api/v1/memories/{id}", None),
+        ("get", "/api/v1/memories/by-key/pref", None),
+    ],
+)
+def test_nul_in_the_subject_query_parameter_is_invalid_input(api_client, method, url, body):
+    memory_id = _store(api_client, text="unchanged", key="pref")["memory_id"]
+    response = getattr(api_client, method)(
+        url.format(id=memory_id) + "?subject_id=ann%00bob", body, format="json"
+    )
+    assert response.status_code == 400
+    assert response.json() == {
+        "ok": False,
+        "error": {
+            "code": "INVALID_INPUT",
+            "message": "'subject_id' contains control characters",
+            "details": {"field": "subject_id"},
+        },
+    }
+    memory = Memory.objects.get()
+    assert (memory.text, memory.version, memory.status) == ("unchanged", 1, "active")
