@@ -431,9 +431,20 @@ def parse_store(data: Any, *, agent: Agent, now: datetime) -> StoreInput:
     if expires is _MISSING:  # an explicit `expires_at: null` means "never", default or not
         expires = now + agent.default_ttl if agent.default_ttl else None
     last_confirmed = data.get("last_confirmed_at")
+    key = identifier(data.get("key"), "key")
+    store_cas = cas(data)
+    if store_cas is not None and key is None:
+        # Compare-and-set names the version of a keyed memory; without a key there is nothing
+        # to compare against, and ignoring it would let a client believe its write was guarded.
+        name = (
+            "expected_version"
+            if data.get("expected_version") is not None
+            else "expected_updated_at"
+        )
+        raise InvalidInput(f"'{name}' needs a 'key' (compare-and-set is per key)", field=name)
     return StoreInput(
         text=text_value,
-        key=identifier(data.get("key"), "key"),
+        key=key,
         category=cat,
         kind=kind(data.get("kind")),
         data=data_value,
@@ -456,7 +467,7 @@ def parse_store(data: Any, *, agent: Agent, now: datetime) -> StoreInput:
             now if last_confirmed is None else parse_timestamp(last_confirmed, "last_confirmed_at")
         ),
         dedup_policy=choice(data.get("dedup_policy"), "dedup_policy", DEDUP_POLICIES, "ask"),
-        cas=cas(data),
+        cas=store_cas,
     )
 
 

@@ -142,6 +142,28 @@ def test_compare_and_set_on_store(api_client):
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("cas", "field"),
+    [
+        ({"expected_version": 0}, "expected_version"),
+        ({"expected_version": 4}, "expected_version"),
+        ({"expected_updated_at": None}, "expected_updated_at"),
+        ({"expected_updated_at": "2026-01-01T00:00:00Z"}, "expected_updated_at"),
+        ({"expected_version": None, "expected_updated_at": None}, "expected_updated_at"),
+    ],
+)
+def test_compare_and_set_without_a_key_is_invalid_input(api_client, cas, field):
+    response = store(api_client, text="unguarded", **cas)
+    assert response.status_code == 400
+    assert response.json() == error(
+        "INVALID_INPUT", f"'{field}' needs a 'key' (compare-and-set is per key)", field=field
+    )
+    assert Memory.objects.count() == 0
+    # `expected_version: null` is no condition at all.
+    assert store(api_client, text="plain", expected_version=None).status_code == 201
+
+
+@pytest.mark.django_db
 def test_skip_if_near_then_previously_corrected(api_client):
     first = store(api_client, text=COLBY, dedup_policy="skip_if_near")
     assert first.status_code == 201
