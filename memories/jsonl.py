@@ -2,28 +2,44 @@
 
 `export_jsonl` streams through a server-side cursor. `import_jsonl` is idempotent by memory id
 (a line whose id already exists in the tenant updates that memory to the line's values) and all
-or nothing: every line is validated first, then everything is written in one transaction; a bad
-line is reported by its number and nothing of the file is applied.
+or nothing: every line is validated first (the store API's field rules and secret scan), then
+everything is written in one transaction; a bad line, whether caught while reading or while
+writing (a key already held by a live memory), is reported by its number and nothing of the
+file is applied.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
-from django.utils.dateparse import parse_datetime
 
 from accounts.models import Agent, Tenant
+from memories import validation
 from memories.ids import is_memory_id
-from memories.models import CaptureMode, ChangeType, Memory, MemoryRevision, ReviewState, Status
+from memories.models import (
+    EMBEDDING_DIM,
+    CaptureMode,
+    Category,
+    ChangeType,
+    Memory,
+    MemoryRevision,
+    ReviewState,
+    Status,
+)
 from memories.revisions import revision_build, snapshot
+from memories.secrets_scan import SecretFinding, find_secret
+from memoryhub.errors import InvalidInput
 
 CHUNK_SIZE = 500
 FORMAT = "memoryhub.memory/1"
+MAX_INT = 2**31 - 1  # version and size_bytes are PostgreSQL integers
+MAX_BIGINT = 2**63 - 1  # access_count
 
 DATETIME_FIELDS = (
     "expires_at",
@@ -105,31 +121,92 @@ def _parse_line(number: int, line: str) -> dict[str, Any]:
         raise ImportLineError(number, "each line must be a JSON object")
     if not is_memory_id(record.get("id", "")):
         raise ImportLineError(number, "missing or malformed memory id")
-    if record.get("status") not in Status.values:
-        raise ImportLineError(number, "unknown status")
-    if record.get("review_state", "none") not in ReviewState.values:
-        raise ImportLineError(number, "unknown review_state")
-    if record.get("capture_mode", "explicit") not in CaptureMode.values:
-        raise ImportLineError(number, "unknown capture_mode")
-    for name in DATETIME_FIELDS:
-        value = record.get(name)
-        if value is not None:
-            parsed = parse_datetime(value) if isinstance(value, str) else None
-            if parsed is None:
-                raise ImportLineError(number, f"{name} is not an ISO 8601 timestamp")
-            record[name] = parsed
-    for name in ("importance", "confidence"):
-        value = record.get(name, 0.5)
-        if not isinstance(value, int | float) or not 0 <= value <= 1:
-            raise ImportLineError(number, f"{name} must be a number between 0 and 1")
-    if not isinstance(record.get("tags", []), list):
-        raise ImportLineError(number, "tags must be a list")
-    embedding = record.get("embedding")
-    if embedding is not None and (not isinstance(embedding, list) or len(embedding) != 384):
-        raise ImportLineError(number, "embedding must be a list of 384 numbers")
-    if not isinstance(record.get("text", ""), str):
-        raise ImportLineError(number, "text must be a string")
+    try:
+        _validate_fields(record)
+    except InvalidInput as exc:
+        raise ImportLineError(number, _field_message(exc)) from None
+    finding = _find_secret(record)
+    if finding is not None:
+        # Rule and field only: the value itself is never echoed (SPEC §4 Secrets).
+        raise ImportLineError(
+            number, f"{finding.field}: a secret-shaped value ({finding.rule}) is never stored"
+        )
     return record
+
+
+def _validate_fields(record: dict[str, Any]) -> None:
+    """The API's field rules (`memories.validation`), normalising `record` in place.
+
+    Only fields present in the line are checked; a missing one takes the model default.
+    """
+    validation.reject_nul(record)
+    if record.get("status") not in Status.values:
+        raise InvalidInput("unknown status", field="status")
+    checks = {
+        "review_state": lambda v: validation.choice(
+            v, "review_state", tuple(ReviewState.values), ReviewState.NONE
+        ),
+        "capture_mode": lambda v: validation.choice(
+            v, "capture_mode", tuple(CaptureMode.values), CaptureMode.EXPLICIT
+        ),
+        "text": validation.text,
+        "data": validation.data_object,
+        "tags": validation.tags,
+        "mentions": validation.mentions,
+        "category": lambda v: validation.category(v, default=Category.CORE),
+        "kind": validation.kind,
+        "key": lambda v: validation.identifier(v, "key"),
+        "subject_id": lambda v: validation.identifier(v, "subject_id"),
+        "thread_id": lambda v: validation.identifier(v, "thread_id"),
+        "source_provider": lambda v: validation.short_string(v, "source_provider", 100),
+        "importance": lambda v: validation.unit_float(v, "importance"),
+        "confidence": lambda v: validation.unit_float(v, "confidence"),
+        "version": lambda v: _count(v, "version", minimum=1),
+        "access_count": lambda v: _count(v, "access_count", maximum=MAX_BIGINT),
+        "size_bytes": lambda v: _count(v, "size_bytes"),
+    }
+    for name, check in checks.items():
+        if name in record:
+            record[name] = check(record[name])
+    for name in DATETIME_FIELDS:
+        if record.get(name) is not None:
+            record[name] = validation.parse_timestamp(record[name], name)
+    embedding = record.get("embedding")
+    if embedding is not None and not (
+        isinstance(embedding, list)
+        and len(embedding) == EMBEDDING_DIM
+        and all(_finite_number(x) for x in embedding)
+    ):
+        raise InvalidInput(f"must be a list of {EMBEDDING_DIM} numbers", field="embedding")
+
+
+def _count(value: Any, field: str, *, minimum: int = 0, maximum: int = MAX_INT) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise InvalidInput(f"must be a whole number from {minimum} to {maximum}", field=field)
+    return value
+
+
+def _finite_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _field_message(exc: InvalidInput) -> str:
+    """ "field: message", without naming the field twice when the message quotes it already."""
+    field = exc.details.get("field")
+    if not field or f"'{field}'" in exc.message:
+        return exc.message
+    return f"{field}: {exc.message}"
+
+
+def _find_secret(record: dict[str, Any]) -> SecretFinding | None:
+    """The store API's secret scan, over the same fields (text, data, tags, key)."""
+    for name in ("text", "data", "tags", "key"):
+        value = record.get(name)
+        if value not in (None, "", [], {}):
+            finding = find_secret(value, name)
+            if finding is not None:
+                return finding
+    return None
 
 
 def _apply(memory: Memory, record: dict[str, Any], agent: Agent | None) -> None:
@@ -157,6 +234,9 @@ def import_jsonl(*, tenant: Tenant, lines: Iterable[str | bytes], actor: str) ->
             raise ImportLineError(number, "the same memory id appears twice")
         seen.add(record["id"])
         records.append((number, record))
+    # Live rows last: a backup may hold a tombstoned memory and its live successor under the
+    # same key, and the live-key constraint must see the old one leave `active` first.
+    records.sort(key=lambda item: item[1]["status"] == Status.ACTIVE)
 
     result = ImportResult()
     with transaction.atomic():
@@ -198,7 +278,10 @@ def import_jsonl(*, tenant: Tenant, lines: Iterable[str | bytes], actor: str) ->
                 memory.full_clean(exclude=["tenant", "agent", "embedding", "search_vector"])
             except Exception as exc:
                 raise ImportLineError(number, _first_error(exc)) from exc
-            memory.save()
+            try:
+                memory.save()
+            except IntegrityError as exc:
+                raise ImportLineError(number, _integrity_message(exc, memory)) from None
             revisions.append(
                 revision_build(
                     memory=memory,
@@ -211,6 +294,14 @@ def import_jsonl(*, tenant: Tenant, lines: Iterable[str | bytes], actor: str) ->
             )
         MemoryRevision.objects.bulk_create(revisions)
     return result
+
+
+def _integrity_message(exc: IntegrityError, memory: Memory) -> str:
+    constraint = getattr(getattr(exc.__cause__, "diag", None), "constraint_name", None)
+    if constraint == "memory_live_key_uniq":
+        key = memory.key if len(memory.key) <= 80 else memory.key[:79] + "…"
+        return f"key '{key}' is already held by a live memory of the same owner and subject"
+    return f"violates the database constraint {constraint or 'of this table'}"
 
 
 def _first_error(exc: Exception) -> str:

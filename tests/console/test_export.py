@@ -301,11 +301,12 @@ def test_bad_line_is_reported_and_nothing_is_applied(login, tenant, agent, store
         import_jsonl(tenant=tenant, lines=lines, actor="operator:t")
     assert exc.value.line == 3
     assert Memory.objects.count() == 0
-    # A failure while writing (line 2: importance out of range) also rolls back line 1.
+    # A value out of range is caught while reading the file (line 2), before any write.
     bad = dict(second, importance=7)
     with pytest.raises(ImportLineError) as exc:
         import_jsonl(tenant=tenant, lines=[json.dumps(good), json.dumps(bad)], actor="x")
-    assert exc.value.line == 2 and Memory.objects.count() == 0
+    assert exc.value.line == 2 and "importance" in exc.value.message
+    assert Memory.objects.count() == 0
 
     admin = make_operator(tenant, "admin@acme.test", "admin").user
     upload = io.BytesIO(("\n".join(lines)).encode())
@@ -313,6 +314,126 @@ def test_bad_line_is_reported_and_nothing_is_applied(login, tenant, agent, store
     response = login(admin).post("/console/export/import/", {"file": upload}, follow=True)
     assert "Nothing imported: line 3: not valid JSON" in response.content.decode()
     assert Memory.objects.count() == 0
+
+
+def _record(memory_id: str, agent, **fields) -> str:
+    import json
+
+    record = {
+        "format": "memoryhub.memory/1",
+        "id": memory_id,
+        "agent": agent.slug,
+        "key": None,
+        "category": "core",
+        "kind": "fact",
+        "text": "Imported fact",
+        "status": "active",
+        "created_by": "agent:support-bot",
+        **fields,
+    }
+    return json.dumps(record)
+
+
+NEW_IDS = ["mem_01ARZ3NDEKTSV4RRFFQ69G5FA1", "mem_01ARZ3NDEKTSV4RRFFQ69G5FA2"]
+
+
+def test_a_failure_while_writing_rolls_back_the_earlier_lines(login, tenant, agent, store_memory):
+    """Line 2 passes every check of the file alone; only its write fails (the key is held by a
+    live memory of the database), after line 1 was written: line 1 must be rolled back."""
+    store_memory(agent, "The live one", key="office-hours")
+    lines = [
+        _record(NEW_IDS[0], agent, text="Written first, then rolled back"),
+        _record(NEW_IDS[1], agent, key="office-hours", text="Clashes on write"),
+    ]
+    with pytest.raises(ImportLineError) as exc:
+        import_jsonl(tenant=tenant, lines=lines, actor="operator:t")
+    assert exc.value.line == 2
+    assert exc.value.message == (
+        "key 'office-hours' is already held by a live memory of the same owner and subject"
+    )
+    assert not Memory.objects.filter(pk__in=NEW_IDS).exists()
+    assert not MemoryRevision.objects.filter(memory_id__in=NEW_IDS).exists()
+
+    # Through the console: a numbered line error on the page, never a 500.
+    admin = make_operator(tenant, "admin@acme.test", "admin").user
+    upload = io.BytesIO("\n".join(lines).encode())
+    upload.name = "clash.jsonl"
+    response = login(admin).post("/console/export/import/", {"file": upload}, follow=True)
+    assert response.status_code == 200
+    assert "Nothing imported: line 2: key &#x27;office-hours&#x27; is already held" in (
+        response.content.decode()
+    )
+    assert not Memory.objects.filter(pk__in=NEW_IDS).exists()
+
+
+def test_a_backup_where_a_key_moved_on_imports_over_the_old_state(tenant, agent):
+    """The database holds "Plan A" live under key `plan`; the backup has it tombstoned and a
+    live successor listed first. Applied line by line the successor would clash."""
+    old = _record(NEW_IDS[1], agent, key="plan", text="Plan A")
+    import_jsonl(tenant=tenant, lines=[old], actor="operator:t")
+    live = _record(NEW_IDS[0], agent, key="plan", text="Plan B")
+    gone = _record(NEW_IDS[1], agent, key="plan", text="Plan A", status="tombstoned")
+    result = import_jsonl(tenant=tenant, lines=[live, gone], actor="operator:t")
+    assert (result.created, result.updated) == (1, 1)
+    statuses = dict(Memory.objects.values_list("text", "status"))
+    assert statuses == {"Plan B": "active", "Plan A": "tombstoned"}
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"tags": ["Has Space", "bad tag!"]}, "Each tag must match"),
+        ({"tags": [f"t{i}" for i in range(33)]}, "At most 32 tags"),
+        ({"text": "x" * 16_001}, "'text' is longer than 16000 characters"),
+        ({"category": "Not A Category"}, "'category' must match"),
+        ({"kind": "no spaces allowed"}, "'kind' must be a short name"),
+        ({"key": "a\tb"}, "'key' contains control characters"),
+        ({"text": "nul \u0000 byte"}, "text: NUL bytes are not allowed"),
+        ({"mentions": [{"who": "x"}]}, "Each mention is an object"),
+        ({"data": ["not", "an", "object"]}, "'data' must be a JSON object"),
+        ({"capture_mode": "guessed"}, "'capture_mode' must be one of"),
+        ({"version": 0}, "version: must be a whole number from 1"),
+        ({"created_at": "yesterday"}, "'created_at' must be an ISO 8601 timestamp"),
+        ({"embedding": [float("nan")] * 384}, "embedding: must be a list of 384 numbers"),
+    ],
+)
+def test_import_applies_the_api_field_rules(tenant, agent, fields, message):
+    lines = [_record(NEW_IDS[0], agent), _record(NEW_IDS[1], agent, **fields)]
+    with pytest.raises(ImportLineError) as exc:
+        import_jsonl(tenant=tenant, lines=lines, actor="operator:t")
+    assert exc.value.line == 2 and message in exc.value.message, exc.value.message
+    assert not Memory.objects.filter(pk__in=NEW_IDS).exists()
+
+
+SECRET = "ghp_" + "aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3z5A"
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"text": f"the token is {SECRET}"}, "text"),
+        ({"data": {"auth": {"token": SECRET}}}, "data.auth.token"),
+        ({"tags": ["ok", SECRET.lower()]}, "tags[1]"),
+        ({"key": SECRET}, "key"),
+    ],
+)
+def test_import_rejects_secrets_without_echoing_them(login, tenant, agent, fields, field):
+    from memories.secrets_scan import find_secret
+
+    assert find_secret(next(iter(fields.values())), "x") is not None  # the sample is a secret
+    lines = [_record(NEW_IDS[0], agent), _record(NEW_IDS[1], agent, **fields)]
+    with pytest.raises(ImportLineError) as exc:
+        import_jsonl(tenant=tenant, lines=lines, actor="operator:t")
+    assert exc.value.line == 2 and exc.value.message.startswith(f"{field}: a secret-shaped")
+    assert SECRET not in str(exc.value) and SECRET.lower() not in str(exc.value)
+    assert not Memory.objects.filter(pk__in=NEW_IDS).exists()
+    admin = make_operator(tenant, "admin@acme.test", "admin").user
+    upload = io.BytesIO("\n".join(lines).encode())
+    upload.name = "secret.jsonl"
+    body = login(admin).post("/console/export/import/", {"file": upload}, follow=True)
+    page = body.content.decode()
+    assert "Nothing imported: line 2:" in page and SECRET not in page
+    assert SECRET.lower() not in page
 
 
 def test_import_cannot_take_another_tenants_memory(tenant, other_tenant, agent, store_memory):
