@@ -27,6 +27,9 @@ from memories.serialization import iso
 from memories.visibility import visible_memories
 from memoryhub.errors import InvalidInput, NotFound
 
+# Columns no read response shows: the bulk of a row, left in the database.
+RESPONSE_UNUSED = ("embedding", "search_vector")
+
 LIST_FILTERS = frozenset(
     {
         "category",
@@ -69,6 +72,7 @@ def memory_get(
                 tenant=principal.tenant, agent=principal.agent, subject_id=subject, now=now
             )
             .select_related("agent")
+            .defer(*RESPONSE_UNUSED)
             .filter(pk=memory_id)
             .first()
         )
@@ -99,6 +103,7 @@ def memory_recall(
             tenant=principal.tenant, agent=principal.agent, subject_id=subject, now=now
         )
         .select_related("agent")
+        .defer(*RESPONSE_UNUSED)
         .filter(key=key)
         .order_by(
             Case(
@@ -260,6 +265,7 @@ def memory_list(
         include_shared=include_shared,
         now=now,
     ).select_related("agent")
+    rows = rows.defer(*RESPONSE_UNUSED)
     if filters.get("category"):
         rows = rows.filter(category=validation.category(filters["category"], default=""))
     if filters.get("kind"):
