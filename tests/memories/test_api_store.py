@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from contextlib import contextmanager
 
 import pytest
 from django.db import connection
@@ -353,20 +354,62 @@ def test_embedding_failure_writes_nothing(api_client, monkeypatch):
     assert MemoryRevision.objects.count() == 0
 
 
-@pytest.mark.django_db
-def test_database_outage_is_503_with_retry_after(api_client, monkeypatch):
-    from django.db import OperationalError
+@contextmanager
+def database_unreachable():
+    """Every new connection goes to a socket directory that does not exist (connect fails)."""
+    original = connection.settings_dict["HOST"]
+    connection.close()
+    connection.settings_dict["HOST"] = "/nonexistent-socket-dir"
+    try:
+        yield
+    finally:
+        connection.settings_dict["HOST"] = original
+        connection.close()
 
-    from memories import services
 
-    def down(**kwargs):
-        raise OperationalError("connection refused")
+@contextmanager
+def database_dies_after_authentication():
+    """The server ends this request's connection once the key has been checked: the next
+    statement meets a terminated backend, and any reconnect finds no server."""
+    killer = connection.copy()
+    connection.ensure_connection()
+    pid = connection.connection.info.backend_pid
 
-    monkeypatch.setattr(services, "_prepare_store", down)
-    response = store(api_client, text="x")
-    assert response.status_code == 503
-    assert response["Retry-After"] == "5"
-    assert response.json() == error("BACKEND_UNAVAILABLE", "The database is unavailable")
+    def wrapper(execute, sql, params, many, context):
+        if "accounts_apikey" not in sql and connection.settings_dict["HOST"] != "/nowhere":
+            with killer.cursor() as cursor:
+                cursor.execute("SELECT pg_terminate_backend(%s, 5000)", [pid])
+            connection.settings_dict["HOST"] = "/nowhere"
+        return execute(sql, params, many, context)
+
+    original = connection.settings_dict["HOST"]
+    try:
+        with connection.execute_wrapper(wrapper):
+            yield
+    finally:
+        killer.close()
+        connection.settings_dict["HOST"] = original
+        connection.close()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("outage", [database_unreachable, database_dies_after_authentication])
+def test_database_outage_is_503_json_with_retry_after(api_client, outage):
+    memory_id = store(api_client, text="stored before the outage").json()["memory_id"]
+    requests = {
+        "store": lambda: store(api_client, text="x", key="during-outage"),
+        "read": lambda: api_client.get(f"/api/v1/memories/{memory_id}"),
+    }
+    for name, send in requests.items():
+        with outage():
+            response = send()
+        assert response.status_code == 503, name
+        assert response["Retry-After"] == "5", name
+        assert response["Content-Type"] == "application/json", name
+        assert response.json() == error("BACKEND_UNAVAILABLE", "The database is unavailable")
+    # The server is back: nothing half-written, and the next request works again.
+    assert list(Memory.objects.values_list("id", flat=True)) == [memory_id]
+    assert api_client.get(f"/api/v1/memories/{memory_id}").status_code == 200
 
 
 @pytest.mark.django_db
