@@ -7,43 +7,74 @@ and expired keys all get the same 401 body.
 
 from __future__ import annotations
 
-from django.contrib.postgres.expressions import ArraySubquery
-from django.db.models import OuterRef
+from django.db import connection
 from django.utils import timezone
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.permissions import BasePermission
 
 from accounts import keys
-from accounts.models import Agent, ApiKey
+from accounts.models import Agent, ApiKey, Tenant
 from accounts.principal import Principal
 from memoryhub.errors import Unauthenticated
+
+
+def _columns(model) -> list[str]:
+    return [field.column for field in model._meta.concrete_fields]
+
+
+def _lookup_sql() -> str:
+    """The key, its agent and tenant, and the agent's reads_from ids (which every visibility
+    check needs) in one statement. Written once here rather than through the ORM, whose query
+    compilation costs more than the query itself on every authenticated request."""
+    parts = [
+        ", ".join(f'{alias}."{column}"' for column in _columns(model))
+        for alias, model in (("k", ApiKey), ("a", Agent), ("t", Tenant))
+    ]
+    through = Agent.reads_from.through._meta.db_table
+    return (
+        f"SELECT {', '.join(parts)}, "
+        f"ARRAY(SELECT r.to_agent_id FROM {through} r WHERE r.from_agent_id = k.agent_id "
+        "ORDER BY r.to_agent_id) "
+        f"FROM {ApiKey._meta.db_table} k "
+        f"JOIN {Agent._meta.db_table} a ON a.id = k.agent_id "
+        f"JOIN {Tenant._meta.db_table} t ON t.id = k.tenant_id "
+        "WHERE k.prefix = %s"
+    )
+
+
+LOOKUP_SQL = _lookup_sql()
+
+
+def _find_key(prefix: str) -> ApiKey | None:
+    with connection.cursor() as cursor:
+        cursor.execute(LOOKUP_SQL, [prefix])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    instances = []
+    start = 0
+    for model in (ApiKey, Agent, Tenant):
+        names = [field.attname for field in model._meta.concrete_fields]
+        instances.append(model.from_db(connection.alias, names, row[start : start + len(names)]))
+        start += len(names)
+    api_key, agent, tenant = instances
+    agent.tenant = tenant
+    agent._reads_from_ids = list(row[-1])
+    api_key.agent, api_key.tenant = agent, tenant
+    return api_key
 
 
 def authenticate_key(raw: str | None) -> Principal:
     """Resolve a raw key to its principal or raise Unauthenticated (one error for all cases)."""
     if not raw or not keys.is_well_formed(raw):
         raise Unauthenticated()
-    # One query: the key, its agent and tenant, and the agent's reads_from ids (which every
-    # visibility check needs), so an authenticated read costs no extra round trip.
-    api_key = (
-        ApiKey.objects.select_related("agent", "tenant")
-        .annotate(
-            reads_from_ids=ArraySubquery(
-                Agent.reads_from.through.objects.filter(from_agent_id=OuterRef("agent_id")).values(
-                    "to_agent_id"
-                )
-            )
-        )
-        .filter(prefix=keys.lookup_prefix(raw))
-        .first()
-    )
+    api_key = _find_key(keys.lookup_prefix(raw))
     now = timezone.now()
     if api_key is None or not keys.matches(raw, api_key.key_hash) or not api_key.is_active(now):
         raise Unauthenticated()
     if api_key.last_used_at is None or now - api_key.last_used_at > ApiKey.LAST_USED_RESOLUTION:
         ApiKey.objects.filter(pk=api_key.pk).update(last_used_at=now)
         api_key.last_used_at = now
-    api_key.agent._reads_from_ids = sorted(api_key.reads_from_ids)
     return Principal.from_key(api_key)
 
 
@@ -61,6 +92,8 @@ class ApiKeyAuthentication(BaseAuthentication):
         token = bearer_token(request.META.get("HTTP_AUTHORIZATION"))
         principal = authenticate_key(token)
         request._request.principal = principal
+        request._request.tenant = principal.tenant
+        request._request.agent = principal.agent
         return principal, principal.api_key
 
     def authenticate_header(self, request) -> str:
