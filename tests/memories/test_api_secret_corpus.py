@@ -1,0 +1,91 @@
+"""The secret corpus through `POST /api/v1/memories`: every true positive is refused without a
+trace (not echoed, not logged, not stored), every false positive is stored."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from memories.models import Memory
+from tests.memories.secret_corpus import (
+    FALSE_POSITIVE_OBJECTS,
+    FALSE_POSITIVES,
+    TRUE_POSITIVES,
+    zero_width_split,
+)
+
+TP_IDS = [f"{rule}-{index}" for index, (rule, _, _) in enumerate(TRUE_POSITIVES)]
+
+
+def _refused_without_a_trace(client, caplog, *, body, rule, field, values):
+    caplog.set_level(logging.DEBUG)
+    # SQL is logged too (at DEBUG on `django.db.backends`) while queries are captured.
+    with CaptureQueriesContext(connection) as queries:
+        response = client.post("/api/v1/memories", body, format="json")
+    assert response.status_code == 422
+    assert response.json() == {
+        "ok": False,
+        "error": {
+            "code": "SECRET_REJECTED",
+            "message": "A secret-shaped value was found",
+            "details": {"rule": rule, "field": field},
+        },
+    }
+    sent = response.content.decode()
+    statements = " ".join(query["sql"] for query in queries.captured_queries)
+    assert caplog.records and statements  # both were captured, so their absence means something
+    for value in values:
+        assert value not in sent
+        assert value not in caplog.text
+        assert value not in statements
+    assert not Memory.objects.exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("rule", "text", "secret"), TRUE_POSITIVES, ids=TP_IDS)
+def test_true_positive_is_rejected(api_client, caplog, rule, text, secret):
+    _refused_without_a_trace(
+        api_client, caplog, body={"text": text}, rule=rule, field="text", values=(text, secret)
+    )
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("rule", "text", "secret"), TRUE_POSITIVES, ids=TP_IDS)
+def test_true_positive_split_by_zero_width_characters_is_rejected(
+    api_client, caplog, rule, text, secret
+):
+    split = zero_width_split(text, secret)
+    assert split != text
+    _refused_without_a_trace(
+        api_client,
+        caplog,
+        body={"text": "deploy notes", "data": {"credentials": {"token": split}}},
+        rule=rule,
+        field="data.credentials.token",
+        values=(split, zero_width_split(secret, secret), secret),
+    )
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "text", FALSE_POSITIVES, ids=[f"fp-{i}" for i in range(len(FALSE_POSITIVES))]
+)
+def test_false_positive_is_stored(api_client, text):
+    response = api_client.post("/api/v1/memories", {"text": text}, format="json")
+    assert response.status_code == 201, response.content
+    assert Memory.objects.get().text == text
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "data",
+    FALSE_POSITIVE_OBJECTS,
+    ids=[f"fp-object-{i}" for i in range(len(FALSE_POSITIVE_OBJECTS))],
+)
+def test_false_positive_object_is_stored(api_client, data):
+    response = api_client.post("/api/v1/memories", {"data": data}, format="json")
+    assert response.status_code == 201, response.content
+    assert Memory.objects.get().data == data
