@@ -314,28 +314,57 @@ class IdempotencyRecord(models.Model):
         ]
 
 
+class JobRunQuerySet(models.QuerySet):
+    def visible_to(self, tenant: Tenant) -> models.QuerySet:
+        """The runs an operator of `tenant` may see: the tenant's own and the global ones."""
+        return self.filter(Q(tenant=tenant) | Q(tenant__isnull=True))
+
+
 class JobRun(models.Model):
-    """One run of a background job (prune, retention purge, re-embed) with its counts."""
+    """One run of a background job (prune, retention purge, re-embed) with its counts.
+
+    A scheduled or command run covers every tenant: `tenant` is empty and `tenant_counts` holds
+    each tenant's share of `counts` ({tenant id: {count: n}}; a tenant left out had none). A
+    console `Run now` covers the operator's tenant only and names it.
+    """
 
     job = models.CharField(max_length=64)
     trigger = models.CharField(max_length=32, default="schedule")  # schedule | command | console
+    tenant = models.ForeignKey(
+        Tenant, null=True, blank=True, on_delete=models.CASCADE, related_name="+", db_index=False
+    )
     started_at = models.DateTimeField(default=timezone.now)
     finished_at = models.DateTimeField(null=True, blank=True)
     as_of = models.DateTimeField(null=True, blank=True)  # the `--now` the rules were evaluated at
     dry_run = models.BooleanField(default=False)
     status = models.CharField(max_length=16, default="running")  # running | ok | failed
     counts = models.JSONField(default=dict)
+    tenant_counts = models.JSONField(default=dict, blank=True)
     duration_ms = models.PositiveIntegerField(null=True, blank=True)
     error = models.TextField(blank=True, default="")
 
+    objects = JobRunQuerySet.as_manager()
+
     class Meta:
         indexes = [
-            # Jobs page and dashboard: the last runs of each job.
+            # Dashboard: the last runs of each job.
             models.Index(F("job"), F("started_at").desc(), name="jobrun_job_recent_idx"),
+            # Jobs page: a tenant's last runs, and the last global ones (tenant NULL).
+            models.Index(F("tenant"), F("started_at").desc(), name="jobrun_tenant_recent_idx"),
         ]
 
+    def counts_for(self, tenant: Tenant) -> dict[str, int]:
+        """The counts an operator of `tenant` may see: all of its own run's, its share of a
+        global run's (zeros where it had none), nothing of another tenant's run."""
+        if self.tenant_id == tenant.pk:
+            return self.counts
+        if self.tenant_id is not None:
+            return {}
+        share = self.tenant_counts.get(str(tenant.pk), {})
+        return {key: share.get(key, 0) for key in self.counts}
 
-class PruneRunManager(models.Manager):
+
+class PruneRunManager(models.Manager.from_queryset(JobRunQuerySet)):
     def get_queryset(self):
         return super().get_queryset().filter(job="prune_memories")
 

@@ -1,8 +1,11 @@
 """django-q2 entry points. Schedules, `manage.py` commands and the console's `Run now` all go
 through `run_job`, which records one `JobRun` (a `PruneRun` for pruning) around the job.
 
-Console: `async_task("memories.tasks.run_job", name, trigger="console")`. The jobs are safe to
-run twice or side by side, so a retry after a lost worker is harmless.
+Console: `async_task("memories.tasks.run_job", name, trigger="console", tenant_id=...)`: a
+`Run now` works on the operator's tenant only, and its JobRun names that tenant. Scheduled and
+command runs cover every tenant (no tenant on the JobRun) and record each tenant's share of the
+counts in `JobRun.tenant_counts`, so the console can show a tenant its slice and nothing more.
+The jobs are safe to run twice or side by side, so a retry after a lost worker is harmless.
 """
 
 from __future__ import annotations
@@ -16,8 +19,9 @@ from django.db import connection
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from accounts.models import Tenant
 from memories.clock import resolve_now
-from memories.jobs.batches import Progress
+from memories.jobs.batches import Progress, TenantCounts
 from memories.jobs.prune import prune_memories
 from memories.jobs.reembed import reembed
 from memories.jobs.retention import purge_retention
@@ -46,25 +50,42 @@ def run_job(
     trigger: str = "schedule",
     now: datetime | str | None = None,
     dry_run: bool = False,
+    tenant_id: int | None = None,
     progress: Progress | None = None,
     **options,
 ) -> JobRun:
     """Run one job by name and return its finished JobRun (failed runs are recorded, then raise).
 
+    `tenant_id` limits the run to that tenant (re-read here: a queued task carries the id).
     `options` go to the job (`batch_size`; `days` for purge_retention; `all` for reembed).
     """
     if name not in JOBS:
         raise ValueError(f"unknown job {name!r}; one of {', '.join(sorted(JOBS))}")
     as_of = resolve_now(_as_datetime(now))
+    if tenant_id is not None and not Tenant.objects.filter(pk=tenant_id).exists():
+        raise ValueError(f"no tenant with id {tenant_id}")
     _reap_abandoned(name)
     model = PruneRun if name == "prune_memories" else JobRun
     run = model.objects.create(
-        job=name, trigger=trigger, as_of=as_of, dry_run=dry_run, started_at=timezone.now()
+        job=name,
+        trigger=trigger,
+        tenant_id=tenant_id,
+        as_of=as_of,
+        dry_run=dry_run,
+        started_at=timezone.now(),
     )
     _advisory("pg_advisory_lock", run.pk)
     started = time.monotonic()
+    per_tenant = TenantCounts() if tenant_id is None else None
     try:
-        counts = JOBS[name](now=as_of, dry_run=dry_run, progress=progress, **options)
+        counts = JOBS[name](
+            now=as_of,
+            dry_run=dry_run,
+            tenant_id=tenant_id,
+            per_tenant=per_tenant,
+            progress=progress,
+            **options,
+        )
     except BaseException as exc:  # also a Ctrl-C or a task timeout: never leave "running"
         run.status, run.error = "failed", f"{type(exc).__name__}: {exc}"[:2000]
         # Recording the failure must not mask it (the database may be what failed).
@@ -72,6 +93,8 @@ def run_job(
             _finish(run, started)
         raise
     run.status, run.counts = "ok", counts
+    if per_tenant is not None:
+        run.tenant_counts = per_tenant.slices(counts)
     _finish(run, started)
     return run
 
@@ -102,5 +125,7 @@ def _reap_abandoned(name: str) -> None:
 def _finish(run: JobRun, started: float) -> None:
     run.finished_at = timezone.now()
     run.duration_ms = int((time.monotonic() - started) * 1000)
-    run.save(update_fields=["status", "error", "counts", "finished_at", "duration_ms"])
+    run.save(
+        update_fields=["status", "error", "counts", "tenant_counts", "finished_at", "duration_ms"]
+    )
     _advisory("pg_advisory_unlock", run.pk)

@@ -258,6 +258,25 @@ def _tasks_available() -> bool:
     return importlib.util.find_spec("memories.tasks") is not None
 
 
+JOB_RUNS_SHOWN = 30
+
+
+def _job_runs(tenant) -> list[JobRun]:
+    """The last runs an operator of `tenant` may see: the tenant's own `Run now`s and the global
+    scheduled/command runs, newest first, each with `shown_counts` (the tenant's share of a
+    global run) and `shown_error` (a global run's exception class only: its message may name
+    another tenant's rows)."""
+    own = JobRun.objects.filter(tenant=tenant).order_by("-started_at")[:JOB_RUNS_SHOWN]
+    scheduled = JobRun.objects.filter(tenant__isnull=True).order_by("-started_at")
+    runs = list(
+        own.union(scheduled[:JOB_RUNS_SHOWN], all=True).order_by("-started_at")[:JOB_RUNS_SHOWN]
+    )
+    for run in runs:
+        run.shown_counts = run.counts_for(tenant)
+        run.shown_error = run.error if run.tenant_id else run.error.split(":", 1)[0]
+    return runs
+
+
 @require_role(Role.VIEWER)
 def jobs(request: HttpRequest) -> HttpResponse:
     from django_q.models import Schedule
@@ -265,7 +284,7 @@ def jobs(request: HttpRequest) -> HttpResponse:
     context = {
         "section": "jobs",
         "schedules": list(Schedule.objects.order_by("name")),
-        "runs": list(JobRun.objects.order_by("-started_at")[:30]),
+        "runs": _job_runs(request.tenant),
         "job_names": JOB_NAMES,
         "tasks_available": _tasks_available(),
     }
@@ -275,7 +294,7 @@ def jobs(request: HttpRequest) -> HttpResponse:
 @require_role(Role.ADMIN)
 @require_POST
 def job_run(request: HttpRequest) -> HttpResponse:
-    """`Run now`: enqueue the job on the django-q2 cluster."""
+    """`Run now`: enqueue the job on the django-q2 cluster, for the operator's tenant only."""
     name = request.POST.get("job", "")
     if name not in JOB_NAMES:
         raise Http404("No such job")
@@ -284,8 +303,8 @@ def job_run(request: HttpRequest) -> HttpResponse:
         return redirect("console:jobs")
     from django_q.tasks import async_task
 
-    async_task("memories.tasks.run_job", name, trigger="console")
-    return done(request, f"{name} queued.", reverse("console:jobs"))
+    async_task("memories.tasks.run_job", name, trigger="console", tenant_id=request.tenant.pk)
+    return done(request, f"{name} queued for {request.tenant.slug}.", reverse("console:jobs"))
 
 
 # --- members (owner) -------------------------------------------------------------------------

@@ -1,5 +1,6 @@
-"""What the three job commands share: `--now`, `--dry-run`, `--batch-size`, progress on stdout
-(flushed line by line, so a supervisor sees each committed batch) and one final JSON line."""
+"""What the three job commands share: `--now`, `--dry-run`, `--batch-size`, `--tenant`, progress
+on stdout (flushed line by line, so a supervisor sees each committed batch) and one final JSON
+line."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
+from accounts.models import Tenant
 from memories.tasks import run_job
 
 
@@ -22,6 +24,7 @@ class JobCommand(BaseCommand):
             "--dry-run", action="store_true", help="print what would change; change nothing"
         )
         parser.add_argument("--batch-size", type=int, default=self.default_batch_size)
+        parser.add_argument("--tenant", help="only this tenant (slug); default: every tenant")
 
     def job_options(self, opts) -> dict:
         return {}
@@ -32,6 +35,11 @@ class JobCommand(BaseCommand):
             if opts["batch_size"] < 1:
                 raise CommandError("--batch-size must be at least 1")
             options["batch_size"] = opts["batch_size"]
+        if opts["tenant"]:
+            tenant = Tenant.objects.filter(slug=opts["tenant"]).first()
+            if tenant is None:
+                raise CommandError(f"no tenant {opts['tenant']!r}")
+            options["tenant_id"] = tenant.pk
         try:
             run = run_job(
                 self.job,

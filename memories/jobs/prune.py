@@ -26,6 +26,10 @@ re-checking the due condition, insert their revisions — so a batch is all-or-n
 workers never take the same row, and a memory written meanwhile (locked by its writer, or no
 longer due when we look) is left alone.
 
+Scope: a scheduled run covers every tenant; the console's `Run now` passes `tenant_id` and
+touches that tenant only (its batches walk the same global indexes, filtered by tenant: due rows
+are few between two scheduled runs).
+
 The cap sweep applies `services.memory_evict_over_cap`'s rule (same ordering, same per-owner
 advisory lock, so it serialises with store-time eviction and with other sweepers) but in SQL
 batches: the service evicts row by row in one transaction, which suits the one or two rows a
@@ -45,10 +49,12 @@ from memories.clock import resolve_now
 from memories.jobs.batches import (
     BEGINNING,
     DEFAULT_BATCH_SIZE,
+    PER_TENANT_JSON,
+    TENANT_SCOPE,
     Progress,
+    TenantCounts,
     batch_execute,
     fetch_all,
-    fetch_value,
     report,
 )
 
@@ -118,7 +124,7 @@ AGE_BATCH = """
 WITH picked AS (
     SELECT m.id, m.{order} AS sort_key
     FROM memories_memory m
-    WHERE {where} AND m.{order} >= %(after)s
+    WHERE {where} AND {scope} AND m.{order} >= %(after)s
     ORDER BY m.{order}
     LIMIT %(limit)s
     FOR UPDATE OF m SKIP LOCKED
@@ -132,7 +138,7 @@ changed AS (
 ),
 {insert_revisions}
 SELECT (SELECT count(*) FROM picked), (SELECT max(sort_key) FROM picked),
-       (SELECT count(*) FROM revisions)
+       (SELECT count(*) FROM revisions), {per_tenant}
 """
 
 OVER_CAP_OWNERS = f"""
@@ -141,7 +147,8 @@ SELECT o.tenant_id, o.agent_id, o.live, COALESCE(a.entry_cap, t.workspace_cap) A
 FROM (
     SELECT m.tenant_id, m.agent_id, count(*) AS live
     FROM memories_memory m
-    WHERE {REMAINING} AND (m.agent_id IS NOT NULL OR m.category = 'workspace')
+    WHERE {REMAINING} AND {TENANT_SCOPE}
+        AND (m.agent_id IS NOT NULL OR m.category = 'workspace')
     GROUP BY m.tenant_id, m.agent_id
 ) o
 JOIN accounts_tenant t ON t.id = o.tenant_id
@@ -183,8 +190,9 @@ SELECT count(*) FROM revisions
 """
 
 
-def _params(now: datetime) -> dict:
+def _params(now: datetime, tenant_id: int | None) -> dict:
     return {
+        "scope_tenant_id": tenant_id,
         "now": now,
         "daily_cutoff": now - DAILY_MAX_AGE,
         "conversation_cutoff": now - CONVERSATION_IDLE,
@@ -192,18 +200,26 @@ def _params(now: datetime) -> dict:
     }
 
 
-def _run_age_rule(rule: AgeRule, params: dict, *, batch_size: int, progress) -> int:
+def _run_age_rule(
+    rule: AgeRule, params: dict, *, batch_size: int, progress, per_tenant: TenantCounts | None
+) -> int:
     sql = AGE_BATCH.format(
-        order=rule.order_column, where=rule.where, insert_revisions=INSERT_REVISIONS
+        order=rule.order_column,
+        where=rule.where,
+        scope=TENANT_SCOPE,
+        insert_revisions=INSERT_REVISIONS,
+        per_tenant=PER_TENANT_JSON.format(rows="changed"),
     )
     batch_params = dict(
         params, change_type="expire", status="expired", reason=rule.reason, limit=batch_size
     )
     after, total, batch = BEGINNING, 0, 0
     while True:
-        picked, last_key, changed = batch_execute(sql, dict(batch_params, after=after))
+        picked, last_key, changed, by_tenant = batch_execute(sql, dict(batch_params, after=after))
         if picked == 0:
             break
+        if per_tenant is not None:
+            per_tenant.add_json(rule.name, by_tenant)
         batch += 1
         total += changed
         report(progress, f"prune: {rule.name} batch {batch}: {changed} changed ({total} so far)")
@@ -253,7 +269,9 @@ def _evict_batch(sql: CapSql, params: dict, batch_size: int) -> tuple[int, int]:
         return excess, cursor.fetchone()[0]
 
 
-def _enforce_cap(owner: tuple, params: dict, *, batch_size: int, progress) -> int:
+def _enforce_cap(
+    owner: tuple, params: dict, *, batch_size: int, progress, per_tenant: TenantCounts | None
+) -> int:
     tenant_id, agent_id, _live, cap, tenant_slug, owner_slug = owner
     label = f"{tenant_slug}/{owner_slug}"
     batch_params = dict(
@@ -275,6 +293,8 @@ def _enforce_cap(owner: tuple, params: dict, *, batch_size: int, progress) -> in
             report(progress, f"prune: evicted {label}: {changed} changed ({total} so far)")
         # Done when under the cap, or when every candidate left is locked by a writer.
         if changed == 0 or changed >= excess:
+            if per_tenant is not None:
+                per_tenant.add("evicted", [(tenant_id, total)])
             return total
 
 
@@ -284,25 +304,31 @@ def prune_memories(
     dry_run: bool = False,
     batch_size: int = DEFAULT_BATCH_SIZE,
     workers: int = 1,
+    tenant_id: int | None = None,
+    per_tenant: TenantCounts | None = None,
     progress: Progress | None = None,
 ) -> dict[str, int]:
     """Apply the prune rules at `now`; return the counts (a dry run counts, changes nothing).
 
+    `tenant_id` limits the run to one tenant (the console's `Run now`); without it the run
+    covers every tenant and, given `per_tenant`, records each tenant's share of the counts.
     `workers` > 1 runs the age rules on that many connections at once (SKIP LOCKED shares the
     rows out); each needs its own database connection, so data must be committed.
     """
     now = resolve_now(now)
-    params = _params(now)
+    params = _params(now, tenant_id)
     if dry_run:
-        return _dry_run(params, progress=progress)
+        return _dry_run(params, progress=progress, per_tenant=per_tenant)
     counts: dict[str, int] = {}
     for rule in AGE_RULES:
         counts[rule.name] = _in_parallel(
-            lambda rule=rule: _run_age_rule(rule, params, batch_size=batch_size, progress=progress),
+            lambda rule=rule: _run_age_rule(
+                rule, params, batch_size=batch_size, progress=progress, per_tenant=per_tenant
+            ),
             workers,
         )
     counts["evicted"] = sum(
-        _enforce_cap(owner, params, batch_size=batch_size, progress=progress)
+        _enforce_cap(owner, params, batch_size=batch_size, progress=progress, per_tenant=per_tenant)
         for owner in fetch_all(OVER_CAP_OWNERS, params)
     )
     counts["total"] = sum(counts.values())
@@ -334,14 +360,21 @@ def _in_parallel(work: Callable[[], int], workers: int) -> int:
     return sum(results)
 
 
-def _dry_run(params: dict, *, progress: Progress | None) -> dict[str, int]:
+def _dry_run(
+    params: dict, *, progress: Progress | None, per_tenant: TenantCounts | None
+) -> dict[str, int]:
     counts: dict[str, int] = {}
     claimed = "FALSE"  # a memory counts under the first rule it matches, as in the real run
     for rule in AGE_RULES:
-        where = f"({rule.where}) AND NOT ({claimed})"
-        counts[rule.name] = fetch_value(
-            f"SELECT count(*) FROM memories_memory m WHERE {where}", params
+        where = f"({rule.where}) AND NOT ({claimed}) AND {TENANT_SCOPE}"
+        by_tenant = fetch_all(
+            f"SELECT m.tenant_id, count(*) FROM memories_memory m WHERE {where} "
+            "GROUP BY m.tenant_id",
+            params,
         )
+        counts[rule.name] = sum(n for _, n in by_tenant)
+        if per_tenant is not None:
+            per_tenant.add(rule.name, by_tenant)
         sample = [
             row[0]
             for row in fetch_all(
@@ -362,10 +395,12 @@ def _dry_run(params: dict, *, progress: Progress | None) -> dict[str, int]:
         )
         claimed = f"{claimed} OR ({rule.where})"
     evicted = 0
-    for _tenant_id, agent_id, live, cap, tenant_slug, owner_slug in fetch_all(
+    for tenant_id, agent_id, live, cap, tenant_slug, owner_slug in fetch_all(
         OVER_CAP_OWNERS, params
     ):
         evicted += live - cap
+        if per_tenant is not None:
+            per_tenant.add("evicted", [(tenant_id, live - cap)])
         which = "entry_cap" if agent_id is not None else "workspace_cap"
         report(
             progress,

@@ -9,17 +9,19 @@ Never holds a row lock while embedding: read a batch (no lock), embed it, then w
 vector with one `UPDATE … WHERE id = … AND version = …`; a memory changed meanwhile has a new
 version (and was embedded by its writer), so it is skipped. Batches commit as they go, so a
 stopped run resumes where it was: the rows it finished are no longer candidates. Writing a
-vector is not a change of the memory: no version bump, no revision.
+vector is not a change of the memory: no version bump, no revision. `tenant_id` limits a run to
+one tenant (the console's `Run now`).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import datetime
 
 from django.db import connection, transaction
 
 from memories.embeddings import Embedder, get_embedder
-from memories.jobs.batches import Progress, fetch_all, fetch_value, report
+from memories.jobs.batches import TENANT_SCOPE, Progress, TenantCounts, fetch_all, report
 from memories.validation import embedding_text
 
 DEFAULT_REEMBED_BATCH = 64  # texts per embedder call; a local model's sweet spot on a CPU
@@ -35,6 +37,7 @@ UPDATE memories_memory m
 SET embedding = v.embedding::vector, embedding_model = %s
 FROM (VALUES {rows}) AS v(id, version, embedding)
 WHERE m.id = v.id AND m.version = v.version
+RETURNING m.tenant_id
 """
 
 
@@ -48,14 +51,23 @@ def reembed(
     dry_run: bool = False,
     all_memories: bool = False,
     batch_size: int = DEFAULT_REEMBED_BATCH,
+    tenant_id: int | None = None,
+    per_tenant: TenantCounts | None = None,
     progress: Progress | None = None,
     embedder: Embedder | None = None,
 ) -> dict[str, int]:
     """Embed every candidate once; return {"candidates", "embedded", "skipped_changed"}."""
     embedder = embedder or get_embedder()
     where = CANDIDATES if all_memories else f"{CANDIDATES} AND {STALE}"
-    params = {"model": embedder.model_name}
-    total = fetch_value(f"SELECT count(*) FROM memories_memory m WHERE {where}", params)
+    where = f"{where} AND {TENANT_SCOPE}"
+    params = {"model": embedder.model_name, "scope_tenant_id": tenant_id}
+    by_tenant = fetch_all(
+        f"SELECT m.tenant_id, count(*) FROM memories_memory m WHERE {where} GROUP BY m.tenant_id",
+        params,
+    )
+    total = sum(n for _, n in by_tenant)
+    if per_tenant is not None:
+        per_tenant.add("candidates", by_tenant)
     counts = {"candidates": total, "embedded": 0, "skipped_changed": 0}
     if dry_run:
         report(progress, f"reembed (dry run): {total} memories would be embedded")
@@ -64,30 +76,36 @@ def reembed(
     done = 0
     while True:
         rows = fetch_all(
-            f"SELECT m.id, m.version, m.text, m.data FROM memories_memory m "
+            f"SELECT m.id, m.version, m.text, m.data, m.tenant_id FROM memories_memory m "
             f"WHERE {where} AND m.id > %(after)s ORDER BY m.id LIMIT %(limit)s",
             dict(params, after=after, limit=batch_size),
         )
         if not rows:
             break
-        vectors = embedder.embed([embedding_text(text, data) for _, _, text, data in rows])
+        vectors = embedder.embed([embedding_text(text, data) for _, _, text, data, _ in rows])
         written = _write(rows, vectors, embedder.model_name)
-        counts["embedded"] += written
-        counts["skipped_changed"] += len(rows) - written
+        counts["embedded"] += len(written)
+        counts["skipped_changed"] += len(rows) - len(written)
+        if per_tenant is not None:
+            per_tenant.add("embedded", Counter(written).items())
+            per_tenant.add(
+                "skipped_changed", (Counter(r[4] for r in rows) - Counter(written)).items()
+            )
         done += len(rows)
         after = rows[-1][0]
         report(progress, f"reembed: {_bar(done, total)} {done}/{total}")
     return counts
 
 
-def _write(rows: list[tuple], vectors: list[list[float]], model_name: str) -> int:
+def _write(rows: list[tuple], vectors: list[list[float]], model_name: str) -> list[int]:
+    """Write the vectors of rows whose version did not move; return their tenant ids."""
     values = ", ".join(["(%s, %s, %s)"] * len(rows))
     params: list = [model_name]
-    for (memory_id, version, _, _), vector in zip(rows, vectors, strict=True):
+    for (memory_id, version, _, _, _), vector in zip(rows, vectors, strict=True):
         params += [memory_id, version, _vector_literal(vector)]
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(WRITE_BATCH.format(rows=values), params)
-        return cursor.rowcount
+        return [row[0] for row in cursor.fetchall()]
 
 
 def _bar(done: int, total: int, width: int = 30) -> str:

@@ -9,7 +9,8 @@
 
 Batches are one statement each (`FOR UPDATE SKIP LOCKED`, re-checked in the DELETE), walked
 tenant by tenant so the scan follows `memory_inactive_idx`, which leads with the tenant. A
-memory restored meanwhile is active again and therefore not deleted.
+memory restored meanwhile is active again and therefore not deleted. `tenant_id` limits a run
+to one tenant (the console's `Run now`), idempotency records included.
 """
 
 from __future__ import annotations
@@ -21,10 +22,12 @@ from django.conf import settings
 from memories.clock import resolve_now
 from memories.jobs.batches import (
     DEFAULT_BATCH_SIZE,
+    PER_TENANT_JSON,
+    TENANT_SCOPE,
     Progress,
+    TenantCounts,
     batch_execute,
     fetch_all,
-    fetch_value,
     report,
 )
 
@@ -55,28 +58,40 @@ revisions AS (
 SELECT (SELECT count(*) FROM picked), (SELECT count(*) FROM revisions)
 """
 
-DELETE_IDEMPOTENCY = """
+DELETE_IDEMPOTENCY = f"""
 WITH picked AS (
-    SELECT r.id FROM memories_idempotencyrecord r
-    WHERE r.created_at <= %(cutoff)s
-    ORDER BY r.created_at
+    SELECT m.id FROM memories_idempotencyrecord m
+    WHERE m.created_at <= %(cutoff)s AND {TENANT_SCOPE}
+    ORDER BY m.created_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ),
 gone AS (
     DELETE FROM memories_idempotencyrecord r
     WHERE r.id = ANY (ARRAY(SELECT id FROM picked)) AND r.created_at <= %(cutoff)s
-    RETURNING 1
+    RETURNING r.tenant_id
 )
-SELECT (SELECT count(*) FROM picked), (SELECT count(*) FROM gone)
+SELECT (SELECT count(*) FROM picked), (SELECT count(*) FROM gone),
+       {PER_TENANT_JSON.format(rows="gone")}
 """
 
 
-def _drain(sql: str, params: dict, *, batch_size: int, progress, label: str) -> int:
+def _drain(
+    sql: str,
+    params: dict,
+    *,
+    batch_size: int,
+    progress,
+    label: str,
+    per_tenant: TenantCounts | None = None,
+    key: str = "",
+) -> int:
     total = 0
     while True:
-        picked, changed = batch_execute(sql, dict(params, limit=batch_size))
+        picked, changed, *by_tenant = batch_execute(sql, dict(params, limit=batch_size))
         total += changed
+        if per_tenant is not None and by_tenant:
+            per_tenant.add_json(key, by_tenant[0])
         if picked:
             report(progress, f"purge_retention: {label}: {changed} deleted ({total} so far)")
         if picked < batch_size:
@@ -89,9 +104,14 @@ def purge_retention(
     days: int | None = None,
     dry_run: bool = False,
     batch_size: int = DEFAULT_BATCH_SIZE,
+    tenant_id: int | None = None,
+    per_tenant: TenantCounts | None = None,
     progress: Progress | None = None,
 ) -> dict[str, int]:
-    """Delete memories retired `days` ago or more and idempotency records past 24 h."""
+    """Delete memories retired `days` ago or more and idempotency records past 24 h.
+
+    `tenant_id` limits the run to one tenant; `per_tenant` collects each tenant's share.
+    """
     now = resolve_now(now)
     days = settings.MEMORYHUB_RETENTION_DAYS if days is None else days
     memory_params = {
@@ -100,28 +120,42 @@ def purge_retention(
         "actor": ACTOR,
         "reason": f"retention: {days} days after leaving active",
     }
-    idempotency_params = {"cutoff": now - IDEMPOTENCY_TTL}
+    idempotency_params = {"cutoff": now - IDEMPOTENCY_TTL, "scope_tenant_id": tenant_id}
     if dry_run:
-        counts = {
-            "memories_deleted": fetch_value(
-                f"SELECT count(*) FROM memories_memory m WHERE {RETIRED}", memory_params
-            ),
-            "idempotency_deleted": fetch_value(
-                "SELECT count(*) FROM memories_idempotencyrecord WHERE created_at <= %(cutoff)s",
+        counts = {}
+        for key, sql, params in (
+            ("memories_deleted", f"memories_memory m WHERE {RETIRED}", memory_params),
+            (
+                "idempotency_deleted",
+                "memories_idempotencyrecord m WHERE m.created_at <= %(cutoff)s",
                 idempotency_params,
             ),
-        }
+        ):
+            by_tenant = fetch_all(
+                f"SELECT m.tenant_id, count(*) FROM {sql} AND {TENANT_SCOPE} GROUP BY m.tenant_id",
+                dict(params, scope_tenant_id=tenant_id),
+            )
+            counts[key] = sum(n for _, n in by_tenant)
+            if per_tenant is not None:
+                per_tenant.add(key, by_tenant)
         report(progress, f"purge_retention (dry run): would delete {counts}")
         return counts
     deleted = 0
-    for (tenant_id,) in fetch_all("SELECT id FROM accounts_tenant ORDER BY id"):
-        deleted += _drain(
+    for (each_tenant,) in fetch_all(
+        "SELECT id FROM accounts_tenant WHERE %(scope)s::bigint IS NULL OR id = %(scope)s "
+        "ORDER BY id",
+        {"scope": tenant_id},
+    ):
+        removed = _drain(
             DELETE_MEMORIES,
-            dict(memory_params, tenant_id=tenant_id),
+            dict(memory_params, tenant_id=each_tenant),
             batch_size=batch_size,
             progress=progress,
-            label=f"memories of tenant {tenant_id}",
+            label=f"memories of tenant {each_tenant}",
         )
+        deleted += removed
+        if per_tenant is not None:
+            per_tenant.add("memories_deleted", [(each_tenant, removed)])
     return {
         "memories_deleted": deleted,
         "idempotency_deleted": _drain(
@@ -130,5 +164,7 @@ def purge_retention(
             batch_size=batch_size,
             progress=progress,
             label="idempotency records",
+            per_tenant=per_tenant,
+            key="idempotency_deleted",
         ),
     }
