@@ -17,6 +17,8 @@ from tests.memories.secret_corpus import (
     zero_width_split,
 )
 
+AWS_KEY = "AKIA" + "IOSFODNN7EXAMPLQ"
+SLACK = "xoxb-" + "1234567890-abcdefghijKLMNOP"
 TP_IDS = [f"{rule}-{index}" for index, (rule, _, _) in enumerate(TRUE_POSITIVES)]
 
 
@@ -42,6 +44,22 @@ def _refused_without_a_trace(client, caplog, *, body, rule, field, values):
         assert value not in caplog.text
         assert value not in statements
     assert not Memory.objects.exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("body", "rule", "field"),
+    [
+        ({"text": f"my aws key is {AWS_KEY}"}, "aws_access_key_id", "text"),
+        ({"text": "ok", "data": {"creds": {"token": SLACK}}}, "slack_token", "data.creds.token"),
+        ({"text": "ok", "key": AWS_KEY}, "aws_access_key_id", "key"),
+        ({"text": "ok", "tags": ["deploy", AWS_KEY]}, "aws_access_key_id", "tags[1]"),
+    ],
+)
+def test_every_scanned_field_is_named(api_client, caplog, body, rule, field):
+    _refused_without_a_trace(
+        api_client, caplog, body=body, rule=rule, field=field, values=(AWS_KEY, SLACK)
+    )
 
 
 @pytest.mark.django_db
