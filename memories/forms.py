@@ -2,42 +2,104 @@
 
 from __future__ import annotations
 
+import hashlib
+from typing import Any
+
 from django import forms
 
 from accounts.models import Agent, Scope
+from memories import validation
 from memoryhub.durations import format_duration, parse_duration
+from memoryhub.errors import InvalidInput
+
+
+def normalise_newlines(text: str) -> str:
+    """Browsers submit a textarea with CRLF line ends; memories keep LF."""
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def text_digest(text: str) -> str:
+    return hashlib.sha256(normalise_newlines(text).encode()).hexdigest()
+
+
+def _normal_tags(tags: list[str]) -> list[str]:
+    """Tags as the service will store them, so `Billing` vs `billing` is no change; a bad tag
+    stays as typed and the service names the error."""
+    out = []
+    for tag in tags:
+        try:
+            out.append(validation.normalise_tag(tag))
+        except InvalidInput:
+            out.append(tag)
+    return list(dict.fromkeys(out))
 
 
 class CorrectionForm(forms.Form):
-    """`Edit` → `Save`: a correction, compare-and-set against `expected_version`."""
+    """`Edit` → `Save`: a correction, compare-and-set against `expected_version`.
 
-    text = forms.CharField(widget=forms.Textarea(attrs={"rows": 8}), required=False)
+    `base` carries the edited fields as the form was loaded (the text as a digest): what the
+    operator changed is what differs from it, so a Save after a conflict applies only the
+    operator's own edits and never reverts what someone else changed meanwhile.
+    """
+
+    FIELDS = ("text", "tags", "category", "kind", "importance", "confidence")
+
+    # strip=False: saving a tag change must not rewrite the text's leading/trailing whitespace.
+    text = forms.CharField(widget=forms.Textarea(attrs={"rows": 8}), required=False, strip=False)
     tags = forms.CharField(required=False, help_text="Comma-separated")
     category = forms.CharField(max_length=40)
     kind = forms.CharField(max_length=64)
     importance = forms.FloatField(min_value=0, max_value=1)
     confidence = forms.FloatField(min_value=0, max_value=1)
     expected_version = forms.IntegerField(widget=forms.HiddenInput, min_value=1)
+    base = forms.JSONField(widget=forms.HiddenInput)
+
+    @classmethod
+    def base_of(cls, memory) -> dict[str, Any]:
+        """The comparable values of the edited fields (the `base` of a form loaded now)."""
+        return {
+            "text": text_digest(memory.text),
+            "tags": _normal_tags(memory.tags),
+            "category": memory.category,
+            "kind": memory.kind,
+            "importance": memory.importance,
+            "confidence": memory.confidence,
+        }
+
+    @staticmethod
+    def display_values(memory) -> dict[str, Any]:
+        """The edited fields as the form shows them."""
+        return {
+            "text": memory.text,
+            "tags": ", ".join(memory.tags),
+            "category": memory.category,
+            "kind": memory.kind,
+            "importance": memory.importance,
+            "confidence": memory.confidence,
+        }
 
     @classmethod
     def for_memory(cls, memory, **kwargs) -> CorrectionForm:
-        return cls(
-            initial={
-                "text": memory.text,
-                "tags": ", ".join(memory.tags),
-                "category": memory.category,
-                "kind": memory.kind,
-                "importance": memory.importance,
-                "confidence": memory.confidence,
-                "expected_version": memory.version,
-            },
-            **kwargs,
-        )
+        initial = {
+            **cls.display_values(memory),
+            "expected_version": memory.version,
+            "base": cls.base_of(memory),
+        }
+        return cls(initial=initial, **kwargs)
 
-    def changes(self, memory) -> dict:
-        """Only the fields the operator actually changed."""
+    def clean_text(self) -> str:
+        return normalise_newlines(self.cleaned_data["text"])
+
+    def clean_base(self) -> dict[str, Any]:
+        base = self.cleaned_data["base"]
+        if not isinstance(base, dict) or set(base) != set(self.FIELDS):
+            raise forms.ValidationError("This form is out of date; reload the page and edit again.")
+        return base
+
+    def proposed(self) -> dict[str, Any]:
+        """Every edited field as submitted, parsed."""
         data = self.cleaned_data
-        proposed = {
+        return {
             "text": data["text"],
             "tags": [t.strip() for t in data["tags"].split(",") if t.strip()],
             "category": data["category"].strip(),
@@ -45,7 +107,24 @@ class CorrectionForm(forms.Form):
             "importance": data["importance"],
             "confidence": data["confidence"],
         }
-        return {k: v for k, v in proposed.items() if getattr(memory, k) != v}
+
+    def changes(self) -> dict[str, Any]:
+        """Only the fields the operator changed, relative to the version the form was loaded
+        with (not to the memory as it is now)."""
+        base = self.cleaned_data["base"]
+        return {
+            name: value
+            for name, value in self.proposed().items()
+            if _comparable(name, value) != base[name]
+        }
+
+
+def _comparable(name: str, value: Any) -> Any:
+    if name == "text":
+        return text_digest(value)
+    if name == "tags":
+        return _normal_tags(value)
+    return value
 
 
 class TombstoneForm(forms.Form):

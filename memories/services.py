@@ -1085,7 +1085,9 @@ def memory_correct(
 ) -> Memory:
     """An operator's correction (console `Edit` → `Save`): the same validation as a PATCH,
     compare-and-set against the version the form was loaded with (CONFLICT with
-    `details.current_version` when it moved on), one `correct` revision."""
+    `details.current_version` when it moved on), one `correct` revision. Only an active memory
+    is corrected: a tombstoned, evicted or expired one is a CONFLICT (`details.status`) until it
+    is restored, so an edit begun before a tombstone never rewrites the tombstone."""
     now = resolve_now(now)
     changes = {
         k: v for k, v in changes.items() if k not in ("expected_version", "expected_updated_at")
@@ -1099,6 +1101,7 @@ def memory_correct(
     )
     memory = _operator_get(tenant, memory_id)
     _not_purged(memory)
+    _correctable(memory)
     cas = validation.Cas(version=expected_version)
     if not inp.changes:
         _change_guard(memory, cas)
@@ -1116,6 +1119,16 @@ def memory_correct(
         if "memory_live_key_uniq" in str(exc):
             raise Conflict("Another live memory holds this key", details={"field": "key"}) from None
         raise
+
+
+def _correctable(memory: Memory) -> None:
+    # The row as read; a tombstone after this read bumps the version, so the CAS catches it.
+    if memory.status != Status.ACTIVE:
+        by = f" by {memory.tombstoned_by}" if memory.tombstoned_by else ""
+        raise Conflict(
+            f"This memory was {memory.status}{by}; restore it before correcting it",
+            details={"current_version": memory.version, "status": memory.status},
+        )
 
 
 def memory_tombstone(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from django.contrib import messages
 from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse
@@ -73,7 +75,9 @@ def memory_list(request: HttpRequest) -> HttpResponse:
 # --- detail ----------------------------------------------------------------------------------
 
 
-def _detail_context(request, memory, *, form=None, conflict=None, editing=False) -> dict:
+def _detail_context(
+    request, memory, *, form=None, conflict=None, editing=False, unsaved_text=None
+) -> dict:
     near = sel.near_duplicates(
         tenant=request.tenant,
         memory_ids=[memory.pk],
@@ -93,6 +97,7 @@ def _detail_context(request, memory, *, form=None, conflict=None, editing=False)
         "editing": editing,
         "form": form,
         "conflict": conflict,
+        "unsaved_text": unsaved_text,
         "tombstone_form": TombstoneForm(),
     }
 
@@ -112,11 +117,10 @@ def memory_save(request: HttpRequest, memory_id: str) -> HttpResponse:
     memory = sel.memory_for_console(tenant=request.tenant, memory_id=memory_id)
     form = CorrectionForm(request.POST)
     if not form.is_valid():
-        context = _detail_context(request, memory, form=form)
-        return render(
-            request, "console/memory_detail.html", context, fragment="memory-panel", status=422
-        )
-    changes = form.changes(memory)
+        return _panel(request, memory, status=422, form=form)
+    if memory.status != Status.ACTIVE:
+        return _not_active(request, memory, form)
+    changes = form.changes()
     try:
         if changes:
             memory = _services().memory_correct(
@@ -127,29 +131,63 @@ def memory_save(request: HttpRequest, memory_id: str) -> HttpResponse:
                 expected_version=form.cleaned_data["expected_version"],
             )
     except Conflict:
-        # Someone saved first: show their text, keep the operator's edit, and arm the form
-        # against the version now current so a second Save is a deliberate overwrite.
         current = sel.memory_for_console(tenant=request.tenant, memory_id=memory_id)
-        data = request.POST.copy()
-        data["expected_version"] = str(current.version)
-        conflict = {
-            "version": current.version,
-            "text": current.text,
-            "by": _last_actor(request, current),
-        }
-        context = _detail_context(request, current, form=CorrectionForm(data), conflict=conflict)
-        return render(
-            request, "console/memory_detail.html", context, fragment="memory-panel", status=409
-        )
+        if current.status != Status.ACTIVE:
+            return _not_active(request, current, form)
+        return _conflict(request, form, current, changes)
     except NotFound as exc:
         raise Http404 from exc
     except DomainError as exc:
         form.add_error(None, exc.message)
-        context = _detail_context(request, memory, form=form)
-        return render(
-            request, "console/memory_detail.html", context, fragment="memory-panel", status=422
-        )
+        return _panel(request, memory, status=422, form=form)
     return _after_action(request, memory, "Saved." if changes else "Nothing changed.")
+
+
+def _panel(request, memory, *, status: int, **context) -> HttpResponse:
+    context = _detail_context(request, memory, **context)
+    return render(
+        request, "console/memory_detail.html", context, fragment="memory-panel", status=status
+    )
+
+
+def _not_active(request, memory, form) -> HttpResponse:
+    """The memory was tombstoned (or evicted, expired) since the form was loaded: nothing is
+    written; the operator's text stays on the page to copy after a `Restore`."""
+    return _panel(request, memory, status=409, unsaved_text=form.cleaned_data["text"])
+
+
+def _conflict(request, form, current, changes: dict) -> HttpResponse:
+    """Someone saved first. Show every edited field that changed since the form was loaded,
+    theirs next to the operator's; re-arm the form on the current version with the operator's
+    own edits kept and every other field showing the newer value, so a second Save applies
+    the operator's edits and nothing else."""
+    loaded = form.cleaned_data["base"]
+    newer_base = CorrectionForm.base_of(current)
+    newer = CorrectionForm.display_values(current)
+    data = request.POST.copy()
+    for name in CorrectionForm.FIELDS:
+        if name not in changes:
+            data[name] = newer[name]
+    data["expected_version"] = str(current.version)
+    data["base"] = json.dumps(newer_base)
+    fields = [
+        {
+            "name": name,
+            "label": name.title(),
+            "theirs": newer[name],
+            "yours": data[name],
+            "yours_changed": name in changes,
+        }
+        for name in CorrectionForm.FIELDS
+        if loaded[name] != newer_base[name]
+    ]
+    conflict = {
+        "version": current.version,
+        "loaded_version": form.cleaned_data["expected_version"],
+        "by": _last_actor(request, current),
+        "fields": fields,
+    }
+    return _panel(request, current, status=409, form=CorrectionForm(data), conflict=conflict)
 
 
 def _last_actor(request, memory) -> str:

@@ -152,13 +152,14 @@ def test_edit_save_shows_new_text_and_revision(new_page, owner, agent, store_mem
 
 
 def test_conflicting_save_keeps_the_operators_text(new_page, owner, reviewer, agent, store_memory):
-    memory = store_memory(agent, "Original wording")
+    memory = store_memory(agent, "Original wording", tags=["draft"])
     first = new_page()
     second = new_page("reviewer@acme.test")
     for page in (first, second):
         page.goto(f"/console/memories/{memory.pk}/?edit=1")
         expect(page.get_by_role("textbox", name="Text")).to_have_value("Original wording")
     second.get_by_role("textbox", name="Text").fill("Reviewer's wording")
+    second.get_by_label("Tags").fill("draft, reviewed")
     second.get_by_role("button", name="Save").click()
     expect(second.locator("[data-memory-text]")).to_have_text("Reviewer's wording")
 
@@ -167,14 +168,31 @@ def test_conflicting_save_keeps_the_operators_text(new_page, owner, reviewer, ag
     conflict = first.locator("[data-conflict]")
     expect(conflict).to_be_visible()
     expect(conflict.locator("[data-newer-text]")).to_have_text("Reviewer's wording")
+    expect(conflict.locator('[data-conflict-field="tags"]')).to_contain_text("theirs is kept")
     expect(first.get_by_role("textbox", name="Text")).to_have_value("Owner's careful wording")
+    expect(first.get_by_label("Tags")).to_have_value("draft, reviewed")  # the newer tags
+    shot(first, "memory-conflict")
     memory.refresh_from_db()
     assert memory.text == "Reviewer's wording"
-    # Saving again is a deliberate overwrite of the newer version.
+    # Saving again replaces the newer text with the owner's, and keeps the reviewer's tags.
     first.get_by_role("button", name="Save").click()
     expect(first.locator("[data-memory-text]")).to_have_text("Owner's careful wording")
     memory.refresh_from_db()
-    assert (memory.text, memory.version) == ("Owner's careful wording", 3)
+    assert (memory.text, memory.tags, memory.version) == (
+        "Owner's careful wording",
+        ["draft", "reviewed"],
+        3,
+    )
+
+    # A memory tombstoned while the form was open is never overwritten by Save.
+    first.get_by_role("link", name="Edit").click()
+    memory_tombstone(tenant=agent.tenant, memory_id=memory.pk, actor="operator:t", reason="x")
+    first.get_by_role("textbox", name="Text").fill("Too late")
+    first.get_by_role("button", name="Save").click()
+    expect(first.locator("[data-not-active]")).to_contain_text("Restore first")
+    expect(first.get_by_role("button", name="Restore")).to_be_visible()
+    memory.refresh_from_db()
+    assert (memory.status, memory.text) == (Status.TOMBSTONED, "Owner's careful wording")
 
 
 def test_tombstone_with_reason_then_restore(new_page, owner, agent, store_memory):

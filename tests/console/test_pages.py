@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import re
+from html.parser import HTMLParser
 
 import pytest
 from django.db import connection
@@ -150,15 +152,54 @@ def test_text_search_uses_hybrid_ranking(owner_client, agent, store_memory):
 # --- detail: Edit → Save ---------------------------------------------------------------------
 
 
+class _FormValues(HTMLParser):
+    """The values a browser would submit from the page's edit form."""
+
+    def __init__(self):
+        super().__init__()
+        self.values: dict[str, str] = {}
+        self._textarea: str | None = None
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "input" and attrs.get("name") and attrs.get("type") != "checkbox":
+            self.values.setdefault(attrs["name"], attrs.get("value") or "")
+        elif tag == "textarea":
+            self._textarea = attrs["name"]
+            self.values[self._textarea] = ""
+
+    def handle_data(self, data):
+        if self._textarea:
+            self.values[self._textarea] += data
+
+    def handle_endtag(self, tag):
+        if tag == "textarea":
+            # Browsers drop the one newline that follows <textarea>.
+            name = self._textarea
+            self.values[name] = self.values[name].removeprefix("\n")
+            self._textarea = None
+
+
+def _edit_form(body: str) -> dict[str, str]:
+    form = body[body.index('class="card edit-form"') :]
+    parser = _FormValues()
+    parser.feed(form[: form.index("</form>")])
+    return {k: v for k, v in parser.values.items() if k != "reason"}
+
+
+def _loaded_form(client, memory) -> dict[str, str]:
+    return _edit_form(client.get(f"/console/memories/{memory.pk}/?edit=1").content.decode())
+
+
 def _save(client, memory, text, version, **extra):
+    """Save `text` from a form loaded with `memory` as it was at `version`."""
+    from memories.forms import CorrectionForm
+
     data = {
+        **CorrectionForm.display_values(memory),
         "text": text,
-        "tags": ", ".join(memory.tags),
-        "category": memory.category,
-        "kind": memory.kind,
-        "importance": memory.importance,
-        "confidence": memory.confidence,
         "expected_version": version,
+        "base": json.dumps(CorrectionForm.base_of(memory)),
     }
     return client.post(f"/console/memories/{memory.pk}/save/", data, **extra)
 
@@ -179,6 +220,33 @@ def test_edit_save_is_a_correction_with_a_revision(reviewer_client, agent, store
     assert revision.actor == "operator:reviewer@acme.test"
 
 
+def test_saving_a_tag_change_leaves_the_text_byte_for_byte(reviewer_client, agent, store_memory):
+    text = "  Indented first line\nsecond line with trailing spaces   \n"
+    memory = store_memory(agent, text)
+    form = _loaded_form(reviewer_client, memory)
+    assert form["text"] == text
+    # What a browser sends: the textarea's lines end in CRLF.
+    form.update(text=text.replace("\n", "\r\n"), tags="billing")
+    response = reviewer_client.post(f"/console/memories/{memory.pk}/save/", form)
+    assert response.status_code == 302
+    memory.refresh_from_db()
+    assert (memory.text, memory.tags, memory.version) == (text, ["billing"], 2)
+    revision = MemoryRevision.objects.filter(memory_id=memory.pk).latest("id")
+    assert revision.before["text"] == revision.after["text"] == text
+    # Tags differing only in case and spacing are no change; a real text change is stored
+    # with LF line ends.
+    form = _loaded_form(reviewer_client, memory)
+    form.update(tags=" Billing ", text="line one\r\nline two")
+    reviewer_client.post(f"/console/memories/{memory.pk}/save/", form)
+    memory.refresh_from_db()
+    assert (memory.text, memory.tags, memory.version) == ("line one\nline two", ["billing"], 3)
+    form = _loaded_form(reviewer_client, memory)
+    response = reviewer_client.post(f"/console/memories/{memory.pk}/save/", form, follow=True)
+    assert "Nothing changed." in response.content.decode()
+    memory.refresh_from_db()
+    assert memory.version == 3
+
+
 def test_save_conflict_shows_newer_text_and_keeps_the_edit(reviewer_client, agent, store_memory):
     memory = store_memory(agent, "Original text")
     first = _save(reviewer_client, memory, "Someone else's text", 1)
@@ -192,9 +260,118 @@ def test_save_conflict_shows_newer_text_and_keeps_the_edit(reviewer_client, agen
     memory.refresh_from_db()
     assert (memory.text, memory.version) == ("Someone else's text", 2)
     # Saving again from the conflict form is a deliberate overwrite against v2.
-    assert _save(reviewer_client, memory, "My careful edit", 2).status_code == 302
+    form = _edit_form(body)
+    assert reviewer_client.post(f"/console/memories/{memory.pk}/save/", form).status_code == 302
     memory.refresh_from_db()
     assert (memory.text, memory.version) == ("My careful edit", 3)
+
+
+def test_conflict_shows_every_changed_field_and_a_second_save_reverts_none(
+    reviewer_client, agent, store_memory
+):
+    from memories.services import memory_correct
+
+    memory = store_memory(agent, "Renewal is in March", tags=["billing"])
+    form = _loaded_form(reviewer_client, memory)  # v1
+    memory_correct(
+        tenant=agent.tenant,
+        memory_id=memory.pk,
+        actor="operator:other@acme.test",
+        changes={"tags": ["billing", "renewal"], "importance": 0.9, "category": "contracts"},
+        expected_version=1,
+    )
+    form["text"] = "Renewal is in April"
+    response = reviewer_client.post(f"/console/memories/{memory.pk}/save/", form, **HX)
+    assert response.status_code == 409
+    body = response.content.decode()
+    assert "operator:other@acme.test saved version 2 while you were editing version 1" in body
+    changed = re.findall(r'data-conflict-field="(\w+)"', body)
+    assert changed == ["tags", "category", "importance"]  # not text: only the operator's
+    rearmed = _edit_form(body)
+    # The operator's edit is kept; every field they did not touch shows the newer value.
+    assert rearmed["text"] == "Renewal is in April"
+    assert (rearmed["tags"], rearmed["category"], rearmed["importance"]) == (
+        "billing, renewal",
+        "contracts",
+        "0.9",
+    )
+    assert reviewer_client.post(f"/console/memories/{memory.pk}/save/", rearmed).status_code == 302
+    memory.refresh_from_db()
+    assert (memory.text, memory.tags, memory.category, memory.importance, memory.version) == (
+        "Renewal is in April",
+        ["billing", "renewal"],
+        "contracts",
+        0.9,
+        3,
+    )
+    revision = MemoryRevision.objects.filter(memory_id=memory.pk).latest("id")
+    assert [k for k in revision.after if revision.before[k] != revision.after[k]] == [
+        "text",
+        "version",
+    ]
+
+
+def test_a_stale_form_submitted_as_is_applies_only_the_operators_edits(
+    reviewer_client, agent, store_memory
+):
+    """Without going through the conflict page: a form loaded at v1 saved against v1 after
+    someone else's change is a conflict, never a silent revert of their fields."""
+    from memories.services import memory_correct
+
+    memory = store_memory(agent, "Prefers email", tags=["contact"])
+    form = _loaded_form(reviewer_client, memory)
+    memory_correct(
+        tenant=agent.tenant,
+        memory_id=memory.pk,
+        actor="operator:other@acme.test",
+        changes={"tags": ["contact", "vip"]},
+        expected_version=1,
+    )
+    form["confidence"] = "0.4"
+    assert reviewer_client.post(f"/console/memories/{memory.pk}/save/", form).status_code == 409
+    memory.refresh_from_db()
+    assert (memory.tags, memory.confidence, memory.version) == (["contact", "vip"], 1.0, 2)
+
+
+def test_save_after_a_tombstone_never_overwrites_it(reviewer_client, agent, store_memory):
+    from memories.services import memory_tombstone
+
+    memory = store_memory(agent, "Lives in Paris")
+    form = _loaded_form(reviewer_client, memory)
+    memory_tombstone(
+        tenant=agent.tenant, memory_id=memory.pk, actor="operator:other@acme.test", reason="moved"
+    )
+    form["text"] = "Lives in Lyon"
+    response = reviewer_client.post(f"/console/memories/{memory.pk}/save/", form, **HX)
+    assert response.status_code == 409
+    body = response.content.decode()
+    assert "data-not-active" in body
+    assert "This memory was tombstoned by operator:other@acme.test" in body
+    assert "Restore first" in body and ">Restore</button>" in body
+    assert re.search(r"<pre[^>]*data-unsaved-text>Lives in Lyon</pre>", body)
+    assert ">Save</button>" not in body
+    memory.refresh_from_db()
+    assert (memory.status, memory.text, memory.version) == (Status.TOMBSTONED, "Lives in Paris", 2)
+
+
+def test_memory_correct_refuses_a_memory_that_is_not_active(agent, store_memory):
+    from memories.services import memory_correct, memory_tombstone
+    from memoryhub.errors import Conflict
+
+    memory = store_memory(agent, "Lives in Paris")
+    memory_tombstone(tenant=agent.tenant, memory_id=memory.pk, actor="operator:x", reason="r")
+    with pytest.raises(Conflict) as exc:
+        memory_correct(
+            tenant=agent.tenant,
+            memory_id=memory.pk,
+            actor="operator:y",
+            changes={"text": "Lives in Lyon"},
+            expected_version=2,  # the current version: no CAS excuse
+        )
+    assert exc.value.details == {"current_version": 2, "status": "tombstoned"}
+    assert "tombstoned by operator:x" in exc.value.message
+    memory.refresh_from_db()
+    assert (memory.text, memory.version) == ("Lives in Paris", 2)
 
 
 # --- other actions ---------------------------------------------------------------------------
