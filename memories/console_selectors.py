@@ -16,6 +16,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.db.models import Count, Q, QuerySet
+from django.db.models.functions import Coalesce
 from django.http import Http404
 
 from accounts.models import Agent, Tenant
@@ -244,9 +245,19 @@ def review_page(
 
 
 def tombstone_page(*, tenant: Tenant, cursor: str | None = None, size: int = PAGE_SIZE) -> Page:
-    """Tombstoned memories, most recently forgotten first."""
-    qs = tenant_memories(tenant).filter(status=Status.TOMBSTONED).select_related("agent")
-    return _keyset(qs, field_name="status_changed_at", desc=True, cursor=cursor, size=size)
+    """Tombstoned memories, most recently forgotten first.
+
+    `status_changed_at` may be NULL (an imported backup, older rows); a keyset over a NULL
+    sort value cannot resume (`NULL < x` is never true) and would repeat page one, so the sort
+    key is never NULL: the status change time, else the last update.
+    """
+    qs = (
+        tenant_memories(tenant)
+        .filter(status=Status.TOMBSTONED)
+        .select_related("agent")
+        .annotate(forgotten_at=Coalesce("status_changed_at", "updated_at"))
+    )
+    return _keyset(qs, field_name="forgotten_at", desc=True, cursor=cursor, size=size)
 
 
 def revisions_for(*, tenant: Tenant, memory: Memory) -> list[MemoryRevision]:

@@ -127,6 +127,31 @@ def test_keyset_pagination_walks_every_memory_once(owner_client, agent, store_me
     assert response.status_code == 200
 
 
+def test_tombstones_page_walks_every_tombstone_once_when_some_lack_a_change_time(
+    owner_client, agent, store_memory
+):
+    from memories import console_selectors as sel
+    from memories.services import memory_tombstone
+
+    ids = set()
+    for i in range(8):
+        memory = store_memory(agent, f"forgotten {i}")
+        memory_tombstone(tenant=agent.tenant, memory_id=memory.pk, actor="operator:t")
+        ids.add(memory.pk)
+    # As an imported backup can leave them: tombstoned without a status change time.
+    Memory.objects.filter(pk__in=sorted(ids)[:5]).update(status_changed_at=None)
+    seen, cursor = [], None
+    for _ in range(10):
+        page = sel.tombstone_page(tenant=agent.tenant, cursor=cursor, size=3)
+        seen += [m.pk for m in page.items]
+        cursor = page.next_cursor
+        if not cursor:
+            break
+    assert sorted(seen) == sorted(ids) and len(seen) == len(ids)
+    body = owner_client.get("/console/tombstones/").content.decode()
+    assert all(pk in body for pk in ids)
+
+
 def test_filters_by_agent_tag_and_status(owner_client, agent, store_memory):
     other = make_agent(agent.tenant, "sales-bot")
     store_memory(agent, "Support billing fact", tags=["billing"])
