@@ -2,14 +2,20 @@
 
 from django.contrib import admin
 
-from memories.models import IdempotencyRecord, JobRun, Memory, MemoryRevision
+from memories.models import IdempotencyRecord, JobRun, Memory, MemoryRevision, OwnerCount
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
+    """View only: memories change through the services (one revision per change), revisions are
+    append-only, owner counts are kept by triggers. A delete here would bypass all of that."""
+
     def has_add_permission(self, request):
         return False
 
     def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
         return False
 
 
@@ -32,6 +38,18 @@ class MemoryRevisionAdmin(ReadOnlyAdmin):
 @admin.register(IdempotencyRecord)
 class IdempotencyRecordAdmin(ReadOnlyAdmin):
     list_display = ("key", "tenant", "response_status", "created_at")
+
+    def has_delete_permission(self, request, obj=None):
+        return True  # dropping a stored response only makes the next retry run again
+
+
+@admin.register(OwnerCount)
+class OwnerCountAdmin(ReadOnlyAdmin):
+    """Active memories per owner (owner 0: the tenant's workspace), as the cap check sees them."""
+
+    list_display = ("tenant_id", "owner_id", "active")
+    list_filter = ("tenant_id",)
+    ordering = ("tenant_id", "owner_id")
 
 
 @admin.register(JobRun)

@@ -1,0 +1,73 @@
+"""Django admin for accounts: an operator's escape hatch, read-mostly (keys only revocable)."""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from accounts import keys
+from accounts.models import ApiKey, Tenant
+from tests.factories import make_key
+
+
+@pytest.fixture
+def superuser_client(client, django_user_model):
+    user = django_user_model.objects.create_superuser("root@example.test", "root@example.test", "x")
+    client.force_login(user)
+    return client
+
+
+def _form(**fields):
+    """A change form as the admin page posts it (split date and time for datetimes)."""
+    data = {}
+    for name, value in fields.items():
+        if hasattr(value, "date"):
+            data[f"{name}_0"], data[f"{name}_1"] = (
+                value.strftime("%Y-%m-%d"),
+                value.strftime("%H:%M:%S"),
+            )
+        else:
+            data[name] = value
+    return data
+
+
+@pytest.mark.django_db
+def test_api_keys_cannot_be_added_or_deleted_only_revoked(superuser_client, agent):
+    row, raw = make_key(agent, scopes=["read"])
+    assert superuser_client.get(reverse("admin:accounts_apikey_changelist")).status_code == 200
+    assert superuser_client.get(reverse("admin:accounts_apikey_add")).status_code == 403
+    delete_url = reverse("admin:accounts_apikey_delete", args=[row.pk])
+    assert superuser_client.post(delete_url, {"post": "yes"}).status_code == 403
+
+    change_url = reverse("admin:accounts_apikey_change", args=[row.pk])
+    page = superuser_client.get(change_url)
+    assert page.status_code == 200
+    assert 'name="key_hash"' not in page.content.decode()  # shown, never an input
+    revoked = timezone.now().replace(microsecond=0)
+    response = superuser_client.post(
+        change_url,
+        _form(name="ops", revoked_at=revoked, expires_at="", key_hash="0" * 64, scopes="admin"),
+    )
+    assert response.status_code == 302, response.content
+    row.refresh_from_db()
+    assert (row.name, row.revoked_at, row.scopes) == ("ops", revoked, ["read"])
+    assert keys.matches(raw, row.key_hash)
+    assert ApiKey.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_tenants_are_read_mostly(superuser_client, tenant):
+    assert superuser_client.get(reverse("admin:accounts_tenant_add")).status_code == 403
+    delete_url = reverse("admin:accounts_tenant_delete", args=[tenant.pk])
+    assert superuser_client.post(delete_url, {"post": "yes"}).status_code == 403
+    change_url = reverse("admin:accounts_tenant_change", args=[tenant.pk])
+    response = superuser_client.post(
+        change_url, {"name": "Acme Inc.", "workspace_cap": "50", "slug": "renamed"}
+    )
+    assert response.status_code == 302, response.content
+    assert Tenant.objects.values_list("slug", "name", "workspace_cap").get() == (
+        "acme",
+        "Acme Inc.",
+        50,
+    )
