@@ -3,42 +3,54 @@
 from __future__ import annotations
 
 import pytest
-from django.urls import reverse
+from django.urls import URLPattern, reverse
 
 from accounts.console import SESSION_TENANT_KEY
-from accounts.models import ApiKey
+from accounts.models import Agent, ApiKey, Membership
+from memories import console_urls
 from memories.models import Memory, Status
 from tests.factories import make_agent, make_key, make_operator
 
 pytestmark = pytest.mark.django_db
 
 
-def _memory_actions(memory_id: str) -> list[tuple[str, dict]]:
-    return [
-        (reverse("console:memory-save", args=[memory_id]), {"text": "x", "expected_version": 1}),
-        (reverse("console:memory-tombstone", args=[memory_id]), {"reason": "r"}),
-        (reverse("console:memory-restore", args=[memory_id]), {}),
-        (reverse("console:memory-purge", args=[memory_id]), {}),
-        (reverse("console:memory-approve", args=[memory_id]), {}),
-        (reverse("console:memory-merge", args=[memory_id]), {"merge": [memory_id]}),
-    ]
+# One payload for every action: were a role check missing, each action would have enough to
+# change something (and the test checks that nothing changed).
+PAYLOAD = {
+    "text": "changed by a viewer",
+    "expected_version": 1,
+    "reason": "r",
+    "action": "tombstone",
+    "tag": "x",
+    "slug": "new-agent",
+    "entry_cap": 5,
+    "scopes": ["read"],
+    "job": "prune_memories",
+    "email": "x@acme.test",
+    "role": "viewer",
+    "password": "a-long-password",
+}
 
 
-def _all_posts(memory_id: str, agent_slug: str, key_id: int) -> list[tuple[str, dict]]:
-    return _memory_actions(memory_id) + [
-        (reverse("console:memory-bulk"), {"action": "tombstone", "ids": [memory_id]}),
-        (reverse("console:memory-bulk"), {"action": "tag", "ids": [memory_id], "tag": "x"}),
-        (reverse("console:import"), {}),
-        (reverse("console:agents"), {"slug": "new-agent"}),
-        (reverse("console:agent", args=[agent_slug]), {"entry_cap": 5}),
-        (reverse("console:key-create", args=[agent_slug]), {"scopes": ["read"]}),
-        (reverse("console:key-revoke", args=[key_id]), {}),
-        (reverse("console:job-run"), {"job": "prune_memories"}),
-        (reverse("console:members"), {"email": "x@acme.test", "role": "viewer"}),
-        # GET-only pages refuse a viewer's POST too, before anything else happens.
-        (reverse("console:memories"), {}),
-        (reverse("console:dashboard"), {}),
-    ]
+def _console_routes() -> list[URLPattern]:
+    return [p for p in console_urls.urlpatterns if isinstance(p, URLPattern)]
+
+
+def _url(pattern: URLPattern, ids: dict[str, object]) -> str:
+    params = list(pattern.pattern.converters)
+    unknown = set(params) - set(ids)
+    # A new kind of path parameter needs an object here, so the route cannot go untested.
+    assert not unknown, f"{pattern.name}: no test object for {unknown}"
+    return reverse(f"console:{pattern.name}", kwargs={p: ids[p] for p in params})
+
+
+ROUTES = [pytest.param(p, id=p.name) for p in _console_routes()]
+ADDRESSED = [pytest.param(p, id=p.name) for p in _console_routes() if p.pattern.converters]
+
+
+def test_every_console_view_is_role_checked():
+    for pattern in _console_routes():
+        assert hasattr(pattern.callback, "console_role"), pattern.name
 
 
 def test_console_requires_login(client):
@@ -58,19 +70,27 @@ def test_login_page_signs_an_operator_in(client, owner):
     assert client.get("/console/").status_code == 200
 
 
-def test_viewer_post_to_every_action_is_403_and_changes_nothing(viewer_client, agent, store_memory):
+@pytest.mark.parametrize("pattern", ROUTES)
+def test_viewer_post_to_every_console_route_is_403_and_changes_nothing(
+    viewer_client, agent, store_memory, pattern
+):
     memory = store_memory(agent, "A fact a viewer must not change")
+    other = store_memory(agent, "A near-duplicate a viewer must not merge")
     key, _ = make_key(agent)
-    for url, data in _all_posts(memory.pk, agent.slug, key.pk):
-        response = viewer_client.post(url, data)
-        assert response.status_code == 403, url
+    url = _url(pattern, {"memory_id": memory.pk, "slug": agent.slug, "key_id": key.pk})
+    data = {**PAYLOAD, "ids": [memory.pk], "merge": [other.pk]}
+    response = viewer_client.post(url, data)
+    assert response.status_code == 403, url
     memory.refresh_from_db()
     assert (memory.status, memory.version, memory.text) == (
         Status.ACTIVE,
         1,
         "A fact a viewer must not change",
     )
+    assert Memory.objects.get(pk=other.pk).status == Status.ACTIVE
     assert ApiKey.objects.get(pk=key.pk).revoked_at is None
+    assert not Agent.objects.filter(slug="new-agent").exists()
+    assert not Membership.objects.filter(user__username="x@acme.test").exists()
 
 
 def test_reviewer_may_correct_but_not_purge_or_manage(reviewer_client, agent, store_memory):
@@ -114,24 +134,41 @@ def test_viewer_reads_every_page(viewer_client, agent, store_memory):
         assert b">Create key</button>" not in response.content, url
 
 
-def test_another_tenants_objects_are_404(owner_client, other_tenant, store_memory):
+@pytest.mark.parametrize("pattern", ADDRESSED)
+def test_another_tenants_objects_are_404_on_every_addressed_route(
+    owner_client, agent, other_tenant, store_memory, pattern
+):
     foreign_agent = make_agent(other_tenant, "spy-bot")
     foreign = store_memory(foreign_agent, "Globex secret plan")
+    near = store_memory(foreign_agent, "Globex secret plan, again")
     foreign_key, _ = make_key(foreign_agent)
-    assert owner_client.get(f"/console/memories/{foreign.pk}/").status_code == 404
+    url = _url(
+        pattern, {"memory_id": foreign.pk, "slug": foreign_agent.slug, "key_id": foreign_key.pk}
+    )
+    get = owner_client.get(url)
+    assert get.status_code in (404, 405), url  # 405: a POST-only action, whatever the id
+    assert b"Globex" not in get.content
+    data = {**PAYLOAD, "ids": [foreign.pk], "merge": [near.pk], "expected_version": 1}
+    assert owner_client.post(url, data).status_code == 404, url
+    foreign.refresh_from_db()
+    assert (foreign.status, foreign.version) == (Status.ACTIVE, 1)
+    assert Memory.objects.get(pk=near.pk).status == Status.ACTIVE
+    assert ApiKey.objects.get(pk=foreign_key.pk).revoked_at is None
+    foreign_agent.refresh_from_db()
+    assert foreign_agent.entry_cap != 5
+
+
+def test_another_tenants_memories_are_invisible_to_lists_and_bulk(
+    owner_client, other_tenant, store_memory
+):
+    foreign = store_memory(make_agent(other_tenant, "spy-bot"), "Globex secret plan")
     assert owner_client.get("/console/memories/mem_01ARZ3NDEKTSV4RRFFQ69G5FAV/").status_code == 404
-    for url, data in _memory_actions(foreign.pk):
-        assert owner_client.post(url, data).status_code == 404, url
-    assert owner_client.get(f"/console/agents/{foreign_agent.slug}/").status_code == 404
-    revoke = reverse("console:key-revoke", args=[foreign_key.pk])
-    assert owner_client.post(revoke).status_code == 404
     bulk = owner_client.post(
         reverse("console:memory-bulk"), {"action": "tombstone", "ids": [foreign.pk]}
     )
     assert bulk.status_code == 404
     foreign.refresh_from_db()
     assert foreign.status == Status.ACTIVE
-    assert ApiKey.objects.get(pk=foreign_key.pk).revoked_at is None
     listing = owner_client.get("/console/memories/?status=any")
     assert b"Globex secret plan" not in listing.content
 

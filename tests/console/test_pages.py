@@ -11,6 +11,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from accounts.models import ApiKey
+from memories import console_selectors as sel
 from memories.models import ChangeType, Memory, MemoryRevision, ReviewState, Status
 from tests.factories import make_agent
 
@@ -85,6 +86,40 @@ def test_memory_list_runs_a_fixed_number_of_queries(
     assert page.content.decode().count('name="ids"') == 43
 
 
+def test_memory_search_runs_a_fixed_number_of_queries(
+    owner_client, agent, store_memory, django_assert_num_queries
+):
+    for i in range(5):
+        store_memory(agent, f"email preference {i}", tags=["a"])
+    # session, user, membership (+ tenant); the hybrid ranking in a savepoint (SET LOCAL, the
+    # ranking, and the exact vector scan the index walk falls back to when it comes back with
+    # fewer rows than asked); the ranked rows; agents for the filter.
+    with django_assert_num_queries(10):
+        owner_client.get("/console/memories/?q=email")
+    for i in range(120):
+        store_memory(agent, f"email preference more {i}", tags=["b"])
+    # More matches than the page shows: the index walk fills it, no fallback; no N+1.
+    with django_assert_num_queries(9):
+        page = owner_client.get("/console/memories/?q=email&status=any")
+    assert page.content.decode().count('name="ids"') == sel.PAGE_SIZE
+
+
+def test_agents_page_runs_a_fixed_number_of_queries(owner_client, agent, django_assert_num_queries):
+    from tests.factories import make_key
+
+    make_key(agent)
+    # session, user, membership (+ tenant), agents with their live-memory and key counts
+    with django_assert_num_queries(4):
+        owner_client.get("/console/agents/")
+    for i in range(12):
+        other = make_agent(agent.tenant, f"bot-{i}")
+        make_key(other)
+        make_key(other, scopes=["read"])
+    with django_assert_num_queries(4):
+        page = owner_client.get("/console/agents/")
+    assert page.content.decode().count("/console/agents/bot-") == 12
+
+
 @pytest.mark.parametrize(
     "url",
     [
@@ -112,7 +147,6 @@ def test_other_lists_run_a_fixed_number_of_queries(owner_client, agent, store_me
 
 def test_keyset_pagination_walks_every_memory_once(owner_client, agent, store_memory):
     ids = {store_memory(agent, f"paged {i}").pk for i in range(7)}
-    from memories import console_selectors as sel
 
     seen, cursor = [], None
     while True:
@@ -130,7 +164,6 @@ def test_keyset_pagination_walks_every_memory_once(owner_client, agent, store_me
 def test_tombstones_page_walks_every_tombstone_once_when_some_lack_a_change_time(
     owner_client, agent, store_memory
 ):
-    from memories import console_selectors as sel
     from memories.services import memory_tombstone
 
     ids = set()
