@@ -256,3 +256,59 @@ def test_idempotent_replays_go_only_to_the_key_that_earned_them(key_client, agen
     leaked = bob.post(url, **confirm)
     assert (leaked.status_code, leaked.json()) == (422, IDEMPOTENCY_MISMATCH)
     assert "Likes tea" not in leaked.content.decode()
+
+
+@pytest.mark.django_db
+def test_conversation_memories_stay_with_their_agent(key_client, tenant, agent, api_client):
+    """The owner reads its conversation memories by id, key and list (a thread filter narrows);
+    search and hydrate take them only for their thread; `reads_from` never exposes them."""
+    writer = make_agent(tenant, "writer-bot")
+    writer_client = key_client(writer)
+    chat = _store(
+        writer_client,
+        text="Whispered in run r1",
+        key="chat",
+        category="conversation",
+        thread_id="r1",
+    )
+    daily = _store(writer_client, text="Whispered daily note", key="note", category="daily")
+    agent.reads_from.add(writer)
+
+    def listed(client, query=""):
+        return {m["id"] for m in client.get(f"/api/v1/memories{query}").json()["memories"]}
+
+    def searched(client, **body):
+        response = client.post("/api/v1/search", {"query": "whispered", **body}, format="json")
+        return {hit["id"] for hit in response.json()["memories"]}
+
+    def hydrated(client, **body):
+        response = client.post("/api/v1/hydrate", body, format="json")
+        return {entry["id"] for entry in response.json()["entries"]}
+
+    # The owner.
+    assert writer_client.get(f"/api/v1/memories/{chat}").status_code == 200
+    assert writer_client.get("/api/v1/memories/by-key/chat").json()["memory"]["id"] == chat
+    assert listed(writer_client) == {chat, daily}
+    assert listed(writer_client, "?thread_id=r1") == {chat}
+    assert listed(writer_client, "?thread_id=r2") == set()
+    assert searched(writer_client) == {daily}
+    assert searched(writer_client, thread_id="r1") == {chat}
+    assert hydrated(writer_client) == {daily}
+    assert hydrated(writer_client, thread_id="r1") == {chat, daily}
+
+    # An agent that reads from the owner sees the daily note, never the conversation.
+    assert api_client.get(f"/api/v1/memories/{chat}").content == NOT_FOUND
+    assert api_client.get("/api/v1/memories/by-key/chat").json() == {"ok": True, "memory": None}
+    assert api_client.get("/api/v1/memories/by-key/note").json()["memory"]["id"] == daily
+    assert api_client.get("/api/v1/keys").json()["keys"] == ["note"]
+    assert listed(api_client) == {daily}
+    assert listed(api_client, "?thread_id=r1") == set()
+    assert searched(api_client) == {daily}
+    assert searched(api_client, thread_id="r1") == set()
+    assert hydrated(api_client, thread_id="r1") == {daily}
+    export = api_client.get("/api/v1/export.md")
+    body = b"".join(export.streaming_content).decode()
+    assert "Whispered daily note" in body and "Whispered in run r1" not in body
+    # Nor can it end the owner's thread.
+    assert api_client.post("/api/v1/threads/r1/end").json() == {"ok": True, "removed": 0}
+    assert writer_client.get(f"/api/v1/memories/{chat}").status_code == 200
