@@ -183,6 +183,78 @@ def test_markdown_export_streams_50k_memories_in_bounded_memory(tenant, agent):
     assert size > 10_000_000  # the whole document never existed at once
 
 
+@pytest.mark.django_db(transaction=True)  # the request runs in a2wsgi's worker threads
+def test_markdown_export_streams_through_the_asgi_app(owner, agent, store_memory, monkeypatch):
+    """The deployed app (`memoryhub.asgi.application`: Django as WSGI in a2wsgi's thread pool)
+    sends the export chunk by chunk: the first body message leaves before the generator is
+    done, and the document arrives in many `more_body` messages, not one buffered blob."""
+    import asyncio
+
+    from django.db import connections
+    from django.test import Client
+
+    from memories.console import pages
+    from memoryhub.asgi import application
+
+    memories = [store_memory(agent, f"Streamed fact {i}", key=f"k{i:03}") for i in range(40)]
+    client = Client()
+    client.force_login(owner)
+    session = client.cookies["sessionid"].value
+
+    progress = {"exhausted": False, "first_body_after_exhaustion": None}
+
+    def watched(*args, **kwargs):
+        yield from pages_export(*args, **kwargs)
+        progress["exhausted"] = True
+
+    pages_export = pages.export_markdown
+    monkeypatch.setattr(pages, "export_markdown", watched)
+    # The worker thread's connection closes when its request ends (it would outlive the test
+    # and keep the test database from being dropped).
+    monkeypatch.setitem(connections.settings["default"], "CONN_MAX_AGE", 0)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": "/console/export/markdown/",
+        "raw_path": b"/console/export/markdown/",
+        "query_string": b"agent=support-bot",
+        "root_path": "",
+        "headers": [(b"host", b"testserver"), (b"cookie", f"sessionid={session}".encode())],
+        "client": ("127.0.0.1", 50000),
+        "server": ("testserver", 80),
+    }
+    messages = []
+
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message):
+        if message["type"] == "http.response.body" and not any(
+            m["type"] == "http.response.body" for m in messages
+        ):
+            progress["first_body_after_exhaustion"] = progress["exhausted"]
+        messages.append(message)
+
+    asyncio.run(application(scope, receive, send))
+
+    start, *bodies = messages
+    assert start["type"] == "http.response.start" and start["status"] == 200
+    headers = dict(start["headers"])
+    assert headers[b"content-type"].startswith(b"text/markdown")
+    assert b"content-length" not in headers  # streamed, never measured whole first
+    assert progress["first_body_after_exhaustion"] is False
+    assert progress["exhausted"] is True
+    streamed = [m for m in bodies if m.get("more_body")]
+    assert len(streamed) > len(memories)  # header, category heading, one per entry, footer
+    assert not bodies[-1].get("more_body", False)  # the last message closes the body
+    document = b"".join(m.get("body", b"") for m in bodies).decode()
+    assert set(parse_export(document)) == {m.pk for m in memories}
+
+
 def test_rest_export_is_the_agents_visible_memories(api_client, agent, store_memory):
     mine = store_memory(agent, "Mine", key="k1")
     workspace = store_memory(agent, "Shared with the tenant", category="workspace")
