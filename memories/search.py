@@ -20,25 +20,28 @@ candidates because every branch starts from `visible_memories`.
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import SimpleNamespace
 from typing import Any
 
+import orjson
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import BooleanField, ExpressionWrapper, FloatField, Q, QuerySet, Value
 from django.db.models.expressions import RawSQL
 from pgvector.django import CosineDistance
 
+from accounts.models import Agent
 from accounts.principal import Principal
 from memories import validation
 from memories.access import bump_access
 from memories.clock import resolve_now
 from memories.embeddings import get_embedder
 from memories.models import Category, Memory, MemoryRevision
-from memories.serialization import iso, memory_json, search_hit_json
-from memories.visibility import visible_memories
+from memories.serialization import iso, memory_json_sql, search_hit_json
+from memories.visibility import visible_memories, visible_memories_by_owner
 from memoryhub.errors import InvalidInput
 
 MODES = ("hybrid", "semantic", "keyword")
@@ -672,57 +675,93 @@ class _Budget:
 
 
 def _hydrate_pools(principal: Principal, params: HydrateParams, now: datetime):
-    base = visible_memories(
+    """The core pool and the recency pool, each as its parts by owner (see `_newest`)."""
+    parts = visible_memories_by_owner(
         tenant=principal.tenant,
         agent=principal.agent,
         subject_id=params.subject_id,
         include_shared=True,
         now=now,
-    ).only(*RESPONSE_FIELDS)
-    core = base.filter(category=Category.CORE)
+    )
+    core = [part.filter(category=Category.CORE) for part in parts]
     if not params.include_agent_core:
-        core = core.exclude(subject_id__isnull=True)
+        core = [part.exclude(subject_id__isnull=True) for part in core]
     if not params.include_user_core:
-        core = core.filter(subject_id__isnull=True)
-    recent = base.exclude(category__in=[Category.CORE, Category.ARCHIVAL])
+        core = [part.filter(subject_id__isnull=True) for part in core]
+    recent = [part.exclude(category__in=[Category.CORE, Category.ARCHIVAL]) for part in parts]
     if params.thread_id:
-        recent = recent.filter(~Q(category=Category.CONVERSATION) | Q(thread_id=params.thread_id))
+        thread_q = ~Q(category=Category.CONVERSATION) | Q(thread_id=params.thread_id)
+        recent = [part.filter(thread_q) for part in recent]
     else:
-        recent = recent.exclude(category=Category.CONVERSATION)
+        recent = [part.exclude(category=Category.CONVERSATION) for part in recent]
     return core, recent
 
 
-def _fill(pool: QuerySet, budget: _Budget, taken: list, reason: str, seen: set[str]) -> None:
+NEWEST = ("-updated_at", "-id")
+
+
+def _newest(parts: list[QuerySet], limit: int | None = None) -> QuerySet:
+    """(id, size_bytes, updated_at) of the parts' rows, newest first: each part newest first
+    (an index walk that stops at `limit`), merged by PostgreSQL."""
+    rows = [part.values_list("id", "size_bytes", "updated_at").order_by(*NEWEST) for part in parts]
+    if len(rows) == 1:
+        return rows[0] if limit is None else rows[0][:limit]
+    if limit is not None:
+        rows = [part[:limit] for part in rows]
+    return rows[0].union(*rows[1:], all=True).order_by(*NEWEST)
+
+
+def _fill(pool: list[QuerySet], budget: _Budget, taken: list, reason: str, seen: set[str]) -> None:
     """Newest first; skip what does not fit; stop reading once nothing more can fit.
 
     Only (id, size, updated_at) is read here, in batches of candidates no larger than the
-    budget left, so an agent with 10k memories costs a query or two and no model instances;
-    the chosen rows are loaded afterwards in one query.
+    budget left, so an agent with 10k memories costs a query or two; the chosen memories are
+    written out afterwards by `_entries`, in one statement.
     """
-    pool = pool.order_by("-updated_at", "-id")
     cursor: tuple[datetime, str] | None = None
     while budget.left > 0:
-        batch_qs = pool.filter(size_bytes__lte=budget.left)
+        fits = Q(size_bytes__lte=budget.left)
         if cursor is not None:
-            batch_qs = batch_qs.filter(
-                Q(updated_at__lt=cursor[0]) | Q(updated_at=cursor[0], id__lt=cursor[1])
-            )
+            fits &= Q(updated_at__lt=cursor[0]) | Q(updated_at=cursor[0], id__lt=cursor[1])
         # Enough rows for the budget left at a typical memory size; more batches if not.
         size = max(HYDRATE_MIN_BATCH, min(HYDRATE_BATCH, budget.left // TYPICAL_BYTES))
-        batch = [_Row(**row) for row in batch_qs.values(*RESPONSE_FIELDS)[:size]]
-        for row in batch:
-            if row.id not in seen and budget.take(row.size_bytes):
-                taken.append((row, reason))
-                seen.add(row.id)
+        batch = list(_newest([part.filter(fits) for part in pool], size)[:size])
+        for memory_id, size_bytes, _ in batch:
+            if memory_id not in seen and budget.take(size_bytes):
+                taken.append((memory_id, reason))
+                seen.add(memory_id)
         if len(batch) < size:
             return
-        cursor = (batch[-1].updated_at, batch[-1].id)
+        cursor = (batch[-1][2], batch[-1][0])
 
 
-def _omitted(pools: list[QuerySet], seen: set[str], budget_total: int) -> list[dict]:
+ENTRY_SQL = (
+    f"SELECT m.id, {memory_json_sql()} FROM {Memory._meta.db_table} m "
+    f"LEFT JOIN {Agent._meta.db_table} o ON o.id = m.agent_id "
+    "WHERE m.tenant_id = %s AND m.id = ANY(%s)"
+)
+
+
+def _entries(principal: Principal, taken: list[tuple[str, str]]) -> list[bytes]:
+    """The chosen memories as JSON objects with their `reason`, in the order chosen."""
+    if not taken:
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute(
+            ENTRY_SQL, [principal.agent.pk, principal.tenant.pk, [mid for mid, _ in taken]]
+        )
+        built = dict(cursor.fetchall())
+    # Every chosen id was read a moment ago in this request's snapshot-free reads; one that
+    # vanished in between (purged meanwhile) is left out rather than failing the hydrate.
+    return [
+        f'{built[mid][:-1]},"reason":"{reason}"}}'.encode() for mid, reason in taken if mid in built
+    ]
+
+
+def _omitted(pools: list[list[QuerySet]], seen: set[str], budget_total: int) -> list[dict]:
     omitted = []
     for pool in pools:
-        for mid, size in pool.order_by("-updated_at", "-id").values_list("id", "size_bytes"):
+        for mid, size, _ in _newest(pool):
             if mid not in seen:
                 reason = "too_big" if size > budget_total else "windowed"
                 omitted.append({"memory_id": mid, "reason": reason})
@@ -751,67 +790,80 @@ def _archival_matches(
     )
 
 
-def _markdown(entries: list[tuple[Memory, str]], bytes_used: int, budget: int) -> str:
+def _markdown(entries: list[dict], bytes_used: int, budget: int) -> str:
     lines = [f"## Memory context ({len(entries)} entries, {bytes_used}/{budget} bytes)"]
     current = None
-    for memory, reason in entries:
-        heading = "archival matches" if reason == "archival_match" else memory.category
+    for memory in entries:
+        reason = memory["reason"]
+        heading = "archival matches" if reason == "archival_match" else memory["category"]
         if heading != current:
             lines.append(f"\n### {heading}")
             current = heading
-        label = f"**{memory.key}**: " if memory.key else ""
-        text = " ".join(memory.text.split()) if memory.text else ""
-        if memory.data:
-            import json
-
-            data = json.dumps(memory.data, ensure_ascii=False, separators=(",", ":"))
+        label = f"**{memory['key']}**: " if memory["key"] else ""
+        text = " ".join(memory["text"].split()) if memory["text"] else ""
+        if memory["data"]:
+            data = json.dumps(memory["data"], ensure_ascii=False, separators=(",", ":"))
             text = f"{text} {data}".strip()
-        stamp = memory.updated_at.date().isoformat()
-        tags = f" #{' #'.join(memory.tags)}" if memory.tags else ""
+        stamp = memory["updated_at"][:10]
+        tags = f" #{' #'.join(memory['tags'])}" if memory["tags"] else ""
         lines.append(f"- {label}{text} ({stamp}){tags}")
     return "\n".join(lines) + "\n"
 
 
-def memory_hydrate(*, principal: Principal, data: dict, now: datetime | None = None) -> dict:
-    """POST /api/v1/hydrate: the context an agent loads at the start of a run (SPEC §4)."""
+def hydrate_body(*, principal: Principal, data: dict, now: datetime | None = None) -> dict:
+    """POST /api/v1/hydrate: the context an agent loads at the start of a run (SPEC §4).
+
+    The entries are `orjson.Fragment`s (JSON text PostgreSQL wrote): the API renders them as
+    they are; `memory_hydrate` gives the same body as plain Python data.
+    """
     principal.require_scope("read")
     now = resolve_now(now)
     params = parse_hydrate(principal, data)
     core, recent = _hydrate_pools(principal, params, now)
     budget = _Budget(params.budget_bytes)
-    taken: list[tuple[Any, str]] = []
+    taken: list[tuple[str, str]] = []
     seen: set[str] = set()
     _fill(core, budget, taken, "core", seen)
     _fill(recent, budget, taken, "recent", seen)
     pools = [core, recent]
     if params.archival_mode == "auto" and params.query and params.archival_limit:
-        matches = _archival_matches(principal, params, now)
-        rows = _fetch(principal.tenant.pk, [mid for mid, _ in matches])
-        for mid, _ in matches:
-            if mid in rows and mid not in seen and budget.take(rows[mid].size_bytes):
-                taken.append((rows[mid], "archival_match"))
+        matches = [mid for mid, _ in _archival_matches(principal, params, now)]
+        sizes = dict(
+            Memory.objects.for_tenant(principal.tenant)
+            .filter(pk__in=matches)
+            .values_list("id", "size_bytes")
+        )
+        for mid in matches:
+            if mid in sizes and mid not in seen and budget.take(sizes[mid]):
+                taken.append((mid, "archival_match"))
                 seen.add(mid)
         pools.append(
-            visible_memories(
-                tenant=principal.tenant,
-                agent=principal.agent,
-                subject_id=params.subject_id,
-                now=now,
-            ).filter(pk__in=[mid for mid, _ in matches])
+            [
+                visible_memories(
+                    tenant=principal.tenant,
+                    agent=principal.agent,
+                    subject_id=params.subject_id,
+                    now=now,
+                ).filter(pk__in=matches)
+            ]
         )
-    slugs = _owner_slugs(principal, [m for m, _ in taken])
-    entries = [
-        {**memory_json(m, agent=principal.agent, slugs=slugs), "reason": r} for m, r in taken
-    ]
+    entries = _entries(principal, taken)
     body: dict[str, Any] = {
         "ok": True,
-        "entries": entries,
+        "entries": [orjson.Fragment(entry) for entry in entries],
         "bytes_used": budget.used,
         "budget_bytes": budget.total,
     }
     if params.format == "markdown":
-        body["markdown"] = _markdown(taken, budget.used, budget.total)
+        body["markdown"] = _markdown(
+            [orjson.loads(entry) for entry in entries], budget.used, budget.total
+        )
     if params.explain:
         body["omitted"] = _omitted(pools, set(seen), budget.total)
-    bump_access(principal.tenant.pk, [m.pk for m, _ in taken], now)
+    bump_access(principal.tenant.pk, [mid for mid, _ in taken], now)
     return body
+
+
+def memory_hydrate(*, principal: Principal, data: dict, now: datetime | None = None) -> dict:
+    """`hydrate_body` as plain Python data (for MCP, the console and tests)."""
+    return orjson.loads(orjson.dumps(hydrate_body(principal=principal, data=data, now=now)))

@@ -12,7 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from memories.api import schema
-from memories.search import memory_hydrate, memory_search
+from memories.search import hydrate_body, memory_search
 
 
 class SearchRequestSerializer(serializers.Serializer):
@@ -114,4 +114,4 @@ class HydrateView(APIView):
         responses={200: HydrateResponseSerializer, **schema.READ_ERRORS},
     )
     def post(self, request):
-        return Response(memory_hydrate(principal=request.user, data=request.data))
+        return Response(hydrate_body(principal=request.user, data=request.data))

@@ -37,3 +37,13 @@ def test_floats_round_trip_and_indent_falls_back():
     pretty = FastJSONRenderer().render(payload, "application/json; indent=2")
     assert pretty == JSONRenderer().render(payload, "application/json; indent=2")
     assert FastJSONRenderer().render(None) == b""
+
+
+def test_fragments_are_written_as_they_are_even_pretty_printed():
+    import orjson
+
+    body = {"entries": [orjson.Fragment(b'{"id":"mem_1","n":1.0}')], "ok": True}
+    assert FastJSONRenderer().render(body) == b'{"entries":[{"id":"mem_1","n":1.0}],"ok":true}'
+    pretty = FastJSONRenderer().render(body, "application/json; indent=2")
+    assert json.loads(pretty) == {"entries": [{"id": "mem_1", "n": 1.0}], "ok": True}
+    assert b'\n  "entries"' in pretty
