@@ -147,14 +147,24 @@ class Memory(models.Model):
                 condition=Q(status="active"),
                 name="memory_live_list_idx",
             ),
-            # List filtered by category, and hydration's per-category recency window.
+            # List filtered by category, and hydration's core pool: one agent's live memories
+            # of one category, walked newest first (id breaks ties, so no sort is needed).
             models.Index(
                 F("tenant"),
                 F("agent"),
                 F("category"),
                 F("updated_at").desc(),
+                F("id").desc(),
                 condition=Q(status="active"),
                 name="memory_live_cat_idx",
+            ),
+            # Hydration and lists: the tenant's live workspace memories, newest first.
+            models.Index(
+                F("tenant"),
+                F("updated_at").desc(),
+                F("id").desc(),
+                condition=Q(status="active", agent__isnull=True),
+                name="memory_live_workspace_idx",
             ),
             # Subject-scoped reads (recall, list, hydrate for one end user).
             models.Index(
