@@ -7,13 +7,16 @@ import json
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import quote
 
 import pytest
 from django.conf import settings
-from django.db import connection
+from django.db import connection, connections
 
 from memories.models import Memory, MemoryRevision
 
@@ -100,3 +103,57 @@ def start_command(*args: str) -> subprocess.Popen:
 
 def ago(**delta) -> datetime:
     return NOW - timedelta(**delta)
+
+
+@contextmanager
+def held_at_start() -> Iterator[Callable[[list[subprocess.Popen]], None]]:
+    """A start line for job processes: each is held at its first write, then all go at once.
+
+    A transaction on a connection of its own locks `memories_jobrun` in EXCLUSIVE mode (reads go
+    on, writes queue), so every `run_job` stops at its JobRun insert, before touching a memory.
+    `release(workers)` returns once every worker is queued on that lock, committing to let them
+    all through together: their runs certainly overlap.
+    """
+    gate = connections.create_connection("default")
+    gate.set_autocommit(False)
+    with gate.cursor() as cursor:
+        cursor.execute("LOCK TABLE memories_jobrun IN EXCLUSIVE MODE")
+
+    def release(workers: list[subprocess.Popen]) -> None:
+        deadline = time.monotonic() + 120
+        while True:
+            with gate.cursor() as cursor:
+                cursor.execute(
+                    "SELECT count(DISTINCT pid) FROM pg_locks "
+                    "WHERE relation = 'memories_jobrun'::regclass AND NOT granted"
+                )
+                if cursor.fetchone()[0] >= len(workers):
+                    break
+            for worker in workers:
+                if worker.poll() is not None:
+                    raise AssertionError(f"a worker ended before the start: {worker.communicate()}")
+            if time.monotonic() > deadline:
+                raise AssertionError("the workers never reached the start line")
+            time.sleep(0.02)  # polling a condition (processes starting up), not timing anything
+        gate.commit()
+
+    try:
+        yield release
+    finally:
+        gate.rollback()
+        gate.close()
+
+
+def spread_in_order(agent_id: int, column: str, base: datetime) -> None:
+    """Give `insert_memories` rows of `agent_id` distinct `column` values: `base` + n seconds
+    for the row numbered n (the digits that end its id), so the rows have a known order."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE memories_memory SET {column} = %s + right(id, 16)::int * interval '1 second' "
+            "WHERE agent_id = %s",
+            [base, agent_id],
+        )
+
+
+def row_number(memory_id: str) -> int:
+    return int(memory_id[-16:])
