@@ -214,6 +214,15 @@ def test_dry_run_changes_nothing_and_predicts_the_real_run(tenant, agent):
     capped = make_agent(tenant, "busy", entry_cap=5)
     add_memories(tenant, capped, 3, category="daily", updated_at=ago(hours=100))
     add_memories(tenant, capped, 9, category="notes")
+    # Memories matching two rules count once, under the first (expiry), in both runs; an
+    # expired one does not count against the cap either.
+    add_memories(
+        tenant, agent, category="daily", updated_at=ago(hours=100), expires_at=ago(hours=1)
+    )
+    add_memories(
+        tenant, agent, category="conversation", updated_at=ago(hours=30), expires_at=ago(minutes=1)
+    )
+    add_memories(tenant, capped, category="daily", updated_at=ago(hours=90), expires_at=NOW)
     before = list(Memory.objects.order_by("id").values_list("id", "status", "version"))
 
     dry_out = StringIO()
@@ -224,17 +233,17 @@ def test_dry_run_changes_nothing_and_predicts_the_real_run(tenant, agent):
     assert "would evict 4 of acme/busy (9 live over entry_cap 5)" in dry_out.getvalue()
     dry_counts = last_json_line(dry_out.getvalue())
     assert dry_counts == {
-        "expired": 4,
+        "expired": 7,
         "daily_pruned": 6,
         "conversation_ended": 2,
         "evicted": 4,
-        "total": 16,
+        "total": 19,
     }
 
     real_out = StringIO()
     call_command("prune_memories", "--now", NOW.isoformat(), stdout=real_out)
     assert last_json_line(real_out.getvalue()) == dry_counts
-    assert prune_revisions().count() == 16
+    assert prune_revisions().count() == 19
 
     dry, real = PruneRun.objects.order_by("started_at")
     assert (dry.dry_run, real.dry_run) == (True, False)
