@@ -10,6 +10,30 @@ import sys
 from django.core.management.base import BaseCommand
 
 
+def processes(*, host: str, port: int, workers: int, cluster: bool = True) -> list[list[str]]:
+    """The commands `serve` starts, the web server last: the django-q2 cluster (unless
+    `cluster` is false) and uvicorn serving the ASGI app."""
+    commands = [[sys.executable, "manage.py", "qcluster"]] if cluster else []
+    commands.append(
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "memoryhub.asgi:application",
+            "--host",
+            host,
+            "--port",
+            str(port),
+            "--workers",
+            str(workers),
+            "--no-access-log",
+            "--log-level",
+            "warning",
+        ]
+    )
+    return commands
+
+
 class Command(BaseCommand):
     help = "Start the web server (uvicorn, ASGI: console, REST, MCP) and the django-q2 cluster."
 
@@ -23,35 +47,23 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts):
         env = dict(os.environ)
-        processes: list[subprocess.Popen] = []
-        if not opts["no_cluster"]:
-            processes.append(subprocess.Popen([sys.executable, "manage.py", "qcluster"], env=env))
-        web = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "memoryhub.asgi:application",
-                "--host",
-                opts["host"],
-                "--port",
-                str(opts["port"]),
-                "--workers",
-                str(opts["workers"]),
-                "--no-access-log",
-                "--log-level",
-                "warning",
-            ],
-            env=env,
-        )
-        processes.append(web)
+        running = [
+            subprocess.Popen(command, env=env)
+            for command in processes(
+                host=opts["host"],
+                port=opts["port"],
+                workers=opts["workers"],
+                cluster=not opts["no_cluster"],
+            )
+        ]
+        web = running[-1]
         self.stdout.write(
             f"MemoryHub on http://{opts['host']}:{opts['port']}/console/ "
             f"(API /api/v1/, MCP /mcp, docs /api/docs/). Ctrl-C stops."
         )
 
         def stop(*_):
-            for proc in processes:
+            for proc in running:
                 if proc.poll() is None:
                     proc.send_signal(signal.SIGTERM)
 
@@ -62,7 +74,7 @@ class Command(BaseCommand):
             pass
         finally:
             stop()
-            for proc in processes:
+            for proc in running:
                 try:
                     proc.wait(timeout=10)
                 except subprocess.TimeoutExpired:
