@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from accounts.principal import Principal
 
 RETENTION = timedelta(hours=24)
-_KEY_RE = re.compile(r"^[\x21-\x7e]{1,255}$")
+KEY_RE = re.compile(r"^[\x21-\x7e]{1,255}$")
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ def clean_key(raw: str | None) -> str | None:
     """The header value, or None when absent; printable ASCII, at most 255 characters."""
     if raw is None or raw == "":
         return None
-    if not _KEY_RE.match(raw):
+    if not KEY_RE.match(raw):
         raise InvalidInput(
             "Idempotency-Key must be 1–255 printable ASCII characters", field="Idempotency-Key"
         )

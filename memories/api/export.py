@@ -8,9 +8,9 @@ from django.db.models import Q
 from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework.views import APIView
 
 from memories.api import schema
+from memories.api.views import AgentAPIView
 from memories.clock import resolve_now
 from memories.export import export_filename, export_markdown
 from memories.models import Memory, Status
@@ -33,7 +33,7 @@ def _flag(params, name: str, default: bool) -> bool:
     raise InvalidInput(f"{name} must be true or false", field=name)
 
 
-class ExportMarkdownView(APIView):
+class ExportMarkdownView(AgentAPIView):
     """Live memories visible to the key's agent, grouped by category then key, text fenced."""
 
     @extend_schema(

@@ -6,26 +6,45 @@ serializers below only describe the JSON for the OpenAPI schema.
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
+from django.conf import settings
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from memories.api import schema
-from memories.search import hydrate_body, memory_search
+from memories.api.views import AgentAPIView
+from memories.search import (
+    ARCHIVAL_MODES,
+    MAX_LIMIT,
+    MAX_QUERY_CHARS,
+    MODES,
+    hydrate_body,
+    memory_search,
+)
 
 
-class SearchRequestSerializer(serializers.Serializer):
-    query = serializers.CharField()
-    mode = serializers.ChoiceField(["hybrid", "semantic", "keyword"], default="hybrid")
-    limit = serializers.IntegerField(min_value=1, max_value=100, default=10)
-    min_score = serializers.FloatField(min_value=0, max_value=1, required=False)
-    category = serializers.CharField(required=False)
-    categories = serializers.ListField(child=serializers.CharField(), required=False)
-    kind = serializers.CharField(required=False)
-    tags = serializers.ListField(child=serializers.CharField(), required=False)
-    subject_id = serializers.CharField(required=False)
-    thread_id = serializers.CharField(required=False)
+class SearchRequestSerializer(schema.StrictRequestSerializer):
+    """The body of `POST /api/v1/search`: `query` and optional filters."""
+
+    schema_extra: ClassVar[dict[str, Any]] = schema.not_together("thread_id", "session_id")
+
+    query = serializers.RegexField(schema.NOT_BLANK, max_length=MAX_QUERY_CHARS)
+    mode = serializers.ChoiceField(MODES, default="hybrid")
+    limit = serializers.IntegerField(min_value=1, max_value=MAX_LIMIT, default=10)
+    min_score = serializers.FloatField(
+        min_value=0, max_value=1, required=False, help_text="On `quality.relevance`"
+    )
+    category = schema.category_field(required=False)
+    categories = serializers.ListField(child=schema.category_field(), required=False, max_length=64)
+    kind = schema.kind_field(required=False)
+    tags = schema.tags_field(required=False)
+    subject_id = schema.identifier_field(allow_null=False)
+    thread_id = schema.identifier_field(
+        allow_null=False, help_text="Also search this thread's conversation memories"
+    )
+    session_id = schema.identifier_field(allow_null=False, help_text="Alias of `thread_id`")
     include_shared = serializers.BooleanField(default=True)
     include_history = serializers.BooleanField(default=False)
 
@@ -63,13 +82,25 @@ class SearchResponseSerializer(serializers.Serializer):
     memories = SearchHitSerializer(many=True)
 
 
-class HydrateRequestSerializer(serializers.Serializer):
-    subject_id = serializers.CharField(required=False)
-    thread_id = serializers.CharField(required=False)
-    budget_bytes = serializers.IntegerField(min_value=0, required=False)
-    query = serializers.CharField(required=False)
-    archival_mode = serializers.ChoiceField(["tool_only", "auto", "off"], default="tool_only")
-    archival_limit = serializers.IntegerField(min_value=0, max_value=100, default=5)
+class HydrateRequestSerializer(schema.StrictRequestSerializer):
+    """The body of `POST /api/v1/hydrate`: every field optional."""
+
+    schema_extra: ClassVar[dict[str, Any]] = schema.not_together("thread_id", "session_id")
+
+    subject_id = schema.identifier_field(allow_null=False)
+    thread_id = schema.identifier_field(
+        allow_null=False, help_text="Also load this thread's conversation memories"
+    )
+    session_id = schema.identifier_field(allow_null=False, help_text="Alias of `thread_id`")
+    budget_bytes = serializers.IntegerField(
+        min_value=0,
+        max_value=settings.DATA_UPLOAD_MAX_MEMORY_SIZE * 16,
+        required=False,
+        help_text="Default: the agent's `hydration_budget_bytes`",
+    )
+    query = serializers.CharField(required=False, max_length=MAX_QUERY_CHARS)
+    archival_mode = serializers.ChoiceField(ARCHIVAL_MODES, default="tool_only")
+    archival_limit = serializers.IntegerField(min_value=0, max_value=MAX_LIMIT, default=5)
     archival_min_score = serializers.FloatField(min_value=0, max_value=1, default=0.3)
     include_agent_core = serializers.BooleanField(default=True)
     include_user_core = serializers.BooleanField(default=True)
@@ -95,10 +126,18 @@ class HydrateResponseSerializer(serializers.Serializer):
     omitted = OmittedSerializer(many=True, required=False, help_text="with explain=true")
 
 
-class SearchView(APIView):
+class SearchView(AgentAPIView):
     @extend_schema(
         operation_id="search",
         summary="Search memories (hybrid full-text + vector, keyword or semantic)",
+        description=(
+            "Ranks the live memories this key can see, inside PostgreSQL: `hybrid` mixes "
+            "full-text and vector similarity, `keyword` and `semantic` use one of them. "
+            "`conversation` memories are candidates only when `thread_id` names their thread. "
+            "`include_history` also returns older texts of visible memories "
+            "(`isLatest: false`). The answer is the LLM-facing format (`quality.relevance` "
+            "0–1, `data.text`, `context`, `source`)."
+        ),
         request=SearchRequestSerializer,
         responses={200: SearchResponseSerializer, **schema.READ_ERRORS},
     )
@@ -106,10 +145,18 @@ class SearchView(APIView):
         return Response(memory_search(principal=request.user, data=request.data))
 
 
-class HydrateView(APIView):
+class HydrateView(AgentAPIView):
     @extend_schema(
         operation_id="hydrate",
         summary="Load the context for the start of a run (core first, then recent)",
+        description=(
+            "What an agent loads at the start of a run, within `budget_bytes` (by "
+            "`size_bytes`): every visible `core` memory that fits, newest first; then the "
+            "newest other memories (not `archival`; `conversation` only of `thread_id`); with "
+            "`archival_mode=auto` and a `query`, the best archival matches too. An entry that "
+            "does not fit is skipped, a smaller later one may still fit. `explain` lists what "
+            "was left out and why; `format=markdown` adds a compact context block."
+        ),
         request=HydrateRequestSerializer,
         responses={200: HydrateResponseSerializer, **schema.READ_ERRORS},
     )

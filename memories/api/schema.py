@@ -6,12 +6,15 @@ Validation lives in `memories.validation`, shared with MCP, so one rule answers 
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 from django.conf import settings
-from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.extensions import OpenApiAuthenticationExtension, OpenApiSerializerExtension
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema_field
 from rest_framework import serializers
 
+from memories import idempotency, validation
 from memories.ids import MEMORY_ID_RE
 
 
@@ -31,7 +34,12 @@ class ApiKeyAuthScheme(OpenApiAuthenticationExtension):
 TIMESTAMP_INPUT = {
     "oneOf": [
         {"type": "string", "format": "date-time"},
-        {"type": "integer", "description": "Unix milliseconds"},
+        {
+            "type": "integer",
+            "description": "Unix milliseconds",
+            "minimum": 0,
+            "maximum": 253402300799999,  # 9999-12-31T23:59:59.999Z
+        },
     ],
     "nullable": True,
 }
@@ -42,12 +50,97 @@ class TimestampInputField(serializers.Field):
     """ISO 8601 or Unix milliseconds; null where the operation allows it."""
 
 
+# --- input rules, as `memories.validation` applies them -----------------------------------------
+
+# Opaque ids (key, subject_id, thread_id): no control characters, at most 255 characters.
+IDENTIFIER_PATTERN = r"^[^\x00-\x1f\x7f]+$"
+# Tags are trimmed and lower-cased by the server; what is left must match its tag rule.
+TAG_INPUT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9:_./-]{0,63}$"
+# `ttl`: a positive integer and a unit (`memoryhub.durations`).
+TTL_PATTERN = r"^[1-9][0-9]{0,8}[smhd]$"
+NOT_BLANK = r"\S"  # unanchored: at least one character that is not white space
+
+
+def identifier_field(**kwargs: Any) -> serializers.RegexField:
+    kwargs.setdefault("required", False)
+    kwargs.setdefault("allow_null", True)
+    return serializers.RegexField(IDENTIFIER_PATTERN, max_length=validation.MAX_ID_CHARS, **kwargs)
+
+
+def category_field(**kwargs: Any) -> serializers.RegexField:
+    kwargs.setdefault(
+        "help_text",
+        "core, daily, conversation (needs a thread_id), workspace, archival, or a custom name",
+    )
+    return serializers.RegexField(validation.CATEGORY_RE.pattern, **kwargs)
+
+
+def kind_field(**kwargs: Any) -> serializers.RegexField:
+    return serializers.RegexField(validation.KIND_RE.pattern, **kwargs)
+
+
+def tags_field(**kwargs: Any) -> serializers.ListField:
+    return serializers.ListField(
+        child=serializers.RegexField(TAG_INPUT_PATTERN),
+        max_length=validation.MAX_TAGS,
+        help_text="Trimmed, lower-cased, inner white space → `-`, duplicates dropped",
+        **kwargs,
+    )
+
+
+def ttl_field(**kwargs: Any) -> serializers.RegexField:
+    return serializers.RegexField(
+        TTL_PATTERN,
+        required=False,
+        allow_null=True,
+        help_text="Lifetime from now: a positive integer and s, m, h or d (30s, 15m, 24h, 7d); "
+        "not together with `expires_at`",
+        **kwargs,
+    )
+
+
+def not_together(*names: str) -> dict[str, Any]:
+    """Object rule: at most one of these fields (the server answers 400 when both are given)."""
+    return {"not": {"required": list(names)}}
+
+
+def needs(name: str, other: str) -> dict[str, Any]:
+    """Object rule: `name` only together with `other`."""
+    return {"anyOf": [{"not": {"required": [name]}}, {"required": [other]}]}
+
+
+EXCLUSIVE_FIELDS = [
+    not_together("ttl", "expires_at"),
+    not_together("expected_version", "expected_updated_at"),
+]
+
+
+class StrictRequestSerializer(serializers.Serializer):
+    """A request body the server validates strictly: unknown fields are 400 INVALID_INPUT, so the
+    schema says `additionalProperties: false`. `schema_extra` adds object-level rules."""
+
+    schema_extra: ClassVar[dict[str, Any]] = {}
+
+
+class StrictRequestExtension(OpenApiSerializerExtension):
+    target_class = StrictRequestSerializer
+    match_subclasses = True
+
+    def map_serializer(self, auto_schema, direction):
+        mapped = auto_schema._map_serializer(self.target, direction, bypass_extensions=True)
+        return {**mapped, "additionalProperties": False, **self.target.schema_extra}
+
+
 # --- the memory object ------------------------------------------------------------------------
 
 
-class MentionSerializer(serializers.Serializer):
-    name = serializers.CharField(max_length=200)
-    type = serializers.CharField(max_length=64, required=False)
+class MentionSerializer(StrictRequestSerializer):
+    """An entity the memory mentions."""
+
+    name = serializers.RegexField(NOT_BLANK, max_length=200, help_text="Not blank")
+    type = serializers.RegexField(
+        NOT_BLANK, max_length=64, required=False, help_text="Not blank; default `entity`"
+    )
 
 
 class MentionOutSerializer(serializers.Serializer):
@@ -85,27 +178,40 @@ class MemorySerializer(serializers.Serializer):
 # --- requests ---------------------------------------------------------------------------------
 
 
-class StoreRequestSerializer(serializers.Serializer):
+class StoreRequestSerializer(StrictRequestSerializer):
+    """The body of `POST /api/v1/memories`: `text` (or `data`) and optional fields."""
+
+    schema_extra: ClassVar[dict[str, Any]] = {
+        # `text` (not blank) unless `data` (an object) is given.
+        "anyOf": [
+            {
+                "required": ["text"],
+                "properties": {"text": {"type": "string", "pattern": NOT_BLANK}},
+            },
+            {"required": ["data"], "properties": {"data": {"type": "object"}}},
+        ],
+        "allOf": [
+            *EXCLUSIVE_FIELDS,
+            not_together("thread_id", "session_id"),
+            needs("expected_version", "key"),
+            needs("expected_updated_at", "key"),
+        ],
+    }
+
     text = serializers.CharField(
         required=False,
         allow_blank=True,
         max_length=settings.MAX_TEXT_CHARS,
-        help_text="Required unless `data` is given",
+        help_text="Required (not blank) unless `data` is given",
     )
-    key = serializers.CharField(required=False, allow_null=True, max_length=255)
-    category = serializers.RegexField(r"^[a-z0-9_-]{1,40}$", required=False, allow_null=True)
-    kind = serializers.RegexField(
-        r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,63}$", required=False, allow_null=True
-    )
+    key = identifier_field(help_text="Stable key: storing it again updates that memory")
+    category = category_field(required=False, allow_null=True)
+    kind = kind_field(required=False, allow_null=True)
     data = serializers.DictField(required=False, allow_null=True)
-    tags = serializers.ListField(
-        child=serializers.CharField(max_length=64), required=False, allow_null=True, max_length=32
-    )
-    subject_id = serializers.CharField(required=False, allow_null=True, max_length=255)
-    thread_id = serializers.CharField(required=False, allow_null=True, max_length=255)
-    session_id = serializers.CharField(
-        required=False, allow_null=True, max_length=255, help_text="Alias of `thread_id`"
-    )
+    tags = tags_field(required=False, allow_null=True)
+    subject_id = identifier_field()
+    thread_id = identifier_field()
+    session_id = identifier_field(help_text="Alias of `thread_id`")
     importance = serializers.FloatField(required=False, allow_null=True, min_value=0, max_value=1)
     confidence = serializers.FloatField(required=False, allow_null=True, min_value=0, max_value=1)
     capture_mode = serializers.ChoiceField(
@@ -113,52 +219,71 @@ class StoreRequestSerializer(serializers.Serializer):
     )
     source_provider = serializers.CharField(required=False, allow_null=True, max_length=100)
     mentions = MentionSerializer(many=True, required=False, allow_null=True)
-    ttl = serializers.RegexField(
-        r"^\d{1,9}[smhd]$", required=False, allow_null=True, help_text="e.g. 30s, 15m, 24h, 7d"
+    ttl = ttl_field()
+    expires_at = TimestampInputField(
+        required=False, help_text="In the future; null: never (overrides the agent's default TTL)"
     )
-    expires_at = TimestampInputField(required=False)
     last_confirmed_at = TimestampInputField(required=False)
     dedup_policy = serializers.ChoiceField(
         choices=["ask", "skip_if_near", "insert"], required=False, allow_null=True
     )
-    expected_version = serializers.IntegerField(required=False, allow_null=True, min_value=0)
-    expected_updated_at = TimestampInputField(required=False)
+    expected_version = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        min_value=0,
+        max_value=validation.MAX_VERSION,
+        help_text="Needs `key`. 0: create only",
+    )
+    expected_updated_at = TimestampInputField(
+        required=False, help_text="Needs `key`. null: create only"
+    )
 
 
-class UpdateRequestSerializer(serializers.Serializer):
+class UpdateRequestSerializer(StrictRequestSerializer):
+    """The body of `PATCH /api/v1/memories/{id}`: only the fields to change."""
+
+    schema_extra: ClassVar[dict[str, Any]] = {"allOf": EXCLUSIVE_FIELDS}
+
     text = serializers.CharField(
-        required=False, allow_blank=True, max_length=settings.MAX_TEXT_CHARS
+        required=False,
+        allow_blank=True,
+        max_length=settings.MAX_TEXT_CHARS,
+        help_text="Blank only if the memory has `data`",
     )
     data = serializers.DictField(required=False, allow_null=True)
-    tags = serializers.ListField(
-        child=serializers.CharField(max_length=64), required=False, allow_null=True, max_length=32
+    tags = tags_field(required=False, allow_null=True)
+    category = category_field(
+        required=False,
+        help_text="Not into or out of `workspace`; `conversation` only for a memory with a "
+        "thread_id",
     )
-    category = serializers.RegexField(r"^[a-z0-9_-]{1,40}$", required=False)
-    kind = serializers.RegexField(
-        r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,63}$", required=False, allow_null=True
-    )
+    kind = kind_field(required=False, allow_null=True)
     importance = serializers.FloatField(required=False, allow_null=True, min_value=0, max_value=1)
     confidence = serializers.FloatField(required=False, allow_null=True, min_value=0, max_value=1)
     mentions = MentionSerializer(many=True, required=False, allow_null=True)
-    ttl = serializers.RegexField(r"^\d{1,9}[smhd]$", required=False, allow_null=True)
-    expires_at = TimestampInputField(required=False, help_text="null removes the expiry")
+    ttl = ttl_field()
+    expires_at = TimestampInputField(
+        required=False, help_text="In the future; null removes the expiry"
+    )
     last_confirmed_at = TimestampInputField(required=False)
-    expected_version = serializers.IntegerField(required=False, allow_null=True, min_value=0)
+    expected_version = serializers.IntegerField(
+        required=False, allow_null=True, min_value=0, max_value=validation.MAX_VERSION
+    )
     expected_updated_at = TimestampInputField(required=False)
 
 
 class ListQuerySerializer(serializers.Serializer):
-    category = serializers.CharField(required=False)
-    kind = serializers.CharField(required=False)
+    category = category_field(required=False)
+    kind = kind_field(required=False)
     tag = serializers.ListField(
-        child=serializers.CharField(), required=False, help_text="Repeat for AND"
+        child=serializers.RegexField(TAG_INPUT_PATTERN), required=False, help_text="Repeat for AND"
     )
-    subject_id = serializers.CharField(required=False)
-    thread_id = serializers.CharField(required=False)
+    subject_id = identifier_field(allow_null=False)
+    thread_id = identifier_field(allow_null=False)
     updated_after = serializers.DateTimeField(required=False)
     include_shared = serializers.BooleanField(required=False, default=True)
     limit = serializers.IntegerField(required=False, min_value=1, max_value=200, default=50)
-    cursor = serializers.CharField(required=False)
+    cursor = serializers.CharField(required=False, help_text="`next_cursor` of the page before")
 
 
 # --- responses --------------------------------------------------------------------------------
@@ -265,9 +390,15 @@ READ_ERRORS = errors(400, 401, 403, 404, 405, 413, 429, 500, 503)
 WRITE_ERRORS = errors(400, 401, 403, 404, 405, 409, 413, 422, 429, 500, 502, 503)
 
 SUBJECT_PARAM = OpenApiParameter(
-    "subject_id", OpenApiTypes.STR, OpenApiParameter.QUERY, description="Act for this subject"
+    "subject_id",
+    OpenApiTypes.STR,
+    OpenApiParameter.QUERY,
+    pattern=IDENTIFIER_PATTERN,
+    description="Act for this subject",
 )
-CATEGORY_PARAM = OpenApiParameter("category", OpenApiTypes.STR, OpenApiParameter.QUERY)
+CATEGORY_PARAM = OpenApiParameter(
+    "category", OpenApiTypes.STR, OpenApiParameter.QUERY, pattern=validation.CATEGORY_RE.pattern
+)
 MEMORY_ID_PARAM = OpenApiParameter(
     "memory_id",
     OpenApiTypes.STR,
@@ -275,16 +406,27 @@ MEMORY_ID_PARAM = OpenApiParameter(
     pattern=MEMORY_ID_RE.pattern,
     description="`mem_` + ULID",
 )
-KEY_PARAM = OpenApiParameter("key", OpenApiTypes.STR, OpenApiParameter.PATH)
-THREAD_PARAM = OpenApiParameter("thread_id", OpenApiTypes.STR, OpenApiParameter.PATH)
+KEY_PARAM = OpenApiParameter(
+    "key", OpenApiTypes.STR, OpenApiParameter.PATH, pattern=IDENTIFIER_PATTERN
+)
+THREAD_PARAM = OpenApiParameter(
+    "thread_id", OpenApiTypes.STR, OpenApiParameter.PATH, pattern=IDENTIFIER_PATTERN
+)
 IDEMPOTENCY_PARAM = OpenApiParameter(
     "Idempotency-Key",
     OpenApiTypes.STR,
     OpenApiParameter.HEADER,
-    description="Replays the first response for 24 h (per tenant)",
+    pattern=idempotency.KEY_RE.pattern,
+    description="1–255 printable ASCII characters. The first success is replayed for 24 h to "
+    "the same API key; the same key with another body (or from another API key) is 422 "
+    "IDEMPOTENCY_MISMATCH",
 )
 IF_MATCH_PARAM = OpenApiParameter(
-    "If-Match", OpenApiTypes.STR, OpenApiParameter.HEADER, description='Version, e.g. "3"'
+    "If-Match",
+    OpenApiTypes.STR,
+    OpenApiParameter.HEADER,
+    pattern=r'^(W/)?"?[0-9]{1,9}"?$',
+    description='The version the change is based on, e.g. "3" (the ETag of a read)',
 )
 FORGET_PARAMS = [
     SUBJECT_PARAM,

@@ -80,8 +80,8 @@ class KeyRateThrottle(SimpleRateThrottle):
 
 
 class AgentAPIView(APIView):
-    """Base of the agent API views: Bearer-key auth (project default) plus the per-key limit."""
-
+    # Bearer-key auth (the project default) plus the per-key rate limit. A comment, not a
+    # docstring: drf-spectacular would show an inherited docstring as every operation's text.
     throttle_classes = [KeyRateThrottle]
 
 
@@ -108,6 +108,13 @@ class WhoAmIView(AgentAPIView):
 class MemoriesView(AgentAPIView):
     @extend_schema(
         operation_id="memories_list",
+        description=(
+            "The live memories this key can see: the agent's own, the workspace's and, unless "
+            "`include_shared=false`, those of the agents in its `reads_from` (never their "
+            "`conversation` memories). Without a subject only subject-less memories are listed. "
+            "Newest `updated_at` first; follow `next_cursor`: a walk returns every memory "
+            "visible when it began exactly once. `tag` repeats (all must be present)."
+        ),
         summary="List memories, newest first (keyset cursor)",
         parameters=[schema.ListQuerySerializer],
         responses={200: schema.ListResponseSerializer, **schema.READ_ERRORS},
@@ -134,6 +141,15 @@ class MemoriesView(AgentAPIView):
 
     @extend_schema(
         operation_id="memories_store",
+        description=(
+            "With `key`: an upsert. Storing the key again updates that memory in place "
+            "(`version` + 1, a revision); `expected_version` / `expected_updated_at` make it "
+            "compare-and-set (409 CONFLICT with `details.current_version`; 0 / null: create "
+            "only). Without `key`, `dedup_policy` decides: `ask` inserts and lists near "
+            "duplicates, `skip_if_near` stores nothing when one exists, `insert` never checks. "
+            "Text, data, tags and key are scanned for secrets (422 SECRET_REJECTED, nothing "
+            "stored). 201 when inserted, 200 when updated or skipped."
+        ),
         summary="Store a memory (keyed upsert, compare-and-set, dedup)",
         parameters=[schema.IDEMPOTENCY_PARAM],
         request=schema.StoreRequestSerializer,
@@ -155,6 +171,11 @@ class MemoriesView(AgentAPIView):
 class MemoryDetailView(AgentAPIView):
     @extend_schema(
         operation_id="memories_get",
+        description=(
+            "One memory by id. 404 NOT_FOUND when it does not exist or this key cannot see it "
+            "(the same body either way). Bumps `last_accessed_at`. The `ETag` is the version, "
+            "for `If-Match` on PATCH."
+        ),
         parameters=[schema.MEMORY_ID_PARAM, schema.SUBJECT_PARAM],
         responses={200: schema.MemoryResponseSerializer, **schema.READ_ERRORS},
     )
@@ -166,6 +187,12 @@ class MemoryDetailView(AgentAPIView):
 
     @extend_schema(
         operation_id="memories_update",
+        description=(
+            "Changes only the fields given (one revision, `version` + 1; new text is "
+            "re-embedded). Compare-and-set with `expected_version`, `expected_updated_at` or "
+            "`If-Match` (409 CONFLICT with `details.current_version`). Memories shared through "
+            "`reads_from` are read-only (403 SCOPE_DENIED)."
+        ),
         parameters=[schema.MEMORY_ID_PARAM, schema.SUBJECT_PARAM, schema.IF_MATCH_PARAM],
         request=schema.UpdateRequestSerializer,
         responses={200: schema.MemoryResponseSerializer, **schema.WRITE_ERRORS},
@@ -182,6 +209,12 @@ class MemoryDetailView(AgentAPIView):
 
     @extend_schema(
         operation_id="memories_forget",
+        description=(
+            "Forget a memory: it is tombstoned (kept, so a later store of the same fact reports "
+            "`previously_corrected`; an operator can restore it). `purge=true` (admin scope) "
+            "erases its text, data and embedding, also from its history. `deleted: false` when "
+            "it was forgotten already."
+        ),
         parameters=[schema.MEMORY_ID_PARAM, *schema.FORGET_PARAMS],
         request=None,
         responses={200: schema.ForgetResponseSerializer, **schema.WRITE_ERRORS},
@@ -201,6 +234,10 @@ class MemoryDetailView(AgentAPIView):
 class MemoryConfirmView(AgentAPIView):
     @extend_schema(
         operation_id="memories_confirm",
+        description=(
+            "Re-confirms a fact: `last_confirmed_at` becomes now (a change: `version` + 1, a "
+            "revision). With `Idempotency-Key` a retry replays the first response."
+        ),
         summary="Confirm a memory (last_confirmed_at = now)",
         parameters=[schema.MEMORY_ID_PARAM, schema.SUBJECT_PARAM, schema.IDEMPOTENCY_PARAM],
         request=None,
@@ -222,6 +259,11 @@ class MemoryConfirmView(AgentAPIView):
 class MemoryByKeyView(AgentAPIView):
     @extend_schema(
         operation_id="memories_recall",
+        description=(
+            "The live memory stored under `key`, or `memory: null`. When several owners use the "
+            "key, the agent's own wins over the workspace's over a shared one, and the "
+            "subject's own over a subject-less one. Bumps `last_accessed_at`."
+        ),
         summary="Recall the memory stored under a key (memory: null when none)",
         parameters=[schema.KEY_PARAM, schema.SUBJECT_PARAM],
         responses={200: schema.RecallResponseSerializer, **schema.READ_ERRORS},
@@ -236,6 +278,11 @@ class MemoryByKeyView(AgentAPIView):
 
     @extend_schema(
         operation_id="memories_forget_by_key",
+        description=(
+            "Forgets the live memory under `key` like DELETE by id; `deleted: false` and "
+            "`memory_id: null` when there is none. With `purge=true` every memory that ever "
+            "held the key is erased."
+        ),
         parameters=[schema.KEY_PARAM, *schema.FORGET_PARAMS],
         request=None,
         responses={200: schema.ForgetResponseSerializer, **schema.WRITE_ERRORS},
@@ -255,6 +302,10 @@ class MemoryByKeyView(AgentAPIView):
 class KeysView(AgentAPIView):
     @extend_schema(
         operation_id="keys_list",
+        description=(
+            "The sorted distinct keys of the live memories this key can see (for the subject, "
+            "optionally one category)."
+        ),
         summary="The keys of the memories this key can see",
         parameters=[schema.SUBJECT_PARAM, schema.CATEGORY_PARAM],
         responses={200: schema.KeysResponseSerializer, **schema.READ_ERRORS},
@@ -271,6 +322,11 @@ class KeysView(AgentAPIView):
 class ThreadEndView(AgentAPIView):
     @extend_schema(
         operation_id="threads_end",
+        description=(
+            "Ends a run: the thread's `conversation` memories are marked expired (one revision "
+            "each, reason `thread ended`); a subject-bound key ends only its subject's. "
+            "`removed` counts them."
+        ),
         summary="End a thread: its conversation memories are removed",
         parameters=[schema.THREAD_PARAM, schema.IDEMPOTENCY_PARAM],
         request=None,

@@ -224,6 +224,23 @@ def test_rate_limit_per_key(api_client, key_client, agent, settings):
     cache.clear()
 
 
+@pytest.mark.django_db
+def test_rate_limit_covers_search_hydrate_and_export(api_client, settings):
+    from django.core.cache import cache
+
+    cache.clear()
+    settings.MEMORYHUB_RATE_LIMIT_PER_MINUTE = 1
+    assert api_client.post("/api/v1/search", {"query": "x"}, format="json").status_code == 200
+    for limited in (
+        api_client.post("/api/v1/hydrate", {}, format="json"),
+        api_client.post("/api/v1/search", {"query": "x"}, format="json"),
+        api_client.get("/api/v1/export.md"),
+    ):
+        assert limited.status_code == 429
+        assert limited.json()["error"]["code"] == "RATE_LIMITED"
+    cache.clear()
+
+
 IDEMPOTENCY_MISMATCH = {
     "ok": False,
     "error": {

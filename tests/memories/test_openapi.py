@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
 import pytest
 import schemathesis
 from django.core.signals import request_finished, request_started
@@ -17,6 +20,10 @@ from schemathesis.checks import (
 )
 
 from accounts.principal import Principal
+from memories import validation
+from memories.idempotency import KEY_RE as IDEMPOTENCY_KEY_RE
+from memories.ids import MEMORY_ID_RE
+from memories.search import HYDRATE_FIELDS, SEARCH_FIELDS
 from memories.services import memory_store
 from memoryhub.wsgi import application
 from tests.factories import make_agent, make_key
@@ -58,6 +65,24 @@ def test_schema_is_public_valid_and_complete(client):
         "size_bytes", "agent", "source",
     ]  # fmt: skip
     assert document["components"]["securitySchemes"]["BearerKey"]["scheme"] == "bearer"
+    # Each operation explains itself (no description inherited from a base view).
+    descriptions = [
+        operation.get("description", "")
+        for item in document["paths"].values()
+        for method, operation in item.items()
+        if method in {"get", "post", "patch", "delete", "put"}
+    ]
+    assert all(descriptions) and len(set(descriptions)) == len(descriptions)
+    # Request bodies list exactly the fields the server accepts, and nothing else.
+    schemas = document["components"]["schemas"]
+    for name, accepted in (
+        ("StoreRequestRequest", validation.STORE_FIELDS),
+        ("PatchedUpdateRequestRequest", validation.UPDATE_FIELDS),
+        ("SearchRequestRequest", SEARCH_FIELDS),
+        ("HydrateRequestRequest", HYDRATE_FIELDS),
+    ):
+        assert set(schemas[name]["properties"]) == accepted, name
+        assert schemas[name]["additionalProperties"] is False, name
     assert client.get("/api/docs/").status_code == 200
 
 
@@ -74,9 +99,50 @@ def api_schema(db):
             signal.connect(close_old_connections)
 
 
+# Operations whose success-response schema the fuzz run must actually exercise.
+MUST_SUCCEED = {
+    "POST /api/v1/memories",
+    "GET /api/v1/memories/{memory_id}",
+    "PATCH /api/v1/memories/{memory_id}",
+    "POST /api/v1/memories/{memory_id}/confirm",
+    "GET /api/v1/memories/by-key/{key}",
+    "POST /api/v1/search",
+    "POST /api/v1/hydrate",
+}
+
+
+@dataclass
+class Fuzzing:
+    """The fuzzed agent, its key, and what each operation answered during the run."""
+
+    principal: Principal
+    raw_key: str
+    statuses: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))
+    cases: int = 0
+
+    def prepare(self, case) -> None:
+        """Make a generated request reach the code behind the validation.
+
+        A well-formed memory id is made to exist (a random ULID never does, and only a real
+        memory reaches the success schema); a malformed one stays as generated and must answer
+        404. A well-formed Idempotency-Key is made unique to its case: generators repeat short
+        values such as "0", and a reused key with another body is only ever 422 (reuse itself
+        is tested in test_api_concurrency)."""
+        self.cases += 1
+        memory_id = (case.path_parameters or {}).get("memory_id")
+        if isinstance(memory_id, str) and MEMORY_ID_RE.fullmatch(memory_id):
+            stored = memory_store(principal=self.principal, data={"text": "fuzz target fact"})
+            case.path_parameters["memory_id"] = stored.memory.id
+        key = (case.headers or {}).get("Idempotency-Key")
+        if isinstance(key, str) and IDEMPOTENCY_KEY_RE.fullmatch(key):
+            case.headers["Idempotency-Key"] = f"{self.cases}-{key}"[:255]
+
+
 @pytest.fixture
-def seeded_key(tenant):
-    """An admin key whose agent already has a few memories (so ids and keys can hit)."""
+def fuzzing(tenant):
+    """An admin key whose agent already has a few memories (so keys and queries can hit). At the
+    end of the run, every operation of MUST_SUCCEED has answered 2xx at least once, so its
+    success schema was checked and not only its error envelope."""
     agent = make_agent(tenant, "fuzz-bot")
     principal = Principal(tenant=tenant, agent=agent, scopes=frozenset({"read", "write"}))
     for i, category in enumerate(("core", "daily", "workspace")):
@@ -85,7 +151,15 @@ def seeded_key(tenant):
             data={"text": f"seed fact {i}", "key": f"seed-{i}", "category": category},
         )
     _, raw = make_key(agent, scopes=["read", "write", "admin"])
-    return raw
+    state = Fuzzing(principal=principal, raw_key=raw)
+    yield state
+    never = sorted(
+        label
+        for label in MUST_SUCCEED
+        if not any(200 <= status < 300 for status in state.statuses[label])
+    )
+    answered = {label: dict(counts) for label, counts in sorted(state.statuses.items())}
+    assert not never, f"no 2xx during the run for {never}: {answered}"
 
 
 schema = schemathesis.pytest.from_fixture("api_schema")
@@ -99,8 +173,12 @@ schema = schemathesis.pytest.from_fixture("api_schema")
     suppress_health_check=list(HealthCheck),
 )
 @pytest.mark.django_db
-def test_api_keeps_to_its_schema(case, seeded_key):
-    response = case.call(headers={"Authorization": f"Bearer {seeded_key}"})
+def test_api_keeps_to_its_schema(case, fuzzing):
+    fuzzing.prepare(case)
+    response = case.call(headers={"Authorization": f"Bearer {fuzzing.raw_key}"})
+    fuzzing.statuses[f"{case.operation.method.upper()} {case.operation.path}"][
+        response.status_code
+    ] += 1
     case.validate_response(
         response,
         checks=[
