@@ -16,7 +16,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.db.models import Count, Q, QuerySet
-from django.db.models.functions import Coalesce
+from django.db.models.functions import Coalesce, Left
 from django.http import Http404
 
 from accounts.models import Agent, Tenant
@@ -47,8 +47,14 @@ FILTER_FIELDS = (
     "status",
     "capture_mode",
     "review_state",
+    "expires",
     "q",
 )
+# `expires` filter: live memories expiring within the window (the dashboard's "Expiring in
+# 24 h" links to `24h`), or `never` for those without an expiry.
+EXPIRY_WINDOWS = {"24h": timedelta(hours=24), "7d": timedelta(days=7)}
+# Result counts stop here: counting a huge tenant's rows exactly would cost more than the page.
+COUNT_CAP = 1000
 
 
 @dataclass
@@ -57,6 +63,17 @@ class Page:
     next_cursor: str | None = None
     searched: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    # Rows matching in all pages, up to COUNT_CAP + 1 (more shows as "1000+"); None: not counted.
+    total: int | None = None
+
+    @property
+    def total_capped(self) -> bool:
+        return self.total is not None and self.total > COUNT_CAP
+
+
+def bounded_count(qs: QuerySet) -> int:
+    """How many rows, counting no further than COUNT_CAP + 1 (one query, bounded cost)."""
+    return qs.order_by()[: COUNT_CAP + 1].count()
 
 
 # --- cursors ---------------------------------------------------------------------------------
@@ -141,6 +158,11 @@ def _filtered(tenant: Tenant, filters: dict[str, str], now: datetime) -> QuerySe
     tags = [t for t in filters.get("tags", []) if t]
     if tags:
         qs = qs.filter(tags__contains=tags)
+    expires = filters.get("expires")
+    if expires in EXPIRY_WINDOWS:
+        qs = qs.filter(expires_at__isnull=False, expires_at__lte=now + EXPIRY_WINDOWS[expires])
+    elif expires == "never":
+        qs = qs.filter(expires_at__isnull=True)
     status = filters.get("status") or Status.ACTIVE
     if status == "live":
         qs = qs.live(now)
@@ -170,7 +192,9 @@ def memory_page(
     if query:
         return Page(items=text_search(qs, query, limit=min(size, SEARCH_LIMIT)), searched=True)
     field_name, desc = SORTS.get(sort, SORTS[DEFAULT_SORT])
-    return _keyset(qs, field_name=field_name, desc=desc, cursor=cursor, size=size)
+    page = _keyset(qs, field_name=field_name, desc=desc, cursor=cursor, size=size)
+    page.total = bounded_count(qs)
+    return page
 
 
 def text_search(qs: QuerySet, query: str, *, limit: int) -> list[Memory]:
@@ -241,7 +265,9 @@ def review_page(
         .filter(review_state=ReviewState.PENDING)
         .select_related("agent")
     )
-    return _keyset(qs, field_name="created_at", desc=False, cursor=cursor, size=size)
+    page = _keyset(qs, field_name="created_at", desc=False, cursor=cursor, size=size)
+    page.total = bounded_count(qs)
+    return page
 
 
 def tombstone_page(*, tenant: Tenant, cursor: str | None = None, size: int = PAGE_SIZE) -> Page:
@@ -287,6 +313,16 @@ def activity_page(
 # --- dashboard -------------------------------------------------------------------------------
 
 
+def _label_memories(tenant: Tenant, revisions: list[MemoryRevision]) -> None:
+    """`memory_label` on each revision: its memory's key, else the start of its text (one
+    query for the whole list; a memory gone for good keeps only its id)."""
+    ids = {r.memory_id for r in revisions}
+    rows = tenant_memories(tenant).filter(pk__in=ids).values_list("id", "key", Left("text", 80))
+    labels = {pk: key or text for pk, key, text in rows}
+    for revision in revisions:
+        revision.memory_label = labels.get(revision.memory_id) or ""
+
+
 def dashboard_stats(*, tenant: Tenant, now: datetime | None = None) -> dict[str, Any]:
     now = resolve_now(now)
     live = tenant_memories(tenant).live(now)
@@ -313,6 +349,7 @@ def dashboard_stats(*, tenant: Tenant, now: datetime | None = None) -> dict[str,
         total=Count("id"),
     )
     recent = list(MemoryRevision.objects.filter(tenant=tenant).order_by("-created_at", "-id")[:10])
+    _label_memories(tenant, recent)
     last_prune = JobRun.objects.filter(job="prune_memories").order_by("-started_at").first()
     return {
         "categories": categories,

@@ -90,6 +90,12 @@
     event.preventDefault();
   });
 
+  function countDown() {
+    var count = document.querySelector("[data-pending-count]");
+    var n = count ? parseInt(count.textContent, 10) : NaN;  // "1,000+" stays as it is
+    if (n > 0 && String(n) === count.textContent.trim()) count.textContent = String(n - 1);
+  }
+
   // When a reviewed row leaves the queue, the next one becomes current. (Events fired on the
   // swapped-out row do not reach the document, so watch for the row to be gone instead.)
   document.addEventListener("htmx:beforeSwap", function (event) {
@@ -101,6 +107,7 @@
     var tries = 0;
     (function check() {
       if (!document.body.contains(row)) {
+        countDown();
         if (next && document.body.contains(next)) select(next);
       } else if (tries++ < 100) {
         setTimeout(check, 20);

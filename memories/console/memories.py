@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.db import transaction
@@ -25,6 +26,11 @@ STATUS_CHOICES = (
     + [(value, label) for value, label in Status.choices if value != "active"]
     + [("any", "Any status")]
 )
+
+
+EXPIRY_CHOICES = [("24h", "Within 24 h"), ("7d", "Within 7 days"), ("never", "Never")]
+# Where a detail page's "back" link may lead, and what it says.
+BACK_LABELS = {"review": "Review queue", "tombstones": "Tombstones", "memories": "Memories"}
 
 
 def _clean(value: str | None) -> str:
@@ -54,11 +60,15 @@ def memory_list(request: HttpRequest) -> HttpResponse:
     page = sel.memory_page(
         tenant=request.tenant, filters=filters, sort=sort, cursor=request.GET.get("cursor")
     )
+    status = filters["status"] or "active"
     context = {
         "section": "memories",
         "page": page,
         "filters": filters,
         "sort": sort,
+        # One status for every row: say it once in the filter, not as a chip on each row.
+        "show_status": status not in ("active", "live"),
+        "expiry_choices": EXPIRY_CHOICES,
         "agents": sel.agents_for(request.tenant),
         "status_choices": STATUS_CHOICES,
         "capture_modes": CaptureMode.choices,
@@ -88,6 +98,7 @@ def _detail_context(
         form = CorrectionForm.for_memory(memory)
     return {
         "section": "memories",
+        "back": _back(request),
         "memory": memory,
         "rendered": render_markdown(memory.text),
         "revisions": [
@@ -100,6 +111,18 @@ def _detail_context(
         "unsaved_text": unsaved_text,
         "tombstone_form": TombstoneForm(),
     }
+
+
+def _back(request: HttpRequest) -> dict[str, str]:
+    """The page the operator came from (`next`: the review queue, tombstones, a filtered
+    list), so the detail page and its Save lead back there; else the memories list."""
+    target = safe_next(request, "")
+    prefix = reverse("console:dashboard")
+    section = target[len(prefix) :].split("/", 1)[0] if target.startswith(prefix) else ""
+    if section not in BACK_LABELS:
+        return {"url": reverse("console:memories"), "label": "Memories", "next": "", "query": ""}
+    query = urlencode({"next": target})
+    return {"url": target, "label": BACK_LABELS[section], "next": target, "query": query}
 
 
 @require_role(Role.VIEWER)
@@ -208,7 +231,8 @@ def _after_action(request: HttpRequest, memory, message: str) -> HttpResponse:
         context = _detail_context(request, memory)
         context["flash"] = message
         response = render(request, "console/memory_detail.html", context, fragment="memory-panel")
-        response["HX-Push-Url"] = detail_url
+        query = context["back"]["query"]
+        response["HX-Push-Url"] = f"{detail_url}?{query}" if query else detail_url
         return response
     fallback = {"review": reverse("console:review"), "tombstones": reverse("console:tombstones")}
     return done(request, message, fallback.get(origin, detail_url))

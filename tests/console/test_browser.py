@@ -186,6 +186,7 @@ def test_conflicting_save_keeps_the_operators_text(new_page, owner, reviewer, ag
 
     # A memory tombstoned while the form was open is never overwritten by Save.
     first.get_by_role("link", name="Edit").click()
+    expect(first.get_by_role("textbox", name="Text")).to_have_value("Owner's careful wording")
     memory_tombstone(tenant=agent.tenant, memory_id=memory.pk, actor="operator:t", reason="x")
     first.get_by_role("textbox", name="Text").fill("Too late")
     first.get_by_role("button", name="Save").click()
@@ -228,6 +229,7 @@ def test_review_queue_approve_with_the_keyboard(new_page, owner, agent, store_me
     rows = page.locator("[data-review-row]")
     expect(rows).to_have_count(2)
     expect(rows.first).to_contain_text("prefers mornings")  # oldest first
+    expect(page.locator("[data-pending-count]")).to_have_text("2")
     shot(page, "review-queue")
     page.keyboard.press("j")
     expect(rows.nth(1)).to_have_class("review-item card is-current")
@@ -243,8 +245,12 @@ def test_review_queue_approve_with_the_keyboard(new_page, owner, agent, store_me
     # The next row is current: `a` again approves it.
     page.keyboard.press("a")
     expect(rows).to_have_count(0)
+    expect(page.locator("[data-pending-count]")).to_have_text("0")
     newer.refresh_from_db()
     assert newer.review_state == ReviewState.APPROVED
+    page.reload()
+    expect(page.get_by_text("Nothing to review.")).to_be_visible()
+    shot(page, "review-queue-empty")
 
 
 def test_review_queue_tombstone_and_edit_with_the_keyboard(new_page, owner, agent, store_memory):
@@ -264,7 +270,14 @@ def test_review_queue_tombstone_and_edit_with_the_keyboard(new_page, owner, agen
     expect(rows.first).to_have_class("review-item card is-current")  # the next row took over
     page.keyboard.press("e")
     expect(page.get_by_role("textbox", name="Text")).to_have_value("Inferred: works at Acem")
-    assert page.url.endswith(f"/console/memories/{fixable.pk}/?edit=1")
+    assert f"/console/memories/{fixable.pk}/?edit=1&next=" in page.url
+    # After Save the way back to the queue is one click.
+    page.get_by_role("textbox", name="Text").fill("Inferred: works at Acme")
+    page.get_by_role("button", name="Save").click()
+    expect(page.locator("[data-memory-text]")).to_have_text("Inferred: works at Acme")
+    page.get_by_role("link", name="← Back to the review queue").click()
+    expect(page.get_by_role("heading", name="Review queue")).to_be_visible()
+    expect(page.locator("[data-review-row]")).to_have_count(1)  # still pending: not approved
 
 
 def test_export_markdown_downloads_every_live_memory(new_page, owner, agent, store_memory):

@@ -76,12 +76,13 @@ def test_memory_list_runs_a_fixed_number_of_queries(
     other = make_agent(agent.tenant, "sales-bot")
     for i in range(3):
         store_memory(agent, f"fact {i}", tags=["a", "b"])
-    # session, user, membership (+ tenant), agents for the filter, the page of memories
-    with django_assert_num_queries(5):
+    # session, user, membership (+ tenant), agents for the filter, the page of memories, the
+    # (bounded) count of all matching rows
+    with django_assert_num_queries(6):
         owner_client.get("/console/memories/")
     for i in range(40):
         store_memory(other if i % 2 else agent, f"more fact {i}", tags=["c"])
-    with django_assert_num_queries(5):
+    with django_assert_num_queries(6):
         page = owner_client.get("/console/memories/?status=any&sort=importance")
     assert page.content.decode().count('name="ids"') == 43
 
@@ -270,7 +271,8 @@ def test_edit_save_is_a_correction_with_a_revision(reviewer_client, agent, store
     assert response.status_code == 200
     body = response.content.decode()
     assert "The office opens at 8" in body and "<html" not in body
-    assert "<del>9</del>" in body and "<ins>8</ins>" in body  # the diff in the history
+    # the diff in the history
+    assert '<del title="removed">9</del><ins title="added">8</ins>' in body
     memory.refresh_from_db()
     assert (memory.text, memory.version) == ("The office opens at 8", 2)
     revision = MemoryRevision.objects.filter(memory_id=memory.pk).latest("id")
@@ -688,3 +690,101 @@ def test_nul_bytes_in_filters_do_not_break_the_list(owner_client, agent, store_m
     for query in ("subject=a%00b", "tag=x%00", "q=he%00llo", "kind=%00"):
         assert owner_client.get(f"/console/memories/?{query}").status_code == 200, query
     assert owner_client.get("/console/export/markdown/?subject=%00").status_code == 200
+
+
+# --- presentation ----------------------------------------------------------------------------
+
+
+def test_dashboard_links_expiring_and_names_recent_memories(owner_client, agent, store_memory):
+    soon = store_memory(agent, "Trial ends tomorrow", ttl="12h")
+    store_memory(agent, "Expires next month", ttl="30d")
+    store_memory(agent, "A durable fact about the customer's billing address", key="billing")
+    body = owner_client.get("/console/").content.decode()
+    link = re.search(
+        r'<a class="stat" href="([^"]+)"><span class="stat-value">1</span>'
+        r"<span class=\"stat-label\">Expiring in 24 h",
+        body,
+    )
+    assert link, "the expiring stat links somewhere"
+    listing = owner_client.get(link.group(1).replace("&amp;", "&")).content.decode()
+    assert soon.pk in listing and "Expires next month" not in listing
+    assert "durable fact" not in listing
+    # Recent activity names each memory by key or by the start of its text, and says when.
+    assert ">billing</a>" in body and ">Trial ends tomorrow</a>" in body
+    assert "just now" in body and "0\xa0minutes ago" not in body and "0 minutes" not in body
+
+
+def test_memories_list_counts_results_and_shows_status_only_when_mixed(
+    owner_client, agent, store_memory
+):
+    from memories.services import memory_tombstone
+
+    for i in range(3):
+        store_memory(agent, f"Counted fact {i}")
+    gone = store_memory(agent, "Tombstoned fact")
+    memory_tombstone(tenant=agent.tenant, memory_id=gone.pk, actor="operator:t")
+    body = owner_client.get("/console/memories/").content.decode()
+    assert re.search(r"data-result-count>3 memories<", body)
+    assert '<span class="status status-active">' not in body  # filtered to Active: said once
+    body = owner_client.get("/console/memories/?status=any").content.decode()
+    assert re.search(r"data-result-count>4 memories<", body)
+    assert body.count('<span class="status status-active">') == 3
+    assert body.count('<span class="status status-tombstoned">') == 1
+
+
+def test_detail_keeps_purge_in_a_danger_zone_and_one_empty_dash(
+    login, admin_user, agent, store_memory
+):
+    memory = store_memory(agent, "No subject, no thread, no tags")
+    body = login(admin_user).get(f"/console/memories/{memory.pk}/").content.decode()
+    actions = body.split('aria-label="Memory actions"', 1)[1].split("</div>", 1)[0]
+    assert ">Purge</button>" not in actions and ">Tombstone</button>" in actions
+    zone = body.split('id="danger-zone-title"', 1)[1]
+    assert "Danger zone" in zone and ">Purge</button>" in zone
+    fields = body.split('<dl class="fields">', 1)[1].split("</dl>", 1)[0]
+    dash = '<span class="none" title="none">—</span>'
+    for name in ("Tags", "Subject", "Thread", "Mentions"):
+        assert re.search(rf"<dt>{name}</dt><dd[^>]*>{re.escape(dash)}</dd>", fields), name
+
+
+def test_review_queue_counts_and_edit_leads_back_to_the_queue(reviewer_client, agent, store_memory):
+    first = store_memory(agent, "Inferred: works at Acem", capture_mode="inferred")
+    store_memory(agent, "Inferred: likes tea", capture_mode="inferred")
+    queue = reviewer_client.get("/console/review/").content.decode()
+    assert re.search(r"data-pending-count>2<", queue)
+    assert '<label class="inline-label" for="reason-' in queue  # a visible label
+    edit = re.search(rf'href="(/console/memories/{first.pk}/\?edit=1&amp;next=[^"]+)"', queue)
+    assert edit and "next=%2Fconsole%2Freview%2F" in edit.group(1)
+    page = reviewer_client.get(edit.group(1).replace("&amp;", "&")).content.decode()
+    assert '<a href="/console/review/" data-back>← Review queue</a>' in page
+    form = _edit_form(page)
+    assert form["next"] == "/console/review/"
+    form["text"] = "Inferred: works at Acme"
+    # HTMX Save: the panel says so and links back to the queue.
+    response = reviewer_client.post(f"/console/memories/{first.pk}/save/", form, **HX)
+    assert 'href="/console/review/" class="flash-link">← Back to the review queue</a>' in (
+        response.content.decode()
+    )
+    assert response["HX-Push-Url"] == f"/console/memories/{first.pk}/?next=%2Fconsole%2Freview%2F"
+    # A plain form Save goes straight back to the queue.
+    form = _loaded_form(reviewer_client, Memory.objects.get(pk=first.pk))
+    form.update(text="Inferred: works at Acme Corp", next="/console/review/")
+    response = reviewer_client.post(f"/console/memories/{first.pk}/save/", form)
+    assert response.status_code == 302 and response["Location"] == "/console/review/"
+    # Only console pages are followed; anything else falls back to the memories list.
+    page = reviewer_client.get(f"/console/memories/{first.pk}/?next=https://evil.test/").content
+    assert b'<a href="/console/memories/" data-back>' in page
+
+
+def test_ago_and_or_dash_filters():
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from memories.templatetags.console_extras import ago, or_dash
+
+    now = timezone.now()
+    assert ago(now) == "just now" and ago(None) == "never"
+    assert ago(now - timedelta(minutes=5)) == "5\xa0minutes ago"
+    assert or_dash("") == or_dash(None) == or_dash([]) == '<span class="none" title="none">—</span>'
+    assert or_dash("<b>x</b>") == "&lt;b&gt;x&lt;/b&gt;"
