@@ -243,6 +243,7 @@ def test_review_queue_approve_with_the_keyboard(new_page, owner, agent, store_me
     assert oldest.review_state == ReviewState.APPROVED
     assert newer.review_state == ReviewState.PENDING
     # The next row is current: `a` again approves it.
+    expect(rows.first).to_have_class("review-item card is-current")
     page.keyboard.press("a")
     expect(rows).to_have_count(0)
     expect(page.locator("[data-pending-count]")).to_have_text("0")
