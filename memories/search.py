@@ -700,15 +700,41 @@ def _hydrate_pools(principal: Principal, params: HydrateParams, now: datetime):
 NEWEST = ("-updated_at", "-id")
 
 
-def _newest(parts: list[QuerySet], limit: int | None = None) -> QuerySet:
-    """(id, size_bytes, updated_at) of the parts' rows, newest first: each part newest first
-    (an index walk that stops at `limit`), merged by PostgreSQL."""
+def _newest(parts: list[QuerySet]) -> QuerySet:
+    """(id, size_bytes, updated_at) of the parts' rows, newest first."""
     rows = [part.values_list("id", "size_bytes", "updated_at").order_by(*NEWEST) for part in parts]
-    if len(rows) == 1:
-        return rows[0] if limit is None else rows[0][:limit]
-    if limit is not None:
-        rows = [part[:limit] for part in rows]
-    return rows[0].union(*rows[1:], all=True).order_by(*NEWEST)
+    return rows[0] if len(rows) == 1 else rows[0].union(*rows[1:], all=True).order_by(*NEWEST)
+
+
+class _NewestFirst:
+    """A newest-first walk over a pool's parts by owner, in batches of what still fits.
+
+    Each part is compiled once (the ORM's compile costs more than the query itself); a batch
+    is each part's index walk newest first, cut at the budget left and the last row seen, and
+    PostgreSQL merges the walks (the parts are simple subqueries, pulled up into index scans).
+    """
+
+    def __init__(self, pool: list[QuerySet]):
+        self.parts = [_sql(part.values_list("id", "size_bytes", "updated_at")) for part in pool]
+
+    def batch(
+        self, *, max_size: int, after: tuple[datetime, str] | None, limit: int
+    ) -> list[tuple[str, int, datetime]]:
+        where, extra = "size_bytes <= %s", [max_size]
+        if after is not None:
+            where += " AND (updated_at < %s OR (updated_at = %s AND id < %s))"
+            extra += [after[0], after[0], after[1]]
+        branches, params = [], []
+        for sql, part_params in self.parts:
+            branches.append(
+                f"(SELECT id, size_bytes, updated_at FROM ({sql}) part WHERE {where} "
+                "ORDER BY updated_at DESC, id DESC LIMIT %s)"
+            )
+            params += [*part_params, *extra, limit]
+        statement = " UNION ALL ".join(branches) + " ORDER BY 3 DESC, 1 DESC LIMIT %s"
+        with connection.cursor() as cursor:
+            cursor.execute(statement, [*params, limit])
+            return cursor.fetchall()
 
 
 def _fill(pool: list[QuerySet], budget: _Budget, taken: list, reason: str, seen: set[str]) -> None:
@@ -718,21 +744,19 @@ def _fill(pool: list[QuerySet], budget: _Budget, taken: list, reason: str, seen:
     budget left, so an agent with 10k memories costs a query or two; the chosen memories are
     written out afterwards by `_entries`, in one statement.
     """
-    cursor: tuple[datetime, str] | None = None
+    walk = _NewestFirst(pool)
+    after: tuple[datetime, str] | None = None
     while budget.left > 0:
-        fits = Q(size_bytes__lte=budget.left)
-        if cursor is not None:
-            fits &= Q(updated_at__lt=cursor[0]) | Q(updated_at=cursor[0], id__lt=cursor[1])
         # Enough rows for the budget left at a typical memory size; more batches if not.
         size = max(HYDRATE_MIN_BATCH, min(HYDRATE_BATCH, budget.left // TYPICAL_BYTES))
-        batch = list(_newest([part.filter(fits) for part in pool], size)[:size])
+        batch = walk.batch(max_size=budget.left, after=after, limit=size)
         for memory_id, size_bytes, _ in batch:
             if memory_id not in seen and budget.take(size_bytes):
                 taken.append((memory_id, reason))
                 seen.add(memory_id)
         if len(batch) < size:
             return
-        cursor = (batch[-1][2], batch[-1][0])
+        after = (batch[-1][2], batch[-1][0])
 
 
 ENTRY_SQL = (
