@@ -5,6 +5,7 @@ from django.contrib.postgres.indexes import GinIndex
 from django.contrib.postgres.search import SearchVector, SearchVectorField
 from django.db import models
 from django.db.models import F, Q
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 from pgvector.django import HnswIndex, VectorField
 
@@ -199,7 +200,16 @@ class Memory(models.Model):
             models.Index(
                 fields=["tenant", "status", "review_state", "created_at"], name="memory_review_idx"
             ),
-            # Console: tombstones page and retention purge.
+            # Console: tombstones page, most recently forgotten first (the sort key is never
+            # NULL: `console_selectors.tombstone_page`).
+            models.Index(
+                F("tenant"),
+                Coalesce("status_changed_at", "updated_at").desc(),
+                F("id").desc(),
+                condition=Q(status="tombstoned"),
+                name="memory_tombstone_page_idx",
+            ),
+            # Console: status filters and retention purge.
             models.Index(
                 fields=["tenant", "status", "status_changed_at"],
                 condition=~Q(status="active"),
