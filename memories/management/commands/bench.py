@@ -95,7 +95,8 @@ class Command(BaseCommand):
                 results["latency"] = self.latency(data_dir, scales, requests)
                 self.latency_table(results["latency"])
             if prune_scale:
-                results["prune"] = self.prune(prune_scale)
+                # --quick times 100 stores each side (the same count as its other operations).
+                results["prune"] = self.prune(prune_scale, samples=requests)
             if not opts["skip_locomo"]:
                 results["locomo"] = self.locomo(
                     data_dir, locomo_path, opts["embedder"], conversations, questions
@@ -173,14 +174,12 @@ class Command(BaseCommand):
                 )
         self.out("")
 
-    # --- prune (memories/bench/prune.py, owned by the jobs work) ------------------------------
+    # --- prune (memories/bench/prune.py) --------------------------------------------------------
 
-    def prune(self, scale: int) -> dict | None:
-        try:
-            from memories.bench.prune import run_prune_bench
-        except ImportError:
-            return None
-        return run_prune_bench(scale=scale, out=self.out)
+    def prune(self, scale: int, samples: int) -> dict | None:
+        from memories.bench.prune import run_prune_bench
+
+        return run_prune_bench(scale=scale, samples=samples, out=self.out)
 
     # --- LoCoMo ------------------------------------------------------------------------------
 
