@@ -350,7 +350,16 @@ def dashboard_stats(*, tenant: Tenant, now: datetime | None = None) -> dict[str,
     )
     recent = list(MemoryRevision.objects.filter(tenant=tenant).order_by("-created_at", "-id")[:10])
     _label_memories(tenant, recent)
-    last_prune = JobRun.objects.filter(job="prune_memories").order_by("-started_at").first()
+    # Only runs this tenant may see (its own `Run now`s and the global ones), each showing the
+    # tenant's counts: never another tenant's run or its numbers (SPEC §6, as on the Jobs page).
+    last_prune = (
+        JobRun.objects.visible_to(tenant)
+        .filter(job="prune_memories")
+        .order_by("-started_at", "-id")
+        .first()
+    )
+    if last_prune is not None:
+        last_prune.shown_counts = last_prune.counts_for(tenant)
     return {
         "categories": categories,
         "table": table,

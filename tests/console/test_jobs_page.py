@@ -77,6 +77,49 @@ def test_the_other_tenant_sees_its_own_share(login, outsider, runs):
     assert "27182" not in body and "31415" not in body and "69137" not in body
 
 
+def last_prune_stat(body: str) -> str:
+    start = body.index("Last prune")
+    return body[start : body.index("</a>", start)]
+
+
+def test_the_dashboards_last_prune_is_scoped_the_same_way(
+    viewer_client, login, outsider, tenant, other_tenant
+):
+    JobRun.objects.create(
+        job="prune_memories",
+        trigger="schedule",
+        status="ok",
+        started_at=ago(hours=3),
+        counts={"expired": 69137, "total": 69137},
+        tenant_counts={
+            str(tenant.pk): {"expired": 27182, "total": 27182},
+            str(other_tenant.pk): {"expired": 41955, "total": 41955},
+        },
+    )
+    JobRun.objects.create(
+        job="prune_memories", trigger="console", tenant=other_tenant, status="failed",
+        started_at=ago(hours=1), counts={"expired": 77701, "total": 77701},
+    )  # fmt: skip
+
+    # globex's run is the newest of all; acme sees the scheduled run, with acme's share only.
+    body = viewer_client.get("/console/").content.decode()
+    assert "expired 27182" in last_prune_stat(body) and "· ok ·" in last_prune_stat(body)
+    for leak in ("77701", "69137", "41955", "failed"):
+        assert leak not in body
+
+    JobRun.objects.create(
+        job="prune_memories", trigger="console", tenant=tenant, status="ok",
+        started_at=ago(minutes=30), counts={"expired": 31415, "total": 31415},
+    )  # fmt: skip
+    body = viewer_client.get("/console/").content.decode()
+    assert "expired 31415" in last_prune_stat(body)
+    # globex's dashboard: its own run, not acme's newer one nor acme's share.
+    body = login(outsider).get("/console/").content.decode()
+    assert "expired 77701" in last_prune_stat(body) and "· failed ·" in last_prune_stat(body)
+    for leak in ("31415", "27182", "69137"):
+        assert leak not in body
+
+
 def test_run_now_runs_the_job_for_the_operators_tenant_only(login, tenant, other_tenant, agent):
     admin = make_operator(tenant, "admin@acme.test", "admin").user
     add_memories(tenant, agent, 2, expires_at=ago(hours=1))
