@@ -6,6 +6,12 @@ or nothing: every line is validated first (the store API's field rules and secre
 everything is written in one transaction; a bad line, whether caught while reading or while
 writing (a key already held by a live memory), is reported by its number and nothing of the
 file is applied.
+
+Versions never move backwards (every revision of a memory has its own version): a line that
+changes an existing memory makes it the next version, whatever version the file says, so an
+older backup is one more change on top of the history. A new id keeps the file's version unless
+this tenant's history already has revisions of it (a memory retention deleted, imported again):
+then it continues after them.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import QuerySet
+from django.db.models import Max, QuerySet
 
 from accounts.models import Agent, Tenant
 from memories import validation
@@ -217,6 +223,13 @@ def _apply(memory: Memory, record: dict[str, Any], agent: Agent | None) -> None:
     memory.embedding = record.get("embedding")
 
 
+def _content(memory: Memory) -> dict[str, Any]:
+    """What a line may change: every exported field but the version, which import assigns."""
+    record = memory_to_record(memory)
+    del record["version"]
+    return record
+
+
 def import_jsonl(*, tenant: Tenant, lines: Iterable[str | bytes], actor: str) -> ImportResult:
     """Import a JSONL backup into `tenant`; raises `ImportLineError` (nothing applied) on a bad line."""
     records: list[tuple[int, dict[str, Any]]] = []
@@ -243,6 +256,14 @@ def import_jsonl(*, tenant: Tenant, lines: Iterable[str | bytes], actor: str) ->
         agents = {a.slug: a for a in Agent.objects.filter(tenant=tenant)}
         ids = [r["id"] for _, r in records]
         existing = {m.pk: m for m in Memory.objects.filter(pk__in=ids).select_for_update()}
+        # The newest revision version of each id in this tenant's history: the row may be gone
+        # (retention) while its revisions stay, and a version must not repeat.
+        latest = dict(
+            MemoryRevision.objects.filter(tenant=tenant, memory_id__in=ids)
+            .values("memory_id")
+            .annotate(latest=Max("version"))
+            .values_list("memory_id", "latest")
+        )
         revisions = []
         for number, record in records:
             slug = record.get("agent")
@@ -261,19 +282,24 @@ def import_jsonl(*, tenant: Tenant, lines: Iterable[str | bytes], actor: str) ->
             if memory is not None and memory.tenant_id != tenant.pk:
                 # Ids are global; do not say whose it is.
                 raise ImportLineError(number, "this memory id is already in use")
+            history = latest.get(record["id"], 0)
             if memory is None:
                 memory = Memory(pk=record["id"], tenant=tenant)
                 before = None
+                _apply(memory, record, agent)
+                if history:
+                    memory.version = max(memory.version, history + 1)
                 result.created += 1
             else:
                 before = snapshot(memory)
-                old = memory_to_record(memory)
+                old = _content(memory)
+                version = max(memory.version, history) + 1
                 _apply(memory, record, agent)
-                if memory_to_record(memory) == old:
+                if _content(memory) == old:
                     result.unchanged += 1
                     continue
+                memory.version = version
                 result.updated += 1
-            _apply(memory, record, agent)
             try:
                 memory.full_clean(exclude=["tenant", "agent", "embedding", "search_vector"])
             except Exception as exc:

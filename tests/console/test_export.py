@@ -17,7 +17,7 @@ from accounts.models import Agent
 from memories.export import export_markdown, fence_for, inline_code
 from memories.jsonl import ImportLineError, import_jsonl, memory_to_record
 from memories.models import Memory, MemoryRevision, Status
-from memories.services import memory_tombstone
+from memories.services import memory_restore, memory_tombstone
 from tests.factories import make_agent, make_operator
 
 pytestmark = pytest.mark.django_db
@@ -358,6 +358,64 @@ def test_import_updates_by_id(tenant, agent, store_memory):
     result = import_jsonl(tenant=tenant, lines=[json.dumps(record)], actor="operator:t")
     assert (result.created, result.updated) == (0, 1)
     assert Memory.objects.get(pk=memory.pk).text == "After"
+
+
+def _versions(memory_id: str) -> list[int]:
+    revisions = MemoryRevision.objects.filter(memory_id=memory_id).order_by("id")
+    return list(revisions.values_list("version", flat=True))
+
+
+def _backup_line(memory_id: str) -> str:
+    import json
+
+    return json.dumps(memory_to_record(Memory.objects.select_related("agent").get(pk=memory_id)))
+
+
+def test_an_older_backup_is_imported_as_the_next_version(tenant, agent, store_memory):
+    """The database is at version 3, the backup at 2: importing it restores version 2's content
+    as version 4 (never back to 2), and the next change is version 5."""
+    memory = store_memory(agent, "First")
+    memory_tombstone(tenant=tenant, memory_id=memory.pk, actor="operator:t")
+    backup = _backup_line(memory.pk)
+    memory_restore(tenant=tenant, memory_id=memory.pk, actor="operator:t")
+    assert Memory.objects.get(pk=memory.pk).version == 3
+
+    result = import_jsonl(tenant=tenant, lines=[backup], actor="operator:t")
+
+    assert (result.created, result.updated) == (0, 1)
+    restored = Memory.objects.get(pk=memory.pk)
+    assert (restored.status, restored.version) == (Status.TOMBSTONED, 4)
+    assert _versions(memory.pk) == [1, 2, 3, 4]
+    assert MemoryRevision.objects.get(memory_id=memory.pk, version=4).change_type == "import"
+    # The same line again is no change, although its version (2) differs from the row's (4).
+    result = import_jsonl(tenant=tenant, lines=[backup], actor="operator:t")
+    assert (result.updated, result.unchanged) == (0, 1)
+    memory_restore(tenant=tenant, memory_id=memory.pk, actor="operator:t")
+    assert _versions(memory.pk) == [1, 2, 3, 4, 5]
+    assert Memory.objects.get(pk=memory.pk).version == 5
+
+
+def test_a_memory_retention_deleted_is_reimported_after_its_history(tenant, agent, store_memory):
+    from memories.jobs.retention import purge_retention
+
+    memory = store_memory(agent, "Deleted by retention, then restored from a backup")
+    memory_tombstone(tenant=tenant, memory_id=memory.pk, actor="operator:t")
+    backup = _backup_line(memory.pk)  # version 2
+    purge_retention(now=timezone.now() + timedelta(days=31))
+    assert not Memory.objects.filter(pk=memory.pk).exists()
+    assert _versions(memory.pk) == [1, 2, 3]  # create, tombstone, retention's purge
+
+    result = import_jsonl(tenant=tenant, lines=[backup], actor="operator:t")
+
+    assert result.created == 1
+    assert Memory.objects.get(pk=memory.pk).version == 4
+    assert _versions(memory.pk) == [1, 2, 3, 4]
+
+
+def test_a_new_id_keeps_the_files_version(tenant, agent):
+    import_jsonl(tenant=tenant, lines=[_record(NEW_IDS[0], agent, version=7)], actor="t")
+    assert Memory.objects.get(pk=NEW_IDS[0]).version == 7
+    assert _versions(NEW_IDS[0]) == [7]
 
 
 def test_bad_line_is_reported_and_nothing_is_applied(login, tenant, agent, store_memory):
