@@ -300,6 +300,10 @@ def import_jsonl(*, tenant: Tenant, lines: Iterable[str | bytes], actor: str) ->
                     continue
                 memory.version = version
                 result.updated += 1
+            # The store API's cross-field rule, checked on the memory as the line leaves it (a
+            # field the line omits keeps its current value).
+            if memory.category == Category.CONVERSATION and not memory.thread_id:
+                raise ImportLineError(number, "A conversation memory needs a 'thread_id'")
             try:
                 memory.full_clean(exclude=["tenant", "agent", "embedding", "search_vector"])
             except Exception as exc:

@@ -525,6 +525,8 @@ def test_a_backup_where_a_key_moved_on_imports_over_the_old_state(tenant, agent)
         ({"version": 0}, "version: must be a whole number from 1"),
         ({"created_at": "yesterday"}, "'created_at' must be an ISO 8601 timestamp"),
         ({"embedding": [float("nan")] * 384}, "embedding: must be a list of 384 numbers"),
+        ({"category": "conversation"}, "A conversation memory needs a 'thread_id'"),
+        ({"category": "conversation", "thread_id": " "}, "needs a 'thread_id'"),
     ],
 )
 def test_import_applies_the_api_field_rules(tenant, agent, fields, message):
@@ -533,6 +535,34 @@ def test_import_applies_the_api_field_rules(tenant, agent, fields, message):
         import_jsonl(tenant=tenant, lines=lines, actor="operator:t")
     assert exc.value.line == 2 and message in exc.value.message, exc.value.message
     assert not Memory.objects.filter(pk__in=NEW_IDS).exists()
+
+
+def test_a_conversation_memory_keeps_its_thread(login, tenant, agent, store_memory):
+    """The API's cross-field rule on the memory as the line leaves it: a line that omits
+    `thread_id` keeps the memory's; one that clears it is a numbered line error."""
+    import json
+
+    memory = store_memory(agent, "Said in a thread", category="conversation", thread_id="t-1")
+    record = json.loads(_backup_line(memory.pk))
+    del record["thread_id"]
+    kept = dict(record, text="Said in a thread, corrected")
+    assert import_jsonl(tenant=tenant, lines=[json.dumps(kept)], actor="t").updated == 1
+    assert Memory.objects.get(pk=memory.pk).thread_id == "t-1"
+
+    cleared = dict(record, thread_id=None, text="Cleared")
+    lines = [_record(NEW_IDS[0], agent), json.dumps(cleared)]
+    with pytest.raises(ImportLineError) as exc:
+        import_jsonl(tenant=tenant, lines=lines, actor="operator:t")
+    assert (exc.value.line, exc.value.message) == (2, "A conversation memory needs a 'thread_id'")
+    admin = make_operator(tenant, "admin@acme.test", "admin").user
+    upload = io.BytesIO("\n".join(lines).encode())
+    upload.name = "threadless.jsonl"
+    page = login(admin).post("/console/export/import/", {"file": upload}, follow=True)
+    assert "Nothing imported: line 2: A conversation memory needs a &#x27;thread_id&#x27;" in (
+        page.content.decode()
+    )
+    assert Memory.objects.get(pk=memory.pk).thread_id == "t-1"
+    assert not Memory.objects.filter(pk=NEW_IDS[0]).exists()
 
 
 SECRET = "ghp_" + "aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3z5A"
