@@ -291,6 +291,13 @@ class MemoryRevision(models.Model):
             models.Index(fields=["tenant", "actor", "created_at"], name="revision_actor_idx"),
             models.Index(fields=["tenant", "change_type", "created_at"], name="revision_type_idx"),
         ]
+        constraints = [
+            # One revision per version of a memory: every writer bumps the version with the
+            # change it records; JSONL import reads a memory's newest version through it.
+            models.UniqueConstraint(
+                fields=["tenant", "memory", "version"], name="revision_version_uniq"
+            ),
+        ]
 
 
 class OwnerCount(models.Model):
