@@ -1,0 +1,86 @@
+"""The deployed ASGI app (`memoryhub.asgi.application`) hands Django whole request bodies."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from django.db import connections
+
+from memories.models import Memory
+from memoryhub.asgi import application
+from tests.factories import make_agent, make_key, make_tenant
+
+
+def _post(path: str, chunks: list[bytes], headers: list[tuple[bytes, bytes]]):
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"testserver"), *headers],
+        "client": ("127.0.0.1", 50000),
+        "server": ("testserver", 80),
+    }
+    pending = [
+        {"type": "http.request", "body": chunk, "more_body": i < len(chunks) - 1}
+        for i, chunk in enumerate(chunks)
+    ]
+    sent = []
+
+    async def receive():
+        return pending.pop(0) if pending else {"type": "http.disconnect"}
+
+    async def send(message):
+        sent.append(message)
+
+    asyncio.run(application(scope, receive, send))
+    start, *bodies = sent
+    return start["status"], json.loads(b"".join(m.get("body", b"") for m in bodies))
+
+
+@pytest.fixture
+def raw_key(transactional_db, monkeypatch):
+    # The pool thread's connection closes when its request ends (it would outlive the test).
+    monkeypatch.setitem(connections.settings["default"], "CONN_MAX_AGE", 0)
+    _, raw = make_key(make_agent(make_tenant("acme")))
+    return raw
+
+
+def test_a_chunked_body_reaches_django_whole(raw_key):
+    body = json.dumps({"text": "Sent in chunks, without a Content-Length."}).encode()
+    status, answer = _post(
+        "/api/v1/memories",
+        [body[:10], body[10:25], body[25:], b""],
+        [
+            (b"authorization", f"Bearer {raw_key}".encode()),
+            (b"content-type", b"application/json"),
+            (b"transfer-encoding", b"chunked"),
+        ],
+    )
+    assert status == 201, answer
+    assert Memory.objects.get(pk=answer["memory_id"]).text == (
+        "Sent in chunks, without a Content-Length."
+    )
+
+
+def test_a_chunked_body_over_the_limit_is_413(raw_key, settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    status, answer = _post(
+        "/api/v1/memories",
+        [b'{"text": "' + b"x" * 600, b"y" * 600 + b'"}'],
+        [
+            (b"authorization", f"Bearer {raw_key}".encode()),
+            (b"content-type", b"application/json"),
+            (b"transfer-encoding", b"chunked"),
+        ],
+    )
+    assert status == 413
+    assert answer["error"]["code"] == "PAYLOAD_TOO_LARGE"
+    assert not Memory.objects.exists()
