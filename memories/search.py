@@ -752,7 +752,7 @@ def _fill(pool: list[QuerySet], budget: _Budget, taken: list, reason: str, seen:
         batch = walk.batch(max_size=budget.left, after=after, limit=size)
         for memory_id, size_bytes, _ in batch:
             if memory_id not in seen and budget.take(size_bytes):
-                taken.append((memory_id, reason))
+                taken.append((memory_id, reason, size_bytes))
                 seen.add(memory_id)
         if len(batch) < size:
             return
@@ -761,25 +761,35 @@ def _fill(pool: list[QuerySet], budget: _Budget, taken: list, reason: str, seen:
 
 ENTRY_SQL = (
     f"SELECT m.id, {memory_json_sql()} FROM {Memory._meta.db_table} m "
+    "JOIN unnest(%s::text[], %s::int[]) AS chosen(id, size_bytes) "
+    "ON chosen.id = m.id AND chosen.size_bytes = m.size_bytes "
     f"LEFT JOIN {Agent._meta.db_table} o ON o.id = m.agent_id "
-    "WHERE m.tenant_id = %s AND m.id = ANY(%s)"
+    "WHERE m.tenant_id = %s AND m.status = 'active' AND (m.expires_at IS NULL OR m.expires_at > %s)"
 )
 
 
-def _entries(principal: Principal, taken: list[tuple[str, str]]) -> list[bytes]:
-    """The chosen memories as JSON objects with their `reason`, in the order chosen."""
+def _entries(
+    principal: Principal, taken: list[tuple[str, str, int]], budget: _Budget, now: datetime
+) -> list[bytes]:
+    """The chosen memories as JSON objects with their `reason`, in the order chosen.
+
+    They are read again by id, a moment after the walk chose them: one forgotten, expired or
+    rewritten to another size in between is left out (and its bytes given back) rather than
+    returned dead or over the budget.
+    """
     if not taken:
         return []
+    ids, sizes = [mid for mid, _, _ in taken], [size for _, _, size in taken]
     with connection.cursor() as cursor:
-        cursor.execute(
-            ENTRY_SQL, [principal.agent.pk, principal.tenant.pk, [mid for mid, _ in taken]]
-        )
+        cursor.execute(ENTRY_SQL, [principal.agent.pk, ids, sizes, principal.tenant.pk, now])
         built = dict(cursor.fetchall())
-    # Every chosen id was read a moment ago in this request's snapshot-free reads; one that
-    # vanished in between (purged meanwhile) is left out rather than failing the hydrate.
-    return [
-        f'{built[mid][:-1]},"reason":"{reason}"}}'.encode() for mid, reason in taken if mid in built
-    ]
+    entries = []
+    for mid, reason, size in taken:
+        if mid in built:
+            entries.append(f'{built[mid][:-1]},"reason":"{reason}"}}'.encode())
+        else:
+            budget.used -= size
+    return entries
 
 
 def _omitted(pools: list[list[QuerySet]], seen: set[str], budget_total: int) -> list[dict]:
@@ -845,7 +855,7 @@ def hydrate_body(*, principal: Principal, data: dict, now: datetime | None = Non
     params = parse_hydrate(principal, data)
     core, recent = _hydrate_pools(principal, params, now)
     budget = _Budget(params.budget_bytes)
-    taken: list[tuple[str, str]] = []
+    taken: list[tuple[str, str, int]] = []
     seen: set[str] = set()
     _fill(core, budget, taken, "core", seen)
     _fill(recent, budget, taken, "recent", seen)
@@ -859,7 +869,7 @@ def hydrate_body(*, principal: Principal, data: dict, now: datetime | None = Non
         )
         for mid in matches:
             if mid in sizes and mid not in seen and budget.take(sizes[mid]):
-                taken.append((mid, "archival_match"))
+                taken.append((mid, "archival_match", sizes[mid]))
                 seen.add(mid)
         pools.append(
             [
@@ -871,7 +881,7 @@ def hydrate_body(*, principal: Principal, data: dict, now: datetime | None = Non
                 ).filter(pk__in=matches)
             ]
         )
-    entries = _entries(principal, taken)
+    entries = _entries(principal, taken, budget, now)
     body: dict[str, Any] = {
         "ok": True,
         "entries": [orjson.Fragment(entry) for entry in entries],
@@ -884,7 +894,7 @@ def hydrate_body(*, principal: Principal, data: dict, now: datetime | None = Non
         )
     if params.explain:
         body["omitted"] = _omitted(pools, set(seen), budget.total)
-    bump_access(principal.tenant.pk, [mid for mid, _ in taken], now)
+    bump_access(principal.tenant.pk, [mid for mid, _, _ in taken], now)
     return body
 
 

@@ -250,3 +250,25 @@ def test_hydrate_over_http(api_client, agent):
     assert bad.json()["error"]["details"]["field"] == "archival_mode"
     bad = api_client.post("/api/v1/hydrate", {"budget_bytes": -1}, format="json")
     assert bad.json()["error"]["details"]["field"] == "budget_bytes"
+
+
+@pytest.mark.django_db
+def test_a_memory_changed_between_choosing_and_reading_is_left_out(me, monkeypatch):
+    from memories import search
+
+    kept = put(me, sized(100, "kept"), minute=1, category="core")
+    forgotten = put(me, sized(100, "forgotten"), minute=2, category="core")
+    grown = put(me, sized(100, "grown"), minute=3, category="core")
+    original = search._entries
+
+    def meanwhile(principal, taken, budget, now):
+        # Another request changes two of the chosen memories after the walk chose them.
+        Memory.objects.filter(pk=forgotten.pk).update(status="tombstoned")
+        Memory.objects.filter(pk=grown.pk).update(text=sized(300, "grown"), size_bytes=300)
+        return original(principal, taken, budget, now)
+
+    monkeypatch.setattr(search, "_entries", meanwhile)
+    result = hydrate(me, budget_bytes=300)
+    assert picked(result) == [(kept.id, "core")]
+    assert result["bytes_used"] == 100
+    assert all(entry["status"] == "active" for entry in result["entries"])
