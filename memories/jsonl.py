@@ -5,7 +5,8 @@
 or nothing: every line is validated first (the store API's field rules and secret scan), then
 everything is written in one transaction; a bad line, whether caught while reading or while
 writing (a key already held by a live memory), is reported by its number and nothing of the
-file is applied.
+file is applied. `size_bytes` and `content_hash` are recomputed from the content, never trusted
+(a purged memory, with no content left, keeps the line's).
 
 Versions never move backwards (every revision of a memory has its own version): a line that
 changes an existing memory makes it the next version, whatever version the file says, so an
@@ -221,6 +222,12 @@ def _apply(memory: Memory, record: dict[str, Any], agent: Agent | None) -> None:
         if name in record:
             setattr(memory, name, record[name])
     memory.embedding = record.get("embedding")
+    if memory.purged_at is None or memory.text or memory.data is not None:
+        # Derived as a store derives them, never taken from the file: a smaller size would cheat
+        # hydrate's budget, a wrong hash dedup and `previously_corrected`. A purged memory has no
+        # content left to derive from and keeps the hash the backup carries (SPEC §2).
+        memory.size_bytes = validation.size_bytes(memory.text, memory.data)
+        memory.content_hash = validation.content_hash(memory.text, memory.data)
 
 
 def _content(memory: Memory) -> dict[str, Any]:

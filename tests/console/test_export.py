@@ -606,3 +606,60 @@ def test_import_cannot_take_another_tenants_memory(tenant, other_tenant, agent, 
     assert exc.value.line == 1 and "already in use" in exc.value.message
     assert Memory.objects.get(pk=memory.pk).tenant_id == tenant.pk
     assert Memory.objects.get(pk=memory.pk).status == Status.ACTIVE
+
+
+def test_import_derives_size_and_hash_from_the_content(tenant, agent, store_memory):
+    """`size_bytes` and `content_hash` are recomputed as a store computes them: a line cannot
+    shrink its size below hydrate's budget nor carry a hash that hides it from dedup."""
+    import json
+
+    from memories import validation
+
+    data = {"plan": "pro", "seats": 3}
+    honest = store_memory(agent, "Renewal is in March", data=data)
+    lines = [
+        _record(NEW_IDS[0], agent, text="Renewal is in March", size_bytes=0, content_hash="0" * 64),
+        _record(NEW_IDS[1], agent, text="", data=data, size_bytes=1, content_hash=""),
+    ]
+    assert import_jsonl(tenant=tenant, lines=lines, actor="operator:t").created == 2
+    first, second = (Memory.objects.get(pk=pk) for pk in NEW_IDS)
+    assert (first.size_bytes, first.content_hash) == (
+        len(b"Renewal is in March"),
+        validation.content_hash("Renewal is in March", None),
+    )
+    assert (second.size_bytes, second.content_hash) == (
+        validation.size_bytes("", data),
+        validation.content_hash("", data),
+    )
+    # An existing memory: a line that only lies about the derived fields changes nothing.
+    record = json.loads(_backup_line(honest.pk))
+    lying = dict(record, size_bytes=0, content_hash="f" * 64)
+    result = import_jsonl(tenant=tenant, lines=[json.dumps(lying)], actor="operator:t")
+    assert (result.updated, result.unchanged) == (0, 1)
+    stored = Memory.objects.get(pk=honest.pk)
+    assert (stored.size_bytes, stored.content_hash) == (
+        record["size_bytes"],
+        record["content_hash"],
+    )
+
+
+def test_a_purged_memory_keeps_its_hash_through_a_round_trip(tenant, agent, store_memory):
+    """Purge keeps ids, hashes and timestamps (SPEC §2): there is no content to derive them from,
+    so the line's values stay."""
+    import json
+
+    from memories.services import memory_purge
+
+    memory = store_memory(agent, "Erase me")
+    memory_purge(tenant=tenant, memory_id=memory.pk, actor="operator:t")
+    record = json.loads(_backup_line(memory.pk))
+    assert record["text"] == "" and record["data"] is None and record["content_hash"]
+    Memory.objects.filter(pk=memory.pk).delete()
+    assert import_jsonl(tenant=tenant, lines=[json.dumps(record)], actor="operator:t").created == 1
+    restored = Memory.objects.select_related("agent").get(pk=memory.pk)
+    assert (restored.content_hash, restored.size_bytes) == (
+        record["content_hash"],
+        record["size_bytes"],
+    )
+    again = import_jsonl(tenant=tenant, lines=[json.dumps(record)], actor="operator:t")
+    assert again.unchanged == 1
