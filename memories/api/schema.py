@@ -54,8 +54,9 @@ class TimestampInputField(serializers.Field):
 
 # Opaque ids (key, subject_id, thread_id): no control characters, at most 255 characters.
 IDENTIFIER_PATTERN = r"^[^\x00-\x1f\x7f]+$"
-# Tags are trimmed and lower-cased by the server; what is left must match its tag rule.
-TAG_INPUT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9:_./-]{0,63}$"
+# Tags are trimmed, lower-cased and have inner white space turned into `-` by the server; what
+# is left must match its tag rule ([a-z0-9][a-z0-9:_./-]{0,63}). `Billing Issue` is accepted.
+TAG_INPUT_PATTERN = r"^\s*[A-Za-z0-9][A-Za-z0-9:_./\s-]{0,63}$"
 # `ttl`: a positive integer and a unit (`memoryhub.durations`).
 TTL_PATTERN = r"^[1-9][0-9]{0,8}[smhd]$"
 NOT_BLANK = r"\S"  # unanchored: at least one character that is not white space

@@ -189,3 +189,25 @@ def test_api_keeps_to_its_schema(case, fuzzing):
             response_headers_conformance,
         ],
     )
+
+
+@pytest.mark.parametrize("tag", ["billing", "Billing Issue", " crm:v2 ", "a/b.c_d-e"])
+def test_documented_tag_pattern_admits_what_the_server_normalises(tag):
+    import re
+
+    from memories.api.schema import TAG_INPUT_PATTERN
+
+    assert re.match(TAG_INPUT_PATTERN, tag)
+    assert validation.normalise_tag(tag)  # the server takes it too
+
+
+@pytest.mark.parametrize("tag", ["-lead", "", "   ", "x" * 65, "é"])
+def test_documented_tag_pattern_refuses_what_the_server_refuses(tag):
+    import re
+
+    from memories.api.schema import TAG_INPUT_PATTERN
+    from memoryhub.errors import InvalidInput
+
+    assert not re.match(TAG_INPUT_PATTERN, tag)
+    with pytest.raises(InvalidInput):
+        validation.normalise_tag(tag)
