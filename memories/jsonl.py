@@ -307,10 +307,11 @@ def import_jsonl(*, tenant: Tenant, lines: Iterable[str | bytes], actor: str) ->
                     continue
                 memory.version = version
                 result.updated += 1
-            # The store API's cross-field rule, checked on the memory as the line leaves it (a
-            # field the line omits keeps its current value).
+            # The store API's cross-field rules, checked on the memory as the line leaves it (a
+            # field the line omits keeps its current value; `agent` is always the line's).
             if memory.category == Category.CONVERSATION and not memory.thread_id:
                 raise ImportLineError(number, "A conversation memory needs a 'thread_id'")
+            _check_owner(number, memory)
             try:
                 memory.full_clean(exclude=["tenant", "agent", "embedding", "search_vector"])
             except Exception as exc:
@@ -331,6 +332,17 @@ def import_jsonl(*, tenant: Tenant, lines: Iterable[str | bytes], actor: str) ->
             )
         MemoryRevision.objects.bulk_create(revisions)
     return result
+
+
+def _check_owner(number: int, memory: Memory) -> None:
+    """Workspace if and only if no agent: an agent-less core memory would be visible to every
+    agent as workspace and never counted by the cap sweep."""
+    if memory.category == Category.WORKSPACE and memory.agent_id is not None:
+        raise ImportLineError(number, "A workspace memory has no agent ('agent' must be null)")
+    if memory.category != Category.WORKSPACE and memory.agent_id is None:
+        raise ImportLineError(
+            number, "A memory without an agent must be in the 'workspace' category"
+        )
 
 
 def _integrity_message(exc: IntegrityError, memory: Memory) -> str:

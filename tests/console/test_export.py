@@ -446,7 +446,7 @@ def test_bad_line_is_reported_and_nothing_is_applied(login, tenant, agent, store
     assert Memory.objects.count() == 0
 
 
-def _record(memory_id: str, agent, **fields) -> str:
+def _record(memory_id: str, agent, /, **fields) -> str:
     import json
 
     record = {
@@ -527,6 +527,8 @@ def test_a_backup_where_a_key_moved_on_imports_over_the_old_state(tenant, agent)
         ({"embedding": [float("nan")] * 384}, "embedding: must be a list of 384 numbers"),
         ({"category": "conversation"}, "A conversation memory needs a 'thread_id'"),
         ({"category": "conversation", "thread_id": " "}, "needs a 'thread_id'"),
+        ({"agent": None}, "A memory without an agent must be in the 'workspace' category"),
+        ({"category": "workspace"}, "A workspace memory has no agent ('agent' must be null)"),
     ],
 )
 def test_import_applies_the_api_field_rules(tenant, agent, fields, message):
@@ -663,3 +665,20 @@ def test_a_purged_memory_keeps_its_hash_through_a_round_trip(tenant, agent, stor
     )
     again = import_jsonl(tenant=tenant, lines=[json.dumps(record)], actor="operator:t")
     assert again.unchanged == 1
+
+
+def test_an_existing_memory_cannot_lose_its_agent(tenant, agent, store_memory):
+    """The owner rule on the memory as the line leaves it: a line without `agent` would turn an
+    agent's core memory into one every agent sees and the cap sweep never counts."""
+    import json
+
+    memory = store_memory(agent, "Mine")
+    record = dict(json.loads(_backup_line(memory.pk)), agent=None, text="Now everyone's")
+    with pytest.raises(ImportLineError) as exc:
+        import_jsonl(tenant=tenant, lines=[json.dumps(record)], actor="operator:t")
+    assert exc.value.line == 1 and "must be in the 'workspace' category" in exc.value.message
+    assert Memory.objects.values_list("agent_id", "text").get(pk=memory.pk) == (agent.pk, "Mine")
+    # Both together are a workspace memory, as the store API makes it.
+    workspace = dict(record, category="workspace")
+    assert import_jsonl(tenant=tenant, lines=[json.dumps(workspace)], actor="t").updated == 1
+    assert Memory.objects.get(pk=memory.pk).agent_id is None
