@@ -1,8 +1,12 @@
 """Django admin: an operator's escape hatch. Read-mostly; key hashes are never editable."""
 
-from django.contrib import admin
+from __future__ import annotations
+
+from django import forms
+from django.contrib import admin, messages
 
 from accounts.models import Agent, ApiKey, Membership, Tenant
+from accounts.services import api_key_revoke
 
 
 @admin.register(Tenant)
@@ -37,8 +41,24 @@ class AgentAdmin(admin.ModelAdmin):
     filter_horizontal = ("reads_from",)
 
 
+class ApiKeyForm(forms.ModelForm):
+    class Meta:
+        model = ApiKey
+        fields = ("name", "expires_at")
+
+    def clean_expires_at(self):
+        """A key's life may be shortened, never lengthened: a later or cleared expiry on a key
+        that has one would bring back a key someone chose to end."""
+        expires_at = self.cleaned_data["expires_at"]
+        current = self.instance.expires_at
+        if current is not None and (expires_at is None or expires_at > current):
+            raise forms.ValidationError("An expiry can only be moved earlier.")
+        return expires_at
+
+
 @admin.register(ApiKey)
 class ApiKeyAdmin(admin.ModelAdmin):
+    form = ApiKeyForm
     list_display = (
         "prefix",
         "agent",
@@ -52,8 +72,9 @@ class ApiKeyAdmin(admin.ModelAdmin):
     )
     list_filter = ("tenant",)
     list_select_related = ("agent", "tenant")
-    # The escape hatch is revoking (or shortening) a key; what it is, whose it is and what it
-    # may do stay as created. Revoked rather than deleted, so `last_used_at` stays on record.
+    # The escape hatch is revoking (the action below) or shortening a key; what it is, whose
+    # it is and what it may do stay as created, and a revocation is final. Revoked rather than
+    # deleted, so `last_used_at` stays on record.
     readonly_fields = (
         "tenant",
         "agent",
@@ -63,8 +84,23 @@ class ApiKeyAdmin(admin.ModelAdmin):
         "subject_id",
         "created_by",
         "created_at",
+        "revoked_at",
         "last_used_at",
     )
+    actions = ("revoke_selected",)
+
+    @admin.action(description="Revoke selected keys")
+    def revoke_selected(self, request, queryset):
+        already = 0
+        keys = list(queryset)
+        for key in keys:
+            already += key.revoked_at is not None
+            api_key_revoke(tenant=key.tenant, key_id=key.pk)
+        revoked = len(keys) - already
+        noun = "key" if revoked == 1 else "keys"
+        self.message_user(
+            request, f"Revoked {revoked} {noun} ({already} already revoked).", messages.SUCCESS
+        )
 
     def has_add_permission(self, request):
         # A key added here would have no secret and no hash: keys come from the console's

@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from accounts import keys
 from accounts.models import ApiKey, Tenant
-from tests.factories import make_key
+from tests.factories import make_agent, make_key
 
 
 @pytest.fixture
@@ -51,9 +51,78 @@ def test_api_keys_cannot_be_added_or_deleted_only_revoked(superuser_client, agen
     )
     assert response.status_code == 302, response.content
     row.refresh_from_db()
-    assert (row.name, row.revoked_at, row.scopes) == ("ops", revoked, ["read"])
+    # Only the name is editable; revoking is the changelist's action (below).
+    assert (row.name, row.revoked_at, row.scopes) == ("ops", None, ["read"])
     assert keys.matches(raw, row.key_hash)
     assert ApiKey.objects.count() == 1
+
+
+def _revoke(client, *rows):
+    return client.post(
+        reverse("admin:accounts_apikey_changelist"),
+        {"action": "revoke_selected", "_selected_action": [r.pk for r in rows]},
+        follow=True,
+    )
+
+
+@pytest.mark.django_db
+def test_revoke_selected_keys_action(superuser_client, agent, other_tenant):
+    from accounts.services import api_key_revoke
+
+    first, _ = make_key(agent)
+    second, _ = make_key(agent)
+    elsewhere, _ = make_key(make_agent(other_tenant, "globex-bot"))
+    earlier = api_key_revoke(tenant=agent.tenant, key_id=second.pk).revoked_at
+    response = _revoke(superuser_client, first, second, elsewhere)
+    assert response.status_code == 200
+    assert "Revoked 2 keys (1 already revoked)." in response.content.decode()
+    for row in (first, second, elsewhere):
+        row.refresh_from_db()
+    assert first.revoked_at is not None and elsewhere.revoked_at is not None
+    assert second.revoked_at == earlier  # revoking twice keeps the first time
+
+
+@pytest.mark.django_db
+def test_a_revoked_key_cannot_be_unrevoked(superuser_client, agent):
+    row, _ = make_key(agent)
+    _revoke(superuser_client, row)
+    row.refresh_from_db()
+    revoked = row.revoked_at
+    assert revoked is not None
+    change_url = reverse("admin:accounts_apikey_change", args=[row.pk])
+    assert 'name="revoked_at' not in superuser_client.get(change_url).content.decode()
+    response = superuser_client.post(change_url, _form(name="back", revoked_at="", expires_at=""))
+    assert response.status_code == 302, response.content
+    row.refresh_from_db()
+    assert (row.name, row.revoked_at) == ("back", revoked)
+
+
+@pytest.mark.django_db
+def test_expiry_only_moves_earlier(superuser_client, agent):
+    from datetime import timedelta
+
+    row, _ = make_key(agent, expires_in=timedelta(days=30))
+    expires = row.expires_at
+    change_url = reverse("admin:accounts_apikey_change", args=[row.pk])
+    for refused in (expires + timedelta(days=1), ""):
+        response = superuser_client.post(change_url, _form(name="", expires_at=refused))
+        assert response.status_code == 200
+        assert "An expiry can only be moved earlier" in response.content.decode()
+        row.refresh_from_db()
+        assert row.expires_at == expires
+    sooner = (expires - timedelta(days=20)).replace(microsecond=0)
+    response = superuser_client.post(change_url, _form(name="", expires_at=sooner))
+    assert response.status_code == 302, response.content
+    row.refresh_from_db()
+    assert row.expires_at == sooner
+
+    # A key that never expires may be given an expiry.
+    forever, _ = make_key(agent)
+    change_url = reverse("admin:accounts_apikey_change", args=[forever.pk])
+    response = superuser_client.post(change_url, _form(name="", expires_at=sooner))
+    assert response.status_code == 302, response.content
+    forever.refresh_from_db()
+    assert forever.expires_at == sooner
 
 
 @pytest.mark.django_db
