@@ -160,7 +160,8 @@ def _filtered(tenant: Tenant, filters: dict[str, str], now: datetime) -> QuerySe
         qs = qs.filter(tags__contains=tags)
     expires = filters.get("expires")
     if expires in EXPIRY_WINDOWS:
-        qs = qs.filter(expires_at__isnull=False, expires_at__lte=now + EXPIRY_WINDOWS[expires])
+        # Not yet expired: a memory past its expiry (the sweep not run yet) is not "expiring".
+        qs = qs.filter(expires_at__gt=now, expires_at__lte=now + EXPIRY_WINDOWS[expires])
     elif expires == "never":
         qs = qs.filter(expires_at__isnull=True)
     status = filters.get("status") or Status.ACTIVE

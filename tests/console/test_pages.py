@@ -714,6 +714,22 @@ def test_dashboard_links_expiring_and_names_recent_memories(owner_client, agent,
     assert "just now" in body and "0\xa0minutes ago" not in body and "0 minutes" not in body
 
 
+def test_the_expiry_filter_leaves_out_memories_already_expired(agent, store_memory):
+    """Thirteen hours on, a 12 h memory has expired (the sweep has not run: it is still
+    `active`) and is not "expiring"; a 30 h one now is, within 24 h."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    store_memory(agent, "Trial ends soon", ttl="12h")
+    later = store_memory(agent, "Trial ends later", ttl="30h")
+    store_memory(agent, "Expires next month", ttl="30d")
+    now = timezone.now() + timedelta(hours=13)
+    for window in ("24h", "7d"):
+        rows = sel.memory_filtered(tenant=agent.tenant, filters={"expires": window}, now=now)
+        assert set(rows.values_list("pk", flat=True)) == {later.pk}, window
+
+
 def test_memories_list_counts_results_and_shows_status_only_when_mixed(
     owner_client, agent, store_memory
 ):
