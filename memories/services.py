@@ -1086,8 +1086,9 @@ def memory_correct(
     """An operator's correction (console `Edit` → `Save`): the same validation as a PATCH,
     compare-and-set against the version the form was loaded with (CONFLICT with
     `details.current_version` when it moved on), one `correct` revision. Only an active memory
-    is corrected: a tombstoned, evicted or expired one is a CONFLICT (`details.status`) until it
-    is restored, so an edit begun before a tombstone never rewrites the tombstone."""
+    is corrected: a tombstoned (or purged), evicted or expired one is a CONFLICT
+    (`details.status`) until it is restored, so an edit begun before a tombstone never rewrites
+    the tombstone."""
     now = resolve_now(now)
     changes = {
         k: v for k, v in changes.items() if k not in ("expected_version", "expected_updated_at")
@@ -1100,8 +1101,8 @@ def memory_correct(
         key=inp.changes.get("key"),
     )
     memory = _operator_get(tenant, memory_id)
+    _correctable(memory)  # first: a purged memory is tombstoned too, a CONFLICT like any other
     _not_purged(memory)
-    _correctable(memory)
     cas = validation.Cas(version=expected_version)
     if not inp.changes:
         _change_guard(memory, cas)

@@ -141,19 +141,20 @@ def memory_save(request: HttpRequest, memory_id: str) -> HttpResponse:
     form = CorrectionForm(request.POST)
     if not form.is_valid():
         return _panel(request, memory, status=422, form=form)
-    if memory.status != Status.ACTIVE:
-        return _not_active(request, memory, form)
     changes = form.changes()
     try:
-        if changes:
-            memory = _services().memory_correct(
-                tenant=request.tenant,
-                memory_id=memory.pk,
-                actor=operator_actor(request),
-                changes=changes,
-                expected_version=form.cleaned_data["expected_version"],
-            )
+        # Called without changes too: the service alone says whether the memory may still be
+        # corrected (active, and at the version the form was loaded with).
+        memory = _services().memory_correct(
+            tenant=request.tenant,
+            memory_id=memory.pk,
+            actor=operator_actor(request),
+            changes=changes,
+            expected_version=form.cleaned_data["expected_version"],
+        )
     except Conflict:
+        # Which CONFLICT it was shows in the memory as it is now: no longer active (also when
+        # tombstoned between the service's read and its write), or someone saved first.
         current = sel.memory_for_console(tenant=request.tenant, memory_id=memory_id)
         if current.status != Status.ACTIVE:
             return _not_active(request, current, form)

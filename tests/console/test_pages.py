@@ -414,6 +414,54 @@ def test_save_after_a_tombstone_never_overwrites_it(reviewer_client, agent, stor
     assert (memory.status, memory.text, memory.version) == (Status.TOMBSTONED, "Lives in Paris", 2)
 
 
+@pytest.mark.parametrize("edit", [True, False], ids=["edited", "unchanged"])
+def test_save_after_a_tombstone_or_purge_shows_the_notice(
+    reviewer_client, agent, store_memory, edit
+):
+    """`memory_correct` alone decides that only an active memory is corrected; the view shows
+    its CONFLICT as the not-active notice, whether the form changed anything or not, and for a
+    purged memory too (never its edit form)."""
+    from memories.services import memory_purge, memory_tombstone
+
+    for gone in ("tombstone", "purge"):
+        memory = store_memory(agent, f"Lives in Paris ({gone})")
+        form = _loaded_form(reviewer_client, memory)
+        if gone == "purge":
+            memory_purge(tenant=agent.tenant, memory_id=memory.pk, actor="operator:other")
+        else:
+            memory_tombstone(tenant=agent.tenant, memory_id=memory.pk, actor="operator:other")
+        if edit:
+            form["text"] = "Lives in Lyon"
+        response = reviewer_client.post(f"/console/memories/{memory.pk}/save/", form, **HX)
+        assert response.status_code == 409, gone
+        body = response.content.decode()
+        assert "data-not-active" in body and "This memory was tombstoned by operator:other" in body
+        assert ">Save</button>" not in body
+        memory.refresh_from_db()
+        assert (memory.status, memory.version) == (Status.TOMBSTONED, 2)
+
+
+def test_a_stale_form_saved_unchanged_shows_what_changed_since(
+    reviewer_client, agent, store_memory
+):
+    from memories.services import memory_correct
+
+    memory = store_memory(agent, "Prefers email")
+    form = _loaded_form(reviewer_client, memory)
+    memory_correct(
+        tenant=agent.tenant,
+        memory_id=memory.pk,
+        actor="operator:other@acme.test",
+        changes={"text": "Prefers phone"},
+        expected_version=1,
+    )
+    response = reviewer_client.post(f"/console/memories/{memory.pk}/save/", form, **HX)
+    assert response.status_code == 409
+    assert re.findall(r'data-conflict-field="(\w+)"', response.content.decode()) == ["text"]
+    memory.refresh_from_db()
+    assert (memory.text, memory.version) == ("Prefers phone", 2)
+
+
 def test_memory_correct_refuses_a_memory_that_is_not_active(agent, store_memory):
     from memories.services import memory_correct, memory_tombstone
     from memoryhub.errors import Conflict
