@@ -55,6 +55,11 @@ class MemoryQuerySet(models.QuerySet):
         )
 
 
+# A memory's two vectors (pgvector embedding, tsvector): read only by search in SQL, and the
+# bulk of a row to decode, so reads that return or compare memories defer them.
+VECTOR_FIELDS = ("embedding", "search_vector")
+
+
 class Memory(models.Model):
     id = models.CharField(primary_key=True, max_length=30, default=new_memory_id, editable=False)
     # No single-column index: every index of the table leads with tenant already.

@@ -22,13 +22,10 @@ from memories import validation
 from memories.access import bump_access
 from memories.clock import resolve_now
 from memories.ids import is_memory_id
-from memories.models import Memory, MemoryRevision
+from memories.models import VECTOR_FIELDS, Memory, MemoryRevision
 from memories.serialization import iso
 from memories.visibility import visible_memories
 from memoryhub.errors import InvalidInput, NotFound
-
-# Columns no read response shows: the bulk of a row, left in the database.
-RESPONSE_UNUSED = ("embedding", "search_vector")
 
 LIST_FILTERS = frozenset(
     {
@@ -72,7 +69,7 @@ def memory_get(
                 tenant=principal.tenant, agent=principal.agent, subject_id=subject, now=now
             )
             .select_related("agent")
-            .defer(*RESPONSE_UNUSED)
+            .defer(*VECTOR_FIELDS)
             .filter(pk=memory_id)
             .first()
         )
@@ -103,7 +100,7 @@ def memory_recall(
             tenant=principal.tenant, agent=principal.agent, subject_id=subject, now=now
         )
         .select_related("agent")
-        .defer(*RESPONSE_UNUSED)
+        .defer(*VECTOR_FIELDS)
         .filter(key=key)
         .order_by(
             Case(
@@ -265,7 +262,7 @@ def memory_list(
         include_shared=include_shared,
         now=now,
     ).select_related("agent")
-    rows = rows.defer(*RESPONSE_UNUSED)
+    rows = rows.defer(*VECTOR_FIELDS)
     if filters.get("category"):
         rows = rows.filter(category=validation.category(filters["category"], default=""))
     if filters.get("kind"):

@@ -37,6 +37,7 @@ from memories.embeddings import get_embedder
 from memories.ids import is_memory_id
 from memories.models import (
     EMBEDDING_DIM,
+    VECTOR_FIELDS,
     Category,
     ChangeType,
     Memory,
@@ -569,10 +570,6 @@ def _upsert(
     raise Conflict(details={"current_version": None})
 
 
-# Never needed to report a near duplicate or a tombstone, and the bulk of a row to decode.
-BULKY_FIELDS = ("embedding", "search_vector")
-
-
 def _similar(
     rows,
     *,
@@ -590,14 +587,14 @@ def _similar(
     exact = list(
         rows.filter(content_hash=prepared.content_hash)
         .select_related("agent")
-        .defer(*BULKY_FIELDS)
+        .defer(*VECTOR_FIELDS)
         .order_by("created_at", "id")[:NEAR_LIMIT]
     )
     neighbours = list(
         rows.filter(embedding_model=prepared.embedding_model, embedding__isnull=False)
         .exclude(pk__in=[m.pk for m in exact])
         .select_related("agent")
-        .defer(*BULKY_FIELDS)
+        .defer(*VECTOR_FIELDS)
         .annotate(distance=CosineDistance("embedding", prepared.embedding))
         .order_by("distance")[:NEAR_LIMIT]
     )

@@ -66,6 +66,21 @@ def test_constraint_spares_dead_rows_other_owners_and_subjects(tenant, other_ten
 
 
 @pytest.mark.django_db
+def test_vector_fields_are_every_vector_column_of_a_memory():
+    """Reads defer `VECTOR_FIELDS`: a vector column added to Memory belongs in it."""
+    from django.contrib.postgres.search import SearchVectorField
+    from pgvector.django import VectorField
+
+    from memories.models import VECTOR_FIELDS
+
+    vectors = {
+        f.name
+        for f in Memory._meta.concrete_fields
+        if isinstance(getattr(f, "output_field", f), VectorField | SearchVectorField)
+    }
+    assert set(VECTOR_FIELDS) == vectors == {"embedding", "search_vector"}
+
+
 def test_search_vector_is_generated_from_key_and_text(tenant, agent):
     memory = Memory.objects.create(
         tenant=tenant,
