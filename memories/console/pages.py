@@ -266,11 +266,7 @@ def _job_runs(tenant) -> list[JobRun]:
     scheduled/command runs, newest first, each with `shown_counts` (the tenant's share of a
     global run) and `shown_error` (a global run's exception class only: its message may name
     another tenant's rows)."""
-    own = JobRun.objects.filter(tenant=tenant).order_by("-started_at")[:JOB_RUNS_SHOWN]
-    scheduled = JobRun.objects.filter(tenant__isnull=True).order_by("-started_at")
-    runs = list(
-        own.union(scheduled[:JOB_RUNS_SHOWN], all=True).order_by("-started_at")[:JOB_RUNS_SHOWN]
-    )
+    runs = list(JobRun.objects.visible_to(tenant).order_by("-started_at", "-id")[:JOB_RUNS_SHOWN])
     for run in runs:
         run.shown_counts = run.counts_for(tenant)
         run.shown_error = run.error if run.tenant_id else run.error.split(":", 1)[0]

@@ -77,6 +77,21 @@ def test_the_other_tenant_sees_its_own_share(login, outsider, runs):
     assert "27182" not in body and "31415" not in body and "69137" not in body
 
 
+def test_the_page_lists_the_newest_runs_the_tenant_may_see(tenant, other_tenant):
+    """`JobRun.objects.visible_to` newest first, cut at JOB_RUNS_SHOWN, whatever the mix."""
+    from memories.console.pages import JOB_RUNS_SHOWN, _job_runs
+
+    owners = [tenant, None, other_tenant]
+    created = [
+        JobRun.objects.create(
+            job="prune_memories", tenant=owners[i % 3], started_at=ago(minutes=i), status="ok"
+        )
+        for i in range(2 * JOB_RUNS_SHOWN)
+    ]
+    visible = [r.pk for r in created if r.tenant_id in (tenant.pk, None)]
+    assert [r.pk for r in _job_runs(tenant)] == visible[:JOB_RUNS_SHOWN]
+
+
 def last_prune_stat(body: str) -> str:
     start = body.index("Last prune")
     return body[start : body.index("</a>", start)]
