@@ -42,3 +42,23 @@ def make_operator(
     tenant: Tenant, email: str, role: str = "owner", password: str = TEST_PASSWORD
 ) -> Membership:
     return operator_create(tenant=tenant, email=email, password=password, role=role)
+
+
+def asgi_http_scope(
+    method: str, path: str, headers: list[tuple[bytes, bytes]], query_string: bytes = b""
+) -> dict:
+    """An ASGI HTTP scope for driving `memoryhub.asgi.application` directly in a test."""
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": query_string,
+        "root_path": "",
+        "headers": [(b"host", b"testserver"), *headers],
+        "client": ("127.0.0.1", 50000),
+        "server": ("testserver", 80),
+    }

@@ -18,7 +18,7 @@ from memories.export import export_markdown, fence_for, inline_code
 from memories.jsonl import ImportLineError, import_jsonl, memory_to_record
 from memories.models import Memory, MemoryRevision, Status
 from memories.services import memory_restore, memory_tombstone
-from tests.factories import make_agent, make_operator
+from tests.factories import asgi_http_scope, make_agent, make_operator
 
 pytestmark = pytest.mark.django_db
 
@@ -213,20 +213,12 @@ def test_markdown_export_streams_through_the_asgi_app(owner, agent, store_memory
     # and keep the test database from being dropped).
     monkeypatch.setitem(connections.settings["default"], "CONN_MAX_AGE", 0)
 
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "GET",
-        "scheme": "http",
-        "path": "/console/export/markdown/",
-        "raw_path": b"/console/export/markdown/",
-        "query_string": b"agent=support-bot",
-        "root_path": "",
-        "headers": [(b"host", b"testserver"), (b"cookie", f"sessionid={session}".encode())],
-        "client": ("127.0.0.1", 50000),
-        "server": ("testserver", 80),
-    }
+    scope = asgi_http_scope(
+        "GET",
+        "/console/export/markdown/",
+        [(b"cookie", f"sessionid={session}".encode())],
+        query_string=b"agent=support-bot",
+    )
     messages = []
 
     async def receive():

@@ -10,24 +10,11 @@ from django.db import connections
 
 from memories.models import Memory
 from memoryhub.asgi import application
-from tests.factories import make_agent, make_key, make_tenant
+from tests.factories import asgi_http_scope, make_agent, make_key, make_tenant
 
 
 def _post(path: str, chunks: list[bytes], headers: list[tuple[bytes, bytes]]):
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"host", b"testserver"), *headers],
-        "client": ("127.0.0.1", 50000),
-        "server": ("testserver", 80),
-    }
+    scope = asgi_http_scope("POST", path, headers)
     pending = [
         {"type": "http.request", "body": chunk, "more_body": i < len(chunks) - 1}
         for i, chunk in enumerate(chunks)
