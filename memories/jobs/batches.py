@@ -89,10 +89,3 @@ def fetch_all(sql: str, params: dict[str, Any] | Sequence[Any] = ()) -> list[tup
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchall()
-
-
-def fetch_value(sql: str, params: dict[str, Any] | Sequence[Any] = ()) -> Any:
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        row = cursor.fetchone()
-    return row[0] if row else None
