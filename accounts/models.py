@@ -13,6 +13,14 @@ SLUG_VALIDATOR = RegexValidator(r"^[a-z0-9][a-z0-9_-]{0,62}$", "Use a-z, 0-9, _ 
 CATEGORY_RE = r"^[a-z0-9_-]{1,40}$"
 
 
+class TenantQuerySet(models.QuerySet):
+    """The one way to start a query over a tenant-owned model: `X.objects.for_tenant(t)`."""
+
+    def for_tenant(self, tenant: Tenant | int):
+        tenant_id = tenant if isinstance(tenant, int) else tenant.pk
+        return self.filter(tenant_id=tenant_id)
+
+
 class Tenant(models.Model):
     slug = models.CharField(max_length=63, unique=True, validators=[SLUG_VALIDATOR])
     name = models.CharField(max_length=200, blank=True)
@@ -41,6 +49,8 @@ class Membership(models.Model):
     )
     role = models.CharField(max_length=16, choices=Role.choices, default=Role.VIEWER)
     created_at = models.DateTimeField(default=timezone.now)
+
+    objects = TenantQuerySet.as_manager()
 
     class Meta:
         constraints = [
@@ -73,6 +83,8 @@ class Agent(models.Model):
     )
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
+
+    objects = TenantQuerySet.as_manager()
 
     class Meta:
         constraints = [
@@ -118,6 +130,8 @@ class ApiKey(models.Model):
     expires_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
+
+    objects = TenantQuerySet.as_manager()
 
     class Meta:
         indexes = [

@@ -9,7 +9,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 from pgvector.django import HnswIndex, VectorField
 
-from accounts.models import Agent, Tenant
+from accounts.models import Agent, Tenant, TenantQuerySet
 from memories.ids import new_memory_id
 
 EMBEDDING_DIM = 384
@@ -42,11 +42,7 @@ class Category:
     BUILTIN = (CORE, DAILY, CONVERSATION, WORKSPACE, ARCHIVAL)
 
 
-class MemoryQuerySet(models.QuerySet):
-    def for_tenant(self, tenant: Tenant | int) -> MemoryQuerySet:
-        tenant_id = tenant if isinstance(tenant, int) else tenant.pk
-        return self.filter(tenant_id=tenant_id)
-
+class MemoryQuerySet(TenantQuerySet):
     def live(self, now=None) -> MemoryQuerySet:
         """Active and not past `expires_at`: what every read may return."""
         now = now or timezone.now()
@@ -287,6 +283,8 @@ class MemoryRevision(models.Model):
     after = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
+    objects = TenantQuerySet.as_manager()
+
     class Meta:
         indexes = [
             # Memory detail: a memory's history in order.
@@ -318,6 +316,8 @@ class OwnerCount(models.Model):
     owner_id = models.BigIntegerField()  # the agent's id; 0 for the tenant's workspace
     active = models.BigIntegerField(default=0)
 
+    objects = TenantQuerySet.as_manager()
+
     class Meta:
         constraints = [
             # The cap check's lookup, and the triggers' ON CONFLICT target.
@@ -335,6 +335,8 @@ class IdempotencyRecord(models.Model):
     response_body = models.JSONField()
     created_at = models.DateTimeField(default=timezone.now)
 
+    objects = TenantQuerySet.as_manager()
+
     class Meta:
         constraints = [
             # Replay lookup by (tenant, key); also what makes a concurrent retry wait for the first.
@@ -346,7 +348,7 @@ class IdempotencyRecord(models.Model):
         ]
 
 
-class JobRunQuerySet(models.QuerySet):
+class JobRunQuerySet(TenantQuerySet):
     def visible_to(self, tenant: Tenant) -> models.QuerySet:
         """The runs an operator of `tenant` may see: the tenant's own and the global ones."""
         return self.filter(Q(tenant=tenant) | Q(tenant__isnull=True))
