@@ -15,9 +15,9 @@ from django_htmx.http import HttpResponseClientRefresh
 
 from accounts.console import operator_actor, require_role
 from accounts.models import Role
-from memories import console_selectors as sel
+from memories.console import selectors as sel
 from memories.console.common import done, render, render_markdown, revision_view, safe_next
-from memories.forms import CorrectionForm, TombstoneForm
+from memories.console.forms import CorrectionForm, TombstoneForm
 from memories.models import CaptureMode, ChangeType, ReviewState, Status
 from memoryhub.errors import Conflict, DomainError, NotFound
 

@@ -16,18 +16,18 @@ from django.views.decorators.http import require_POST
 from accounts import services as account_services
 from accounts.console import operator_actor, require_role
 from accounts.models import Agent, ApiKey, Membership, Role
-from memories import console_selectors as sel
 from memories.clock import resolve_now
+from memories.console import selectors as sel
 from memories.console.common import done, render
-from memories.console.memories import parse_filters
-from memories.export import export_filename, export_markdown
-from memories.forms import (
+from memories.console.forms import (
     AgentCreateForm,
     AgentPolicyForm,
     ApiKeyCreateForm,
     ImportForm,
     MemberForm,
 )
+from memories.console.memories import parse_filters
+from memories.export import export_filename, export_markdown
 from memories.ids import is_memory_id
 from memories.jsonl import ImportLineError, export_jsonl, import_jsonl
 from memories.models import JobRun, Status

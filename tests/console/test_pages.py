@@ -11,7 +11,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from accounts.models import ApiKey
-from memories import console_selectors as sel
+from memories.console import selectors as sel
 from memories.models import ChangeType, Memory, MemoryRevision, ReviewState, Status
 from tests.factories import make_agent
 
@@ -252,7 +252,7 @@ def _loaded_form(client, memory) -> dict[str, str]:
 
 def _save(client, memory, text, version, **extra):
     """Save `text` from a form loaded with `memory` as it was at `version`."""
-    from memories.forms import CorrectionForm
+    from memories.console.forms import CorrectionForm
 
     data = {
         **CorrectionForm.display_values(memory),
@@ -725,7 +725,7 @@ def test_activity_filters_by_actor_and_type(owner_client, agent, store_memory):
 
 
 def test_tampered_cursor_restarts_the_list(owner_client, agent, store_memory):
-    from memories.console_selectors import encode_cursor
+    from memories.console.selectors import encode_cursor
 
     store_memory(agent, "Still listed")
     for cursor in ("garbage", encode_cursor("not-a-number", "x"), encode_cursor(None, 1)):
