@@ -6,14 +6,10 @@ Every queryset starts from `Memory.objects.for_tenant(tenant)`. Lists are keyset
 
 from __future__ import annotations
 
-import base64
-import json
-from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.db.models import Count, Q, QuerySet
 from django.db.models.functions import Coalesce, Left
@@ -21,6 +17,7 @@ from django.http import Http404
 
 from accounts.models import Agent, Tenant
 from memories.clock import resolve_now
+from memories.cursors import keyset_page
 from memories.models import JobRun, Memory, MemoryRevision, ReviewState, Status
 
 PAGE_SIZE = 50
@@ -76,46 +73,8 @@ def bounded_count(qs: QuerySet) -> int:
     return qs.order_by()[: COUNT_CAP + 1].count()
 
 
-# --- cursors ---------------------------------------------------------------------------------
-
-
-def encode_cursor(value: Any, pk: Any) -> str:
-    if isinstance(value, datetime):
-        value = {"t": value.isoformat()}
-    raw = json.dumps([value, pk], separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> tuple[Any, Any] | None:
-    """`(value, pk)` from a cursor, or None for a malformed one (which restarts the list)."""
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        value, pk = json.loads(raw)
-        if isinstance(value, dict):
-            value = datetime.fromisoformat(value["t"])
-        return value, pk
-    except (ValueError, TypeError, KeyError):
-        return None
-
-
 def _keyset(qs: QuerySet, *, field_name: str, desc: bool, cursor: str | None, size: int) -> Page:
-    order = [f"-{field_name}", "-id"] if desc else [field_name, "id"]
-    qs = qs.order_by(*order)
-    decoded = decode_cursor(cursor) if cursor else None
-    if decoded is not None:
-        value, pk = decoded
-        op = "lt" if desc else "gt"
-        # A hand-edited cursor of the wrong type restarts the list rather than failing.
-        with suppress(ValueError, TypeError, ValidationError):
-            qs = qs.filter(
-                Q(**{f"{field_name}__{op}": value}) | Q(**{field_name: value, f"id__{op}": pk})
-            )
-    rows = list(qs[: size + 1])
-    next_cursor = None
-    if len(rows) > size:
-        rows = rows[:size]
-        last = rows[-1]
-        next_cursor = encode_cursor(getattr(last, field_name), last.pk)
+    rows, next_cursor = keyset_page(qs, field_name=field_name, desc=desc, cursor=cursor, size=size)
     return Page(items=rows, next_cursor=next_cursor)
 
 

@@ -725,10 +725,10 @@ def test_activity_filters_by_actor_and_type(owner_client, agent, store_memory):
 
 
 def test_tampered_cursor_restarts_the_list(owner_client, agent, store_memory):
-    from memories.console.selectors import encode_cursor
+    from memories.cursors import encode_position
 
     store_memory(agent, "Still listed")
-    for cursor in ("garbage", encode_cursor("not-a-number", "x"), encode_cursor(None, 1)):
+    for cursor in ("garbage", encode_position("not-a-number", "x"), encode_position(None, 1)):
         response = owner_client.get(f"/console/memories/?sort=importance&cursor={cursor}")
         assert response.status_code == 200 and "Still listed" in response.content.decode()
 
