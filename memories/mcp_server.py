@@ -32,7 +32,7 @@ from rest_framework.exceptions import Throttled
 from accounts.authentication import authenticate_key, bearer_token
 from accounts.principal import Principal
 from memories import search, selectors, services, validation
-from memories.api.views import KeyRateThrottle
+from memories.ratelimit import KeyRateThrottle
 from memories.serialization import memory_json
 from memoryhub.errors import DomainError, InvalidInput, envelope, error_for_exception
 

@@ -8,16 +8,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from django.conf import settings
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.throttling import SimpleRateThrottle
 from rest_framework.views import APIView
 
 from memories import idempotency, selectors, services, validation
 from memories.api import schema
+from memories.ratelimit import KeyRateThrottle
 from memories.serialization import memory_json
 
 
@@ -61,22 +60,6 @@ def _forget_options(request: Request) -> tuple[str, bool]:
         reason = request.data.get("reason")
     purge = validation.parse_bool(request.query_params.get("purge"), "purge", default=False)
     return reason or "", purge
-
-
-class KeyRateThrottle(SimpleRateThrottle):
-    """`MEMORYHUB_RATE_LIMIT_PER_MINUTE` requests per API key (0: off) → 429 RATE_LIMITED with
-    Retry-After. Counted in the Django cache, so per process unless a shared cache is set."""
-
-    scope = "agent_key"
-
-    def get_rate(self) -> str | None:
-        limit = settings.MEMORYHUB_RATE_LIMIT_PER_MINUTE
-        return f"{limit}/min" if limit else None
-
-    def get_cache_key(self, request, view) -> str:
-        principal = request.user
-        ident = principal.api_key.pk if principal.api_key else f"agent-{principal.agent.pk}"
-        return self.cache_format % {"scope": self.scope, "ident": ident}
 
 
 class AgentAPIView(APIView):
