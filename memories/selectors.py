@@ -19,8 +19,8 @@ from memories.access import bump_access
 from memories.clock import resolve_now
 from memories.cursors import WalkCursor
 from memories.ids import is_memory_id
-from memories.models import VECTOR_FIELDS, Memory, MemoryRevision
-from memories.visibility import visible_memories
+from memories.models import VECTOR_FIELDS, Memory, MemoryQuerySet, MemoryRevision, Status
+from memories.visibility import visible_memories, visible_q
 from memoryhub.errors import InvalidInput, NotFound
 
 LIST_FILTERS = frozenset(
@@ -135,6 +135,29 @@ def memory_keys(
     if category:
         rows = rows.filter(category=validation.category(category, default=""))
     return list(rows.order_by("key").values_list("key", flat=True).distinct())
+
+
+def memory_export(
+    *,
+    principal: Principal,
+    subject_id: str | None,
+    category: str | None = None,
+    include_tombstoned: bool = False,
+    include_shared: bool = True,
+    now: datetime | None = None,
+) -> MemoryQuerySet:
+    """What `GET /api/v1/export.md` writes: the memories the key's agent can see for the
+    (already resolved) subject, live ones and, when asked, tombstoned ones too."""
+    principal.require_scope("read")
+    visible = Memory.objects.for_tenant(principal.tenant).filter(
+        visible_q(agent=principal.agent, subject_id=subject_id, include_shared=include_shared)
+    )
+    rows = visible.live(resolve_now(now))
+    if include_tombstoned:
+        rows = rows | visible.filter(status=Status.TOMBSTONED)
+    if category:
+        rows = rows.filter(category=category)
+    return rows
 
 
 # --- list with a keyset cursor ---------------------------------------------------------------
