@@ -18,7 +18,7 @@ from accounts.console import operator_actor, require_role
 from accounts.models import Agent, ApiKey, Membership, Role
 from memories.clock import resolve_now
 from memories.console import selectors as sel
-from memories.console.common import done, render
+from memories.console.common import done, refuse_on_form, render, service_errors
 from memories.console.forms import (
     AgentCreateForm,
     AgentPolicyForm,
@@ -188,6 +188,7 @@ def _agent_context(request, agent, *, policy_form=None, key_form=None, new_key=N
 
 
 @require_role(Role.VIEWER)
+@service_errors(back=lambda slug: reverse("console:agent", args=[slug]))
 def agent_detail(request: HttpRequest, slug: str) -> HttpResponse:
     agent = _agent(request, slug)
     if request.method == "POST":
@@ -203,7 +204,7 @@ def agent_detail(request: HttpRequest, slug: str) -> HttpResponse:
                     tenant=request.tenant, agent=agent, reads_from=reads_from, **data
                 )
             except DomainError as exc:
-                form.add_error(None, exc.message)
+                refuse_on_form(form, exc)
             else:
                 return done(request, "Policy saved.", reverse("console:agent", args=[agent.slug]))
         context = _agent_context(request, agent, policy_form=form)
@@ -237,11 +238,9 @@ def key_create(request: HttpRequest, slug: str) -> HttpResponse:
 
 @require_role(Role.ADMIN)
 @require_POST
+@service_errors(back=lambda key_id: reverse("console:agents"))
 def key_revoke(request: HttpRequest, key_id: int) -> HttpResponse:
-    try:
-        api_key = account_services.api_key_revoke(tenant=request.tenant, key_id=key_id)
-    except DomainError as exc:
-        raise Http404 from exc
+    api_key = account_services.api_key_revoke(tenant=request.tenant, key_id=key_id)
     agent = api_key.agent
     if request.htmx:
         context = _agent_context(request, agent)

@@ -506,6 +506,24 @@ def test_tombstone_then_restore(reviewer_client, agent, store_memory):
     assert memory.status == Status.ACTIVE
 
 
+def test_a_refused_action_says_why_and_goes_back(reviewer_client, agent, store_memory):
+    """A service refusal (here: restoring next to a live memory with the same key) is flashed;
+    a form post lands back on the detail page (or `next`), an HTMX post reloads in place."""
+    old = store_memory(agent, "Lives in Paris", key="home")
+    reviewer_client.post(f"/console/memories/{old.pk}/tombstone/")
+    store_memory(agent, "Lives in Rome", key="home")
+    url = f"/console/memories/{old.pk}/"
+    response = reviewer_client.post(url + "restore/", follow=True)
+    assert response.redirect_chain == [(url, 302)]
+    assert "Another live memory holds this key" in response.content.decode()
+    response = reviewer_client.post(url + "restore/", {"next": "/console/tombstones/"})
+    assert response.status_code == 302 and response["Location"] == "/console/tombstones/"
+    response = reviewer_client.post(url + "restore/", **HX)
+    assert response.status_code == 200 and response["HX-Refresh"] == "true"
+    old.refresh_from_db()
+    assert old.status == Status.TOMBSTONED
+
+
 def test_review_queue_oldest_first_and_approve_removes_row(reviewer_client, agent, store_memory):
     first = store_memory(agent, "Inferred first", capture_mode="inferred")
     second = store_memory(agent, "Inferred second", capture_mode="inferred")
