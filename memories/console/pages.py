@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.util
 
 from django.contrib import messages
-from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Q
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
@@ -311,22 +310,14 @@ def members(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
         form = MemberForm(request.POST)
         if form.is_valid():
-            email = form.cleaned_data["email"].lower()
-            exists = get_user_model().objects.filter(username=email).exists()
-            if not exists and not form.cleaned_data["password"]:
-                form.add_error("password", "A new operator needs a password.")
-            else:
-                account_services.operator_create(
-                    tenant=request.tenant,
-                    email=email,
-                    password=None if exists else form.cleaned_data["password"],
-                    role=form.cleaned_data["role"],
-                )
-                return done(
-                    request,
-                    f"{email} is now {form.cleaned_data['role']}.",
-                    reverse("console:members"),
-                )
+            email, role = form.cleaned_data["email"], form.cleaned_data["role"]
+            account_services.operator_create(
+                tenant=request.tenant,
+                email=email,
+                password=form.cleaned_data["password"],
+                role=role,
+            )
+            return done(request, f"{email} is now {role}.", reverse("console:members"))
     rows = (
         Membership.objects.filter(tenant=request.tenant)
         .select_related("user")

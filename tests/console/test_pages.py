@@ -10,10 +10,10 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from accounts.models import ApiKey
+from accounts.models import ApiKey, Membership
 from memories.console import selectors as sel
 from memories.models import ChangeType, Memory, MemoryRevision, ReviewState, Status
-from tests.factories import make_agent
+from tests.factories import make_agent, make_operator
 
 pytestmark = pytest.mark.django_db
 
@@ -870,3 +870,30 @@ def test_ago_and_or_dash_filters():
     assert ago(now - timedelta(minutes=5)) == "5\xa0minutes ago"
     assert or_dash("") == or_dash(None) == or_dash([]) == '<span class="none" title="none">—</span>'
     assert or_dash("<b>x</b>") == "&lt;b&gt;x&lt;/b&gt;"
+
+
+def test_members_a_new_operator_needs_a_password_an_existing_one_keeps_theirs(
+    owner_client, tenant, other_tenant, django_user_model
+):
+    response = owner_client.post("/console/members/", {"email": "New@Acme.test", "role": "viewer"})
+    assert response.status_code == 422
+    assert "A new operator needs a password." in response.content.decode()
+    assert not django_user_model.objects.filter(username="new@acme.test").exists()
+
+    response = owner_client.post(
+        "/console/members/", {"email": "New@Acme.test", "role": "viewer", "password": "pw-1"}
+    )
+    assert response.status_code == 302
+    user = django_user_model.objects.get(username="new@acme.test")
+    assert user.check_password("pw-1") and Membership.objects.get(user=user).role == "viewer"
+
+    # Known elsewhere: no password needed, and one given does not replace theirs.
+    elsewhere = make_operator(other_tenant, "elsewhere@globex.test", "owner").user
+    response = owner_client.post(
+        "/console/members/",
+        {"email": "elsewhere@globex.test", "role": "reviewer", "password": "not-theirs"},
+    )
+    assert response.status_code == 302
+    elsewhere.refresh_from_db()
+    assert not elsewhere.check_password("not-theirs")
+    assert Membership.objects.for_tenant(tenant).get(user=elsewhere).role == "reviewer"
