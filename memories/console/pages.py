@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Q
@@ -11,6 +9,8 @@ from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpRespons
 from django.shortcuts import redirect
 from django.urls import reverse
 from django.views.decorators.http import require_POST
+from django_q.models import Schedule
+from django_q.tasks import async_task
 
 from accounts import services as account_services
 from accounts.console import operator_actor, require_role
@@ -252,10 +252,6 @@ def key_revoke(request: HttpRequest, key_id: int) -> HttpResponse:
 # --- jobs ------------------------------------------------------------------------------------
 
 
-def _tasks_available() -> bool:
-    return importlib.util.find_spec("memories.tasks") is not None
-
-
 JOB_RUNS_SHOWN = 30
 
 
@@ -273,14 +269,11 @@ def _job_runs(tenant) -> list[JobRun]:
 
 @require_role(Role.VIEWER)
 def jobs(request: HttpRequest) -> HttpResponse:
-    from django_q.models import Schedule
-
     context = {
         "section": "jobs",
         "schedules": list(Schedule.objects.order_by("name")),
         "runs": _job_runs(request.tenant),
         "job_names": JOB_NAMES,
-        "tasks_available": _tasks_available(),
     }
     return render(request, "console/jobs.html", context, fragment="job-runs")
 
@@ -292,11 +285,6 @@ def job_run(request: HttpRequest) -> HttpResponse:
     name = request.POST.get("job", "")
     if name not in JOB_NAMES:
         raise Http404("No such job")
-    if not _tasks_available():
-        messages.error(request, "Jobs are not installed yet.")
-        return redirect("console:jobs")
-    from django_q.tasks import async_task
-
     async_task("memories.tasks.run_job", name, trigger="console", tenant_id=request.tenant.pk)
     return done(request, f"{name} queued for {request.tenant.slug}.", reverse("console:jobs"))
 
