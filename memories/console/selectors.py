@@ -18,7 +18,9 @@ from django.http import Http404
 from accounts.models import Agent, Tenant
 from memories.clock import resolve_now
 from memories.cursors import keyset_page
+from memories.embeddings import get_embedder
 from memories.models import JobRun, Memory, MemoryRevision, ReviewState, Status
+from memories.search import ranked_ids
 
 PAGE_SIZE = 50
 SEARCH_LIMIT = 100
@@ -164,9 +166,6 @@ def text_search(qs: QuerySet, query: str, *, limit: int) -> list[Memory]:
     cannot go through the agent-facing `memory_search`, which applies one agent's visibility;
     it calls the same one-statement ranking with the console's tenant-scoped queryset instead.
     """
-    from memories.embeddings import get_embedder
-    from memories.search import ranked_ids
-
     vector = get_embedder().embed([query])[0]
     ranked = ranked_ids(
         qs.select_related(None), query=query, vector=vector, mode="hybrid", limit=limit

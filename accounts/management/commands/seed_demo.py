@@ -3,12 +3,14 @@ import secrets
 from django.core.management.base import BaseCommand
 
 from accounts.models import Agent, Membership
+from accounts.principal import Principal
 from accounts.services import (
     agent_get_or_create,
     api_key_create,
     operator_create,
     tenant_get_or_create,
 )
+from memories.services import memory_store
 
 DEMO_TENANT, DEMO_EMAIL, DEMO_AGENT = "demo", "admin@example.com", "demo-agent"
 
@@ -60,9 +62,6 @@ DEMO_MEMORIES = (
 
 def seed_memories(tenant, agent) -> None:
     """Store the demo memories through the same service the API uses."""
-    from accounts.principal import Principal
-    from memories.services import memory_store
-
     principal = Principal(tenant=tenant, agent=agent)
     for data in DEMO_MEMORIES:
         memory_store(principal=principal, data=dict(data))
