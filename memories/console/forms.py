@@ -142,7 +142,7 @@ class AgentCreateForm(forms.Form):
 
     def clean_slug(self):
         slug = self.cleaned_data["slug"].lower()
-        if Agent.objects.filter(tenant=self.tenant, slug=slug).exists():
+        if Agent.objects.for_tenant(self.tenant).filter(slug=slug).exists():
             raise forms.ValidationError("An agent with this slug exists already.")
         return slug
 

@@ -140,7 +140,7 @@ def import_view(request: HttpRequest) -> HttpResponse:
 @require_role(Role.VIEWER)
 def agent_list(request: HttpRequest) -> HttpResponse:
     agents = (
-        Agent.objects.filter(tenant=request.tenant)
+        Agent.objects.for_tenant(request.tenant)
         .annotate(
             live_count=Count("memories", filter=Q(memories__status=Status.ACTIVE), distinct=True),
             key_count=Count("api_keys", filter=Q(api_keys__revoked_at__isnull=True), distinct=True),
@@ -166,7 +166,7 @@ def agent_list(request: HttpRequest) -> HttpResponse:
 
 
 def _agent(request: HttpRequest, slug: str) -> Agent:
-    agent = Agent.objects.filter(tenant=request.tenant, slug=slug).first()
+    agent = Agent.objects.for_tenant(request.tenant).filter(slug=slug).first()
     if agent is None:
         raise Http404("No such agent")
     return agent
@@ -174,7 +174,9 @@ def _agent(request: HttpRequest, slug: str) -> Agent:
 
 def _agent_context(request, agent, *, policy_form=None, key_form=None, new_key=None) -> dict:
     others = [a for a in sel.agents_for(request.tenant) if a.pk != agent.pk]
-    keys = list(ApiKey.objects.filter(tenant=request.tenant, agent=agent).order_by("-created_at"))
+    keys = list(
+        ApiKey.objects.for_tenant(request.tenant).filter(agent=agent).order_by("-created_at")
+    )
     now = resolve_now()
     return {
         "section": "agents",
@@ -307,7 +309,7 @@ def members(request: HttpRequest) -> HttpResponse:
             )
             return done(request, f"{email} is now {role}.", reverse("console:members"))
     rows = (
-        Membership.objects.filter(tenant=request.tenant)
+        Membership.objects.for_tenant(request.tenant)
         .select_related("user")
         .order_by("user__username")
     )

@@ -96,7 +96,7 @@ def memory_for_console(*, tenant: Tenant, memory_id: str) -> Memory:
 
 
 def agents_for(tenant: Tenant) -> list[Agent]:
-    return list(Agent.objects.filter(tenant=tenant).order_by("slug"))
+    return list(Agent.objects.for_tenant(tenant).order_by("slug"))
 
 
 def _filtered(tenant: Tenant, filters: dict[str, str], now: datetime) -> QuerySet:
@@ -247,7 +247,7 @@ def tombstone_page(*, tenant: Tenant, cursor: str | None = None, size: int = PAG
 
 def revisions_for(*, tenant: Tenant, memory: Memory) -> list[MemoryRevision]:
     return list(
-        MemoryRevision.objects.filter(tenant=tenant, memory_id=memory.pk).order_by("-id")[:200]
+        MemoryRevision.objects.for_tenant(tenant).filter(memory_id=memory.pk).order_by("-id")[:200]
     )
 
 
@@ -259,7 +259,7 @@ def activity_page(
     cursor: str | None = None,
     size: int = PAGE_SIZE,
 ) -> Page:
-    qs = MemoryRevision.objects.filter(tenant=tenant)
+    qs = MemoryRevision.objects.for_tenant(tenant)
     if actor:
         qs = qs.filter(actor__icontains=actor) if ":" not in actor else qs.filter(actor=actor)
     if change_type:
@@ -307,7 +307,7 @@ def dashboard_stats(*, tenant: Tenant, now: datetime | None = None) -> dict[str,
         expiring=Count("id", filter=Q(expires_at__lte=now + timedelta(hours=24))),
         total=Count("id"),
     )
-    recent = list(MemoryRevision.objects.filter(tenant=tenant).order_by("-created_at", "-id")[:10])
+    recent = list(MemoryRevision.objects.for_tenant(tenant).order_by("-created_at", "-id")[:10])
     _label_memories(tenant, recent)
     # Only runs this tenant may see (its own `Run now`s and the global ones), each showing the
     # tenant's counts: never another tenant's run or its numbers (SPEC §6, as on the Jobs page).

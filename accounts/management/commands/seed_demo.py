@@ -23,13 +23,13 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts):
         tenant = tenant_get_or_create(slug=DEMO_TENANT, name="Demo workspace")
-        if not Membership.objects.filter(tenant=tenant, user__username=DEMO_EMAIL).exists():
+        if not Membership.objects.for_tenant(tenant).filter(user__username=DEMO_EMAIL).exists():
             password = secrets.token_urlsafe(12)
             operator_create(tenant=tenant, email=DEMO_EMAIL, password=password, role="owner")
             self.stdout.write(f"Console operator: {DEMO_EMAIL} / {password}  (shown once)")
         else:
             self.stdout.write(f"Console operator: {DEMO_EMAIL} (password shown on the first run)")
-        is_new = not Agent.objects.filter(tenant=tenant, slug=DEMO_AGENT).exists()
+        is_new = not Agent.objects.for_tenant(tenant).filter(slug=DEMO_AGENT).exists()
         agent = agent_get_or_create(tenant=tenant, slug=DEMO_AGENT, name="Demo agent")
         if is_new or not agent.api_keys.exists():
             _, raw = api_key_create(
