@@ -124,8 +124,8 @@ def service_errors(*, back: Callable[..., str]) -> Callable:
     `NotFound` → the console's 404 (another tenant's object answers exactly like a missing
     one). Any other `DomainError` the view lets through (restoring next to a live memory with
     the same key, say) → its message flashed and the operator sent back: an HTMX request
-    reloads the page it came from, a form post goes to `next`, else to `back(...)` called with the
-    view's URL arguments: the page the action belongs to.
+    reloads the page it came from, a form post goes to `next`, else to `back(...)`, called
+    with the view's URL arguments: the page the action belongs to.
     """
 
     def decorator(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
