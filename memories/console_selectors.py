@@ -199,14 +199,14 @@ def memory_page(
 
 
 def text_search(qs: QuerySet, query: str, *, limit: int) -> list[Memory]:
-    """The API's hybrid search (`memories.search.ranked_ids`) over the console's own scope.
+    """The API's hybrid search (`memories.retrieval.ranking.ranked_ids`) over the console's own scope.
 
     Operators search every memory of the filtered queryset (any agent, any status), so this
     cannot go through the agent-facing `memory_search`, which applies one agent's visibility;
     it calls the same one-statement ranking with the console's tenant-scoped queryset instead.
     """
     from memories.embeddings import get_embedder
-    from memories.search import ranked_ids
+    from memories.retrieval.ranking import ranked_ids
 
     vector = get_embedder().embed([query])[0]
     ranked = ranked_ids(

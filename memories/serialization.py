@@ -84,41 +84,6 @@ def memory_json(
     }
 
 
-def search_hit_json(
-    memory: Memory,
-    *,
-    agent: Agent,
-    relevance: float,
-    is_latest: bool = True,
-    slugs: dict[int, str] | None = None,
-) -> dict[str, Any]:
-    """One hit of `POST /api/v1/search` (the LLM-facing format of SPEC §4 Search)."""
-    payload = {"text": memory.text}
-    if isinstance(memory.data, dict):
-        payload.update({k: v for k, v in memory.data.items() if k != "text"})
-    return {
-        "id": memory.id,
-        "key": memory.key,
-        "kind": memory.kind,
-        "category": memory.category,
-        "quality": {
-            "relevance": round(min(max(relevance, 0.0), 1.0), 6),
-            "confidence": memory.confidence,
-        },
-        "data": payload,
-        "context": {
-            "when": iso(memory.updated_at),
-            "created_at": iso(memory.created_at),
-            "updated_at": iso(memory.updated_at),
-            "expires_at": iso(memory.expires_at),
-            "mentions": list(memory.mentions or []),
-            "tags": list(memory.tags or []),
-            "isLatest": is_latest,
-        },
-        "source": source_label(memory, agent, slugs),
-    }
-
-
 # --- the same object built by PostgreSQL --------------------------------------------------------
 
 _TS = "to_json(to_char({} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'))"
