@@ -7,9 +7,11 @@
   ts_rank;
 - semantic: pgvector cosine distance through the HNSW index, with iterative index scans so a
   selective tenant/agent/subject filter still yields `depth` rows;
-- hybrid: the top candidates of both lists, each re-scored by both signals and mixed linearly
-  (see `FUSION` for the knobs chosen on LoCoMo; README "Search quality" keeps the experiment
-  log, including the reciprocal-rank fusion this replaced).
+- hybrid: the top candidates of both lists, each re-scored by both signals and mixed linearly.
+
+The scores, weights and depths were chosen on LoCoMo; README "Search quality" keeps the
+experiment log, including the variants this replaced (reciprocal-rank fusion, min-max and
+squashed normalisations, ts_rank without IDF).
 
 `ranked_ids` ranks whatever scope it is given: agents' search and hydrate pass the visible
 memories (`memories.retrieval.search.search_scope`), the console its tenant-wide queryset.
@@ -17,7 +19,6 @@ memories (`memories.retrieval.search.search_scope`), the console its tenant-wide
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection, transaction
@@ -27,33 +28,10 @@ from pgvector.django import CosineDistance
 
 from memories.models import Memory
 
-
-@dataclass(frozen=True)
-class Fusion:
-    """Knobs of the hybrid ranking (chosen on LoCoMo; see README "Search quality")."""
-
-    rrf_k: int = 60
-    keyword_weight: float = 1.0
-    semantic_weight: float = 1.5
-    # Candidates taken from each list before fusing (at least the requested limit).
-    depth: int = 40
-    # Candidates visited by the HNSW scan; iterative scans go further when filters drop rows.
-    ef_search: int = 100
-    # "rrf": weighted reciprocal rank; "linear": both scores re-computed for the union of the
-    # candidates, normalised, and mixed with the same weights.
-    method: str = "linear"
-    semantic_norm: str = "raw"
-    # "max": keyword rank divided by the best rank among the candidates; "squash": r / (r + c).
-    keyword_norm: str = "max"
-    keyword_squash: float = 3.0
-    # Keyword score = sum of BM25-style IDF of the query lexemes a memory contains, with the
-    # document frequencies counted over the memories matching any lexeme (exactly the scope's,
-    # since the OR query matches every memory holding any of them), plus ts_rank to break ties.
-    keyword_idf: bool = True
-    idf_rank_weight: float = 5.0
-
-
-FUSION = Fusion()
+# Candidates taken from each list before fusing (at least the requested limit).
+DEPTH = 40
+# Candidates visited by the HNSW scan; iterative scans go further when filters drop rows.
+EF_SEARCH = 100
 
 # The OR tsquery, built inside PostgreSQL from the query text: every lexeme of
 # to_tsvector('english', q) (so stop words are gone and words are stemmed), quoted, joined by |.
@@ -72,15 +50,6 @@ def sql_with_params(qs: QuerySet) -> tuple[str, tuple]:
     """A queryset's SQL and parameters, to embed as a subquery of a hand-written statement."""
     sql, params = qs.query.sql_with_params()
     return sql, tuple(params)
-
-
-def _keyword_branch(scope: QuerySet, query: str, depth: int) -> tuple[str, tuple]:
-    return sql_with_params(
-        scope.annotate(kw_score=RawSQL(KEYWORD_RANK_SQL, (query,)))
-        .filter(RawSQL(KEYWORD_MATCH_SQL, (query,), output_field=BooleanField()))
-        .order_by("-kw_score", "id")
-        .values_list("id", "kw_score")[:depth]
-    )
 
 
 def _keyword_matches(scope: QuerySet, query: str) -> tuple[str, tuple]:
@@ -121,25 +90,24 @@ def ranked_ids(
     mode: str,
     limit: int,
     min_score: float | None = None,
-    fusion: Fusion = FUSION,
     model: str | None = None,
 ) -> list[tuple[str, float]]:
     """`[(memory_id, relevance 0–1)]`, best first, computed by one SQL statement (and a second,
     exact one when the HNSW walk came back short).
 
     keyword relevance = score / (score + 3), score = Σ IDF + 5 · ts_rank; semantic relevance =
-    cosine similarity clamped to 0–1; hybrid (linear) relevance = the weighted mean of the cosine
-    similarity and the keyword score relative to the best among the candidates, both recomputed
-    for every candidate of either list (a memory found by one list still gets the other's score).
+    cosine similarity clamped to 0–1; hybrid relevance = (1.5 · cosine similarity + 1 · keyword
+    score relative to the best among the candidates) / 2.5, both recomputed for every candidate
+    of either list (a memory found by one list still gets the other's score).
     """
-    depth = max(fusion.depth, limit)
-    args = (scope, query, vector, mode, limit, min_score, fusion, model)
+    depth = max(DEPTH, limit)
+    args = (scope, query, vector, mode, limit, min_score, model)
     with transaction.atomic(), connection.cursor() as cursor:
         if vector is not None:
             # Filtered HNSW scans keep walking the graph until `depth` rows pass the filters.
             cursor.execute(
                 "SET LOCAL hnsw.iterative_scan = relaxed_order; "
-                f"SET LOCAL hnsw.ef_search = {int(max(fusion.ef_search, depth))}"
+                f"SET LOCAL hnsw.ef_search = {int(max(EF_SEARCH, depth))}"
             )
         cursor.execute(*_ranking_sql(*args, exact=False))
         rows = cursor.fetchall()
@@ -164,15 +132,18 @@ def _ranking_sql(
     mode: str,
     limit: int,
     min_score: float | None,
-    fusion: Fusion,
     model: str | None,
     *,
     exact: bool,
 ) -> tuple[str, list]:
-    depth = max(fusion.depth, limit)
+    depth = max(DEPTH, limit)
     parts: list[str] = []
     params: list[Any] = []
-    if mode in ("keyword", "hybrid") and fusion.keyword_idf:
+    if mode in ("keyword", "hybrid"):
+        # Score = Σ BM25-style IDF of the query lexemes a memory holds, with the document
+        # frequencies counted over the memories matching any lexeme (for an OR query, exactly
+        # the scope's memories holding each lexeme), + 5 · ts_rank. MATERIALIZED, so the
+        # planner does not count again per row.
         sql, p = _keyword_matches(scope, query)
         parts.append(
             f"kw_all AS MATERIALIZED ({sql}), "
@@ -185,79 +156,46 @@ def _ranking_sql(
             "FROM kw_hits GROUP BY lexeme), "
             "kw_idf AS (SELECT h.id, sum(ln(1 + (kw_n.n - d.df + 0.5) / (d.df + 0.5))) AS s "
             "FROM kw_hits h JOIN kw_df d USING (lexeme) CROSS JOIN kw_n GROUP BY h.id), "
-            f"kw_full AS (SELECT a.id, COALESCE(i.s, 0) + {fusion.idf_rank_weight} * a.kw_rank "
+            "kw_full AS (SELECT a.id, COALESCE(i.s, 0) + 5.0 * a.kw_rank "
             "AS kw_score FROM kw_all a LEFT JOIN kw_idf i USING (id)), "
-            "kw AS (SELECT id, kw_score, row_number() OVER (ORDER BY kw_score DESC, id) AS r "
+            "kw AS (SELECT id, kw_score "
             f"FROM kw_full ORDER BY kw_score DESC, id LIMIT {int(depth)})"
         )
         params.extend([*p, query])
-    elif mode in ("keyword", "hybrid"):
-        sql, p = _keyword_branch(scope, query, depth)
-        parts.append(
-            f"kw AS (SELECT id, kw_score, row_number() OVER (ORDER BY kw_score DESC, id) AS r "
-            f"FROM ({sql}) kw_raw)"
-        )
-        params.extend(p)
     if mode in ("semantic", "hybrid"):
         assert vector is not None
         sql, p = _semantic_branch(scope, vector, depth, model, exact)
-        # MATERIALIZED: relaxed_order scans may return rows slightly out of order; rank again.
-        parts.append(
-            f"sem_raw AS MATERIALIZED ({sql}), "
-            f"sem AS (SELECT id, sem_dist, row_number() OVER (ORDER BY sem_dist, id) AS r "
-            f"FROM sem_raw)"
-        )
+        # MATERIALIZED: the scan runs once, on its own (its LIMIT is the index walk's), for
+        # the ranking and for the count of what it returned.
+        parts.append(f"sem AS MATERIALIZED ({sql})")
         params.extend(p)
 
     if mode == "keyword":
-        c = fusion.keyword_squash
-        select = f"SELECT id, kw_score / (kw_score + {c}) AS relevance FROM kw"
+        select = "SELECT id, kw_score / (kw_score + 3.0) AS relevance FROM kw"
     elif mode == "semantic":
         select = "SELECT id, LEAST(1, GREATEST(0, 1 - sem_dist)) AS relevance FROM sem"
-    elif fusion.method == "rrf":
-        k, wk, ws = fusion.rrf_k, fusion.keyword_weight, fusion.semantic_weight
-        best = wk / (k + 1) + ws / (k + 1)
-        select = (
-            "SELECT COALESCE(kw.id, sem.id) AS id, "
-            f"(COALESCE({wk} / ({k} + kw.r), 0) + COALESCE({ws} / ({k} + sem.r), 0)) / {best} "
-            "AS relevance FROM kw FULL OUTER JOIN sem ON kw.id = sem.id"
-        )
     else:
-        wk, ws = fusion.keyword_weight, fusion.semantic_weight
+        # Both scores again for every candidate of either list, then mixed: the cosine
+        # similarity (clamped at 0) weighs 1.5, the keyword score relative to the best among the
+        # candidates 1.
         table = Memory._meta.db_table
         sim_sql = "1 - (m.embedding <=> %s::vector)"
         if model:
             sim_sql = f"CASE WHEN m.embedding_model = %s THEN {sim_sql} END"
-        if fusion.keyword_idf:
-            kws_sql = "COALESCE(f.kw_score, 0)"
-            kws_join = " LEFT JOIN kw_full f ON f.id = m.id"
-        else:
-            kws_join = ""
-            kws_sql = KEYWORD_RANK_SQL.replace("search_vector", "m.search_vector")
         parts.append(
             "cand AS (SELECT id FROM kw UNION SELECT id FROM sem), "
             "scored AS (SELECT m.id, "
             f"COALESCE({sim_sql}, 0) AS sim, "
-            f"{kws_sql} AS kws "
-            f"FROM {table} m{kws_join} WHERE m.id IN (SELECT id FROM cand)), "
-            "normed AS (SELECT id, sim, kws, max(kws) OVER () AS maxk, "
-            "max(sim) OVER () AS maxs, min(sim) OVER () AS mins FROM scored)"
+            "COALESCE(f.kw_score, 0) AS kws "
+            f"FROM {table} m LEFT JOIN kw_full f ON f.id = m.id "
+            "WHERE m.id IN (SELECT id FROM cand)), "
+            "normed AS (SELECT id, sim, kws, max(kws) OVER () AS maxk FROM scored)"
         )
         params.extend([model] if model else [])
         params.append(_vector_literal(vector))
-        if not fusion.keyword_idf:
-            params.append(query)
-        if fusion.semantic_norm == "minmax":
-            sem_expr = "(sim - mins) / NULLIF(maxs - mins, 0)"
-        else:
-            sem_expr = "GREATEST(sim, 0)"
-        if fusion.keyword_norm == "max":
-            kw_expr = "kws / NULLIF(maxk, 0)"
-        else:
-            kw_expr = f"kws / (kws + {fusion.keyword_squash})"
         select = (
-            f"SELECT id, ({ws} * COALESCE({sem_expr}, 0) "
-            f"+ {wk} * COALESCE({kw_expr}, 0)) / {wk + ws} AS relevance FROM normed"
+            "SELECT id, (1.5 * COALESCE(GREATEST(sim, 0), 0) "
+            "+ 1.0 * COALESCE(kws / NULLIF(maxk, 0), 0)) / 2.5 AS relevance FROM normed"
         )
     ranked = f"SELECT id, relevance FROM ({select}) fused"
     if min_score is not None:
@@ -271,7 +209,7 @@ def _ranking_sql(
     # index scan that gave up early (hnsw.max_scan_tuples) from a scope that is that small.
     sql = (
         f"WITH {', '.join(parts)} "
-        "(SELECT NULL::varchar AS id, count(*)::float8 AS relevance FROM sem_raw) "
+        "(SELECT NULL::varchar AS id, count(*)::float8 AS relevance FROM sem) "
         f"UNION ALL ({ranked})"
     )
     return sql, params
