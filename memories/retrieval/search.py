@@ -17,7 +17,7 @@ from accounts.principal import Principal
 from memories.access import bump_access
 from memories.clock import resolve_now
 from memories.embeddings import get_embedder
-from memories.models import Category, Memory, MemoryRevision
+from memories.models import PUBLIC_FIELDS, Category, Memory, MemoryRevision
 from memories.retrieval.formats import search_hit_json
 from memories.retrieval.params import SearchParams, parse_search
 from memories.retrieval.ranking import TSQUERY_SQL, ranked_ids
@@ -62,32 +62,10 @@ def _owner_slugs(principal: Principal, memories) -> dict[int, str]:
     return slugs
 
 
-# What the response objects read: never the embedding or the tsvector (the bulk of a row).
-RESPONSE_FIELDS = (
-    "id",
-    "tenant_id",
-    "agent_id",
-    "key",
-    "category",
-    "kind",
-    "text",
-    "data",
-    "tags",
-    "subject_id",
-    "thread_id",
-    "importance",
-    "confidence",
-    "capture_mode",
-    "source_provider",
-    "mentions",
-    "expires_at",
-    "last_confirmed_at",
-    "created_at",
-    "updated_at",
-    "version",
-    "status",
-    "review_state",
-    "size_bytes",
+# What the hits read: the public fields' columns (`agent` is its id here), never the embedding or
+# the tsvector (the bulk of a row).
+RESPONSE_FIELDS = tuple(
+    Memory._meta.get_field(name).attname for name in PUBLIC_FIELDS if name != "source"
 )
 
 
