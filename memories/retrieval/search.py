@@ -13,6 +13,7 @@ from types import SimpleNamespace
 from django.db.models import BooleanField, QuerySet
 from django.db.models.expressions import RawSQL
 
+from accounts.models import Agent
 from accounts.principal import Principal
 from memories.access import bump_access
 from memories.clock import resolve_now
@@ -56,8 +57,6 @@ def _owner_slugs(principal: Principal, memories) -> dict[int, str]:
     slugs = {principal.agent.pk: principal.agent.slug}
     others = {m.agent_id for m in memories if m.agent_id and m.agent_id not in slugs}
     if others:
-        from accounts.models import Agent
-
         slugs.update(Agent.objects.filter(pk__in=others).values_list("pk", "slug"))
     return slugs
 
