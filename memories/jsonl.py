@@ -255,13 +255,15 @@ def import_jsonl(*, tenant: Tenant, lines: Iterable[str | bytes], actor: str) ->
 
     result = ImportResult()
     with transaction.atomic():
-        agents = {a.slug: a for a in Agent.objects.filter(tenant=tenant)}
+        agents = {a.slug: a for a in Agent.objects.for_tenant(tenant)}
         ids = [r["id"] for _, r in records]
+        # Not `for_tenant`: ids are global, and one held by another tenant must be refused.
         existing = {m.pk: m for m in Memory.objects.filter(pk__in=ids).select_for_update()}
         # The newest revision version of each id in this tenant's history: the row may be gone
         # (retention) while its revisions stay, and a version must not repeat.
         latest = dict(
-            MemoryRevision.objects.filter(tenant=tenant, memory_id__in=ids)
+            MemoryRevision.objects.for_tenant(tenant)
+            .filter(memory_id__in=ids)
             .values("memory_id")
             .annotate(latest=Max("version"))
             .values_list("memory_id", "latest")

@@ -57,7 +57,11 @@ def _owner_slugs(principal: Principal, memories) -> dict[int, str]:
     slugs = {principal.agent.pk: principal.agent.slug}
     others = {m.agent_id for m in memories if m.agent_id and m.agent_id not in slugs}
     if others:
-        slugs.update(Agent.objects.filter(pk__in=others).values_list("pk", "slug"))
+        slugs.update(
+            Agent.objects.for_tenant(principal.tenant)
+            .filter(pk__in=others)
+            .values_list("pk", "slug")
+        )
     return slugs
 
 
@@ -87,11 +91,8 @@ def _history_hits(
 ) -> list[tuple[MemoryRevision, float]]:
     """Older texts of visible memories (from revisions) that match the query by full text."""
     revisions = (
-        MemoryRevision.objects.filter(
-            tenant_id=principal.tenant.pk,
-            memory_id__in=scope.values("id"),
-            before__text__isnull=False,
-        )
+        MemoryRevision.objects.for_tenant(principal.tenant)
+        .filter(memory_id__in=scope.values("id"), before__text__isnull=False)
         .exclude(change_type__in=["purge", "tombstone", "restore", "expire", "evict"])
         .annotate(
             h_score=RawSQL(
