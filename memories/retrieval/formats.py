@@ -47,6 +47,8 @@ def search_hit_json(
 
 
 def hydrate_markdown(entries: list[dict], bytes_used: int, budget: int) -> str:
+    """Hydrate's `format: markdown` block: one line per entry, under a heading per category
+    (archival matches apart), in the order the entries were chosen."""
     lines = [f"## Memory context ({len(entries)} entries, {bytes_used}/{budget} bytes)"]
     current = None
     for memory in entries:

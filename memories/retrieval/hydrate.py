@@ -27,6 +27,7 @@ from memories.retrieval.search import search_scope
 from memories.serialization import memory_json_sql
 from memories.visibility import visible_memories, visible_memories_by_owner
 
+# Batch sizes of the candidate walk (`_fill`): enough rows for the budget left at a typical size.
 HYDRATE_BATCH = 300
 HYDRATE_MIN_BATCH = 32
 TYPICAL_BYTES = 48

@@ -73,8 +73,8 @@ RESPONSE_FIELDS = tuple(
 
 
 class _Row(SimpleNamespace):
-    """A memory's response fields as plain attributes: what the serializers read, without
-    building a model instance per row (a hydrate returns a hundred or more of them)."""
+    """A memory's response fields as plain attributes: what `search_hit_json` reads, without
+    building a model instance per row."""
 
     @property
     def pk(self) -> str:
