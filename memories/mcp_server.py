@@ -31,8 +31,9 @@ from rest_framework.exceptions import Throttled
 
 from accounts.authentication import authenticate_key, bearer_token
 from accounts.principal import Principal
-from memories import search, selectors, services, validation
+from memories import selectors, services, validation
 from memories.ratelimit import KeyRateThrottle
+from memories.retrieval import hydrate, search
 from memories.serialization import memory_json
 from memoryhub.errors import DomainError, InvalidInput, envelope, error_for_exception
 
@@ -327,7 +328,7 @@ async def memory_hydrate(
     explain: bool | None = None,
 ) -> dict[str, Any]:
     principal, args = _principal(ctx), _arguments()
-    return await _call(search.memory_hydrate, principal=principal, data=args)
+    return await _call(hydrate.memory_hydrate, principal=principal, data=args)
 
 
 # Unknown arguments are refused (INVALID_INPUT): say so in every tool's schema.

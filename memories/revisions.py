@@ -6,28 +6,16 @@ from datetime import datetime
 from typing import Any
 
 from memories.clock import resolve_now
-from memories.models import Memory, MemoryRevision
+from memories.models import PUBLIC_FIELDS, Memory, MemoryRevision
 
-# The fields a revision's before/after snapshot records (never the embedding).
-SNAPSHOT_FIELDS = (
-    "key",
-    "category",
-    "kind",
-    "text",
-    "data",
-    "tags",
-    "subject_id",
-    "thread_id",
-    "importance",
-    "confidence",
-    "capture_mode",
-    "source_provider",
-    "mentions",
-    "expires_at",
-    "last_confirmed_at",
-    "status",
-    "review_state",
-    "version",
+# What a revision's before/after snapshot records: the public fields but `id` (the revision
+# names its memory), `created_at`/`updated_at` (the revision has its own time), `size_bytes`
+# (follows from text and data), `agent` and `source` (who owns and who looks, not what the
+# memory says). Never the embedding.
+SNAPSHOT_FIELDS = tuple(
+    name
+    for name in PUBLIC_FIELDS
+    if name not in {"id", "created_at", "updated_at", "size_bytes", "agent", "source"}
 )
 
 

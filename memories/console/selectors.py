@@ -20,7 +20,7 @@ from memories.clock import resolve_now
 from memories.cursors import keyset_page
 from memories.embeddings import get_embedder
 from memories.models import JobRun, Memory, MemoryRevision, ReviewState, Status
-from memories.search import ranked_ids
+from memories.retrieval.ranking import ranked_ids
 
 PAGE_SIZE = 50
 SEARCH_LIMIT = 100
@@ -160,7 +160,7 @@ def memory_page(
 
 
 def text_search(qs: QuerySet, query: str, *, limit: int) -> list[Memory]:
-    """The API's hybrid search (`memories.search.ranked_ids`) over the console's own scope.
+    """The API's hybrid search (`memories.retrieval.ranking.ranked_ids`) over the console's own scope.
 
     Operators search every memory of the filtered queryset (any agent, any status), so this
     cannot go through the agent-facing `memory_search`, which applies one agent's visibility;

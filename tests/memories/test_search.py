@@ -10,7 +10,7 @@ from django.test.utils import CaptureQueriesContext
 
 from accounts.principal import Principal
 from memories.models import Memory
-from memories.search import memory_search
+from memories.retrieval.search import memory_search
 from memories.services import memory_forget, memory_store
 from tests.factories import make_agent, make_tenant
 
