@@ -57,6 +57,7 @@ from memories.jobs.batches import (
     fetch_all,
     report,
 )
+from memories.revisions import insert_revisions_sql
 
 ACTOR = "system:prune"
 DAILY_MAX_AGE = timedelta(hours=72)
@@ -106,16 +107,23 @@ REMAINING = """
     AND NOT (m.category = 'conversation' AND m.updated_at <= %(conversation_cutoff)s)
 """
 
-# Appended to a `changed` CTE (RETURNING id, tenant_id, version): one revision per changed row.
-INSERT_REVISIONS = """
+# Appended to a `changed` CTE (RETURNING id, tenant_id, version): one revision per changed row,
+# its before/after holding the changed fields.
+REVISION_PER_CHANGED_ROW = insert_revisions_sql(
+    rows="changed c",
+    tenant_id="c.tenant_id",
+    memory_id="c.id",
+    version="c.version",
+    actor="%(actor)s",
+    change_type="%(change_type)s",
+    reason="%(reason)s",
+    before="jsonb_build_object('status', 'active', 'version', c.version - 1)",
+    after="jsonb_build_object('status', %(status)s::text, 'version', c.version)",
+    created_at="%(now)s",
+)
+INSERT_REVISIONS = f"""
     revisions AS (
-        INSERT INTO memories_memoryrevision
-            (tenant_id, memory_id, version, actor, change_type, reason, before, after, created_at)
-        SELECT c.tenant_id, c.id, c.version, %(actor)s, %(change_type)s, %(reason)s,
-               jsonb_build_object('status', 'active', 'version', c.version - 1),
-               jsonb_build_object('status', %(status)s::text, 'version', c.version),
-               %(now)s
-        FROM changed c
+        {REVISION_PER_CHANGED_ROW}
         RETURNING 1
     )
 """
