@@ -27,17 +27,16 @@ from typing import Any
 
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Case, IntegerField, Q, Value, When
-from pgvector.django import CosineDistance
 
 from accounts.models import Agent, Tenant
 from accounts.principal import Principal
 from memories import idempotency, validation
 from memories.clock import resolve_now
+from memories.dedup import Probe, near_duplicates
 from memories.embeddings import get_embedder
 from memories.ids import is_memory_id
 from memories.models import (
     EMBEDDING_DIM,
-    VECTOR_FIELDS,
     Category,
     ChangeType,
     Memory,
@@ -64,7 +63,6 @@ logger = logging.getLogger(__name__)
 # Optimistic retries of an unconditioned write that lost a race: every round has a winner, so
 # n concurrent writers of one row need at most n rounds; this only bounds a runaway.
 MAX_RETRIES = 100
-NEAR_LIMIT = 5  # near duplicates / previously corrected entries reported per store
 CAP_ACTOR = "system:cap"
 MAX_REASON_CHARS = 1000
 # What a purge erases from the memory row and from every before/after of its revisions.
@@ -114,12 +112,6 @@ def cap_lock(tenant: Tenant, agent: Agent | None) -> None:
 def _advisory_lock(name: str) -> None:
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [name])
-
-
-def _relaxed_vector_scan() -> None:
-    """Let HNSW keep scanning past filtered-out rows (pgvector ≥ 0.8) for this transaction."""
-    with connection.cursor() as cursor:
-        cursor.execute("SET LOCAL hnsw.iterative_scan = 'relaxed_order'")
 
 
 def _owned_q(agent: Agent, subject_id: str | None) -> Q:
@@ -401,7 +393,6 @@ def _prepare_store(*, principal: Principal, data: Any, now: datetime) -> _Prepar
 def _store_write(*, principal: Principal, prepared: _Prepared, now: datetime) -> StoreResult:
     """The transactional half of a store (the caller holds the transaction)."""
     inp = prepared.inp
-    _relaxed_vector_scan()
     corrected = _previously_corrected(principal=principal, prepared=prepared)
     if inp.key:
         return _upsert(principal=principal, prepared=prepared, corrected=corrected, now=now)
@@ -570,41 +561,12 @@ def _upsert(
     raise Conflict(details={"current_version": None})
 
 
-def _similar(
-    rows,
-    *,
-    prepared: _Prepared,
-    threshold: float,
-) -> list[tuple[Memory, float]]:
-    """Rows with the same normalised text, or cosine similarity ≥ threshold, best first
-    (exact matches first, oldest first among equals).
-
-    Two index-friendly queries rather than one OR: the hash lookup uses (tenant, content_hash),
-    and the vector one is a plain `ORDER BY embedding <=> q LIMIT k` that the HNSW index can
-    serve (with iterative scans past filtered rows); its threshold is applied afterwards, so a
-    store with no near duplicate never scans further than k neighbours.
-    """
-    exact = list(
-        rows.filter(content_hash=prepared.content_hash)
-        .select_related("agent")
-        .defer(*VECTOR_FIELDS)
-        .order_by("created_at", "id")[:NEAR_LIMIT]
+def _probe(prepared: _Prepared) -> Probe:
+    return Probe(
+        content_hash=prepared.content_hash,
+        embedding=prepared.embedding,
+        embedding_model=prepared.embedding_model,
     )
-    neighbours = list(
-        rows.filter(embedding_model=prepared.embedding_model, embedding__isnull=False)
-        .exclude(pk__in=[m.pk for m in exact])
-        .select_related("agent")
-        .defer(*VECTOR_FIELDS)
-        .annotate(distance=CosineDistance("embedding", prepared.embedding))
-        .order_by("distance")[:NEAR_LIMIT]
-    )
-    out = [(m, 1.0) for m in exact]
-    for memory in neighbours:
-        similarity = 1.0 - float(memory.distance)
-        if similarity >= threshold:
-            out.append((memory, round(min(max(similarity, 0.0), 1.0), 4)))
-    out.sort(key=lambda pair: (-pair[1], pair[0].created_at, pair[0].id))
-    return out[:NEAR_LIMIT]
 
 
 def _near_duplicates(
@@ -613,7 +575,7 @@ def _near_duplicates(
     rows = visible_memories(
         tenant=principal.tenant, agent=principal.agent, subject_id=prepared.subject_id, now=now
     )
-    return _similar(rows, prepared=prepared, threshold=principal.agent.dedup_threshold)
+    return near_duplicates(rows, [_probe(prepared)], threshold=principal.agent.dedup_threshold)[0]
 
 
 def _previously_corrected(*, principal: Principal, prepared: _Prepared) -> list[dict[str, Any]]:
@@ -622,6 +584,7 @@ def _previously_corrected(*, principal: Principal, prepared: _Prepared) -> list[
         .filter(status=Status.TOMBSTONED, purged_at__isnull=True)
         .filter(visible_q(agent=principal.agent, subject_id=prepared.subject_id))
     )
+    similar = near_duplicates(rows, [_probe(prepared)], threshold=principal.agent.dedup_threshold)
     return [
         {
             "memory_id": m.id,
@@ -630,7 +593,7 @@ def _previously_corrected(*, principal: Principal, prepared: _Prepared) -> list[
             "tombstoned_at": iso(m.tombstoned_at),
             "similarity": sim,
         }
-        for m, sim in _similar(rows, prepared=prepared, threshold=principal.agent.dedup_threshold)
+        for m, sim in similar[0]
     ]
 
 
