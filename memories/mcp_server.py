@@ -31,9 +31,10 @@ from rest_framework.exceptions import Throttled
 
 from accounts.authentication import authenticate_key, bearer_token
 from accounts.principal import Principal
-from memories import search, selectors, services, validation
+from memories import search, selectors, validation
 from memories.api.views import KeyRateThrottle
 from memories.serialization import memory_json
+from memories.services import lifecycle, store
 from memoryhub.errors import DomainError, InvalidInput, envelope, error_for_exception
 
 MCP_PATH = "/mcp"
@@ -188,7 +189,7 @@ async def memory_store(
     ] = None,
 ) -> dict[str, Any]:
     principal, args = _principal(ctx), _arguments()
-    return await _call(lambda: services.memory_store(principal=principal, data=args).as_response())
+    return await _call(lambda: store.memory_store(principal=principal, data=args).as_response())
 
 
 @mcp.tool(
@@ -261,7 +262,7 @@ async def memory_forget(
         raise _tool_error(InvalidInput("Give memory_id or key", field="memory_id"))
 
     def run():
-        deleted, mid = services.memory_forget(
+        deleted, mid = lifecycle.memory_forget(
             principal=principal,
             memory_id=memory_id,
             key=key,

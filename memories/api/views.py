@@ -16,9 +16,10 @@ from rest_framework.response import Response
 from rest_framework.throttling import SimpleRateThrottle
 from rest_framework.views import APIView
 
-from memories import idempotency, selectors, services, validation
+from memories import idempotency, selectors, validation
 from memories.api import schema
 from memories.serialization import memory_json
+from memories.services import changes, lifecycle, store
 
 
 def _subject(request: Request) -> str | None:
@@ -160,7 +161,7 @@ class MemoriesView(AgentAPIView):
         },
     )
     def post(self, request):
-        result = services.memory_store(
+        result = store.memory_store(
             principal=request.user,
             data=request.data,
             idempotency_key=request.headers.get("Idempotency-Key"),
@@ -198,7 +199,7 @@ class MemoryDetailView(AgentAPIView):
         responses={200: schema.MemoryResponseSerializer, **schema.WRITE_ERRORS},
     )
     def patch(self, request, memory_id: str):
-        memory = services.memory_update(
+        memory = changes.memory_update(
             principal=request.user,
             memory_id=memory_id,
             data=request.data,
@@ -221,7 +222,7 @@ class MemoryDetailView(AgentAPIView):
     )
     def delete(self, request, memory_id: str):
         reason, purge = _forget_options(request)
-        deleted, forgotten_id = services.memory_forget(
+        deleted, forgotten_id = lifecycle.memory_forget(
             principal=request.user,
             memory_id=memory_id,
             subject_id=_subject(request),
@@ -247,7 +248,7 @@ class MemoryConfirmView(AgentAPIView):
         subject_id = _subject(request)
 
         def action() -> tuple[int, dict]:
-            memory = services.memory_confirm(
+            memory = changes.memory_confirm(
                 principal=request.user, memory_id=memory_id, subject_id=subject_id
             )
             return 200, _memory_body(request, memory)
@@ -289,7 +290,7 @@ class MemoryByKeyView(AgentAPIView):
     )
     def delete(self, request, key: str):
         reason, purge = _forget_options(request)
-        deleted, forgotten_id = services.memory_forget(
+        deleted, forgotten_id = lifecycle.memory_forget(
             principal=request.user,
             key=key,
             subject_id=_subject(request),
@@ -334,7 +335,7 @@ class ThreadEndView(AgentAPIView):
     )
     def post(self, request, thread_id: str):
         def action() -> tuple[int, dict]:
-            removed = services.thread_end(principal=request.user, thread_id=thread_id)
+            removed = lifecycle.thread_end(principal=request.user, thread_id=thread_id)
             return 200, {"ok": True, "removed": removed}
 
         return _idempotent(request, "thread_end", {"thread_id": thread_id}, action)

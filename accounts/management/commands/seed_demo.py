@@ -61,7 +61,7 @@ DEMO_MEMORIES = (
 def seed_memories(tenant, agent) -> None:
     """Store the demo memories through the same service the API uses."""
     from accounts.principal import Principal
-    from memories.services import memory_store
+    from memories.services.store import memory_store
 
     principal = Principal(tenant=tenant, agent=agent)
     for data in DEMO_MEMORIES:
