@@ -9,7 +9,8 @@ functions, so each rule lives here once. Import the module you need
   steps the other modules share.
 - `operator_actions`: the console's actions (correct, tombstone, restore, purge, approve,
   merge, add tag).
-- `eviction`: the entry caps: the owner's cap lock, evicting over the cap.
+- `eviction`: the entry caps: the owner's cap lock, the eviction order (also spelled in SQL for
+  the prune job), evicting over the cap.
 - `writes`: the compare-and-set core every change goes through (conditional UPDATE + its one
   revision), the guard of an explicit precondition, the columns derived from content.
 - `common`: what all of them use: the secret scan, embedding, advisory locks, reasons.

@@ -1,7 +1,10 @@
 """Entry caps (SPEC §3): when an owner's live memories exceed its cap, the coldest go.
 
 An owner is an agent (against its `entry_cap`) or the tenant's workspace (its workspace
-memories against `tenant.workspace_cap`).
+memories against `tenant.workspace_cap`). The rule lives here once and has two users: the
+store-time eviction below, row by row in the storing transaction, and the prune job's cap sweep
+(`memories.jobs.prune`), in SQL batches. Both order victims by `eviction_order*`, take the
+owner's `cap_lock` and give the same reason, so they serialise and agree.
 
 Evictions are recorded with the actor `system:cap` whoever triggered them: the agent asked to
 store a fact, the policy chose what to drop.
@@ -12,7 +15,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from django.db import transaction
-from django.db.models import Case, IntegerField, Value, When
+from django.db.models import BooleanField, ExpressionWrapper, OrderBy, Q
 
 from accounts.models import Agent, Tenant
 from memories.clock import resolve_now
@@ -23,6 +26,33 @@ from memories.services.writes import conditional_update
 
 CAP_ACTOR = "system:cap"
 
+# Coldest first: oldest `last_accessed_at`, then oldest `updated_at` (the id breaks ties), and
+# every non-core memory before any `core` one.
+_COLDEST_FIRST = ("last_accessed_at", "updated_at", "id")
+
+
+def eviction_order() -> list[OrderBy | str]:
+    """The eviction order for `QuerySet.order_by`."""
+    is_core = ExpressionWrapper(Q(category=Category.CORE), output_field=BooleanField())
+    return [is_core.asc(), *_COLDEST_FIRST]
+
+
+def eviction_order_sql(alias: str) -> str:
+    """The same order as an SQL `ORDER BY` list over the memories table aliased `alias`."""
+    return ", ".join(
+        [f"({alias}.category = '{Category.CORE}')", *(f"{alias}.{c}" for c in _COLDEST_FIRST)]
+    )
+
+
+def cap_lock_name(tenant_id: int, agent_id: int | None) -> str:
+    """The owner's cap lock (advisory): `cap:<tenant>:<agent|workspace>`."""
+    return f"cap:{tenant_id}:{agent_id if agent_id is not None else 'workspace'}"
+
+
+def cap_reason(*, workspace: bool, cap: int) -> str:
+    """The reason an eviction's revision gives."""
+    return f"{'workspace' if workspace else 'entry'} cap of {cap} reached"
+
 
 def cap_lock(tenant: Tenant, agent: Agent | None) -> None:
     """The owner's cap lock (transaction-level; the prune job's cap sweep takes the same one).
@@ -31,7 +61,7 @@ def cap_lock(tenant: Tenant, agent: Agent | None) -> None:
     cap: the change locks the owner's counter row (memories_ownercount), and the sweep takes the
     cap lock first and the counter row second, so the other order could deadlock.
     """
-    advisory_lock(f"cap:{tenant.pk}:{agent.pk if agent else 'workspace'}")
+    advisory_lock(cap_lock_name(tenant.pk, agent.pk if agent else None))
 
 
 def memory_evict_over_cap(
@@ -87,14 +117,7 @@ def evict_over_cap(
         return 0
     victims = list(
         live.exclude(pk__in=list(exclude_ids))
-        .annotate(
-            is_core=Case(
-                When(category=Category.CORE, then=Value(1)),
-                default=Value(0),
-                output_field=IntegerField(),
-            )
-        )
-        .order_by("is_core", "last_accessed_at", "updated_at", "id")
+        .order_by(*eviction_order())
         .select_for_update(skip_locked=True, of=("self",))[:excess]
     )
     for memory in victims:
@@ -109,7 +132,7 @@ def evict_over_cap(
             memory=memory,
             actor=actor,
             change_type=ChangeType.EVICT,
-            reason=f"{'entry' if agent else 'workspace'} cap of {cap} reached",
+            reason=cap_reason(workspace=agent is None, cap=cap),
             before=before,
             after=snapshot(memory),
             now=now,
