@@ -31,9 +31,9 @@ from rest_framework.exceptions import Throttled
 
 from accounts.authentication import authenticate_key, bearer_token
 from accounts.principal import Principal
-from memories import search, selectors, validation
+from memories import idempotency, search, selectors, validation
 from memories.api.views import KeyRateThrottle
-from memories.serialization import memory_json
+from memories.serialization import memory_json, store_response
 from memories.services import lifecycle, store
 from memoryhub.errors import DomainError, InvalidInput, envelope, error_for_exception
 
@@ -189,7 +189,21 @@ async def memory_store(
     ] = None,
 ) -> dict[str, Any]:
     principal, args = _principal(ctx), _arguments()
-    return await _call(lambda: store.memory_store(principal=principal, data=args).as_response())
+
+    def run():
+        # The REST store's path; a tool call has no Idempotency-Key to give.
+        return idempotency.respond(
+            principal=principal,
+            operation="store",
+            payload=args,
+            key=None,
+            prepare=lambda: store.memory_store_prepare(principal=principal, data=args),
+            action=lambda prepared: store_response(
+                store.memory_store_write(prepared=prepared), agent=principal.agent
+            ),
+        ).body
+
+    return await _call(run)
 
 
 @mcp.tool(

@@ -9,7 +9,6 @@ from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
-from django.utils import timezone
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -18,7 +17,7 @@ from rest_framework.views import APIView
 
 from memories import idempotency, selectors, validation
 from memories.api import schema
-from memories.serialization import memory_json
+from memories.serialization import memory_json, store_response
 from memories.services import changes, lifecycle, store
 
 
@@ -36,22 +35,20 @@ def _with_etag(response: Response, memory) -> Response:
 
 
 def _idempotent(
-    request: Request, operation: str, payload: Any, action: Callable[[], tuple[int, dict]]
+    request: Request,
+    operation: str,
+    payload: Any,
+    action: Callable[[Any], tuple[int, dict]],
+    prepare: Callable[[], Any] | None = None,
 ) -> Response:
-    """Run a non-store POST under its `Idempotency-Key`, if the request carries one."""
-    key = idempotency.clean_key(request.headers.get("Idempotency-Key"))
-    if key is None:
-        status, body = action()
-        return Response(body, status=status)
-    principal = request.user
-    outcome = idempotency.run_idempotent(
-        tenant=principal.tenant,
-        key=key,
-        request_hash=idempotency.fingerprint(
-            principal=principal, operation=operation, payload=payload
-        ),
-        now=timezone.now(),
+    """Answer a POST through `idempotency.respond` with the request's `Idempotency-Key`."""
+    outcome = idempotency.respond(
+        principal=request.user,
+        operation=operation,
+        payload=payload,
+        key=request.headers.get("Idempotency-Key"),
         action=action,
+        prepare=prepare,
     )
     return Response(outcome.body, status=outcome.status)
 
@@ -161,12 +158,16 @@ class MemoriesView(AgentAPIView):
         },
     )
     def post(self, request):
-        result = store.memory_store(
-            principal=request.user,
-            data=request.data,
-            idempotency_key=request.headers.get("Idempotency-Key"),
+        principal, data = request.user, request.data
+        return _idempotent(
+            request,
+            "store",
+            data,
+            lambda prepared: store_response(
+                store.memory_store_write(prepared=prepared), agent=principal.agent
+            ),
+            prepare=lambda: store.memory_store_prepare(principal=principal, data=data),
         )
-        return Response(result.as_response(), status=result.status_code)
 
 
 class MemoryDetailView(AgentAPIView):
@@ -247,7 +248,7 @@ class MemoryConfirmView(AgentAPIView):
     def post(self, request, memory_id: str):
         subject_id = _subject(request)
 
-        def action() -> tuple[int, dict]:
+        def action(_) -> tuple[int, dict]:
             memory = changes.memory_confirm(
                 principal=request.user, memory_id=memory_id, subject_id=subject_id
             )
@@ -334,7 +335,7 @@ class ThreadEndView(AgentAPIView):
         responses={200: schema.ThreadEndResponseSerializer, **schema.WRITE_ERRORS},
     )
     def post(self, request, thread_id: str):
-        def action() -> tuple[int, dict]:
+        def action(_) -> tuple[int, dict]:
             removed = lifecycle.thread_end(principal=request.user, thread_id=thread_id)
             return 200, {"ok": True, "removed": removed}
 

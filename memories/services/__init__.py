@@ -24,4 +24,6 @@ Conventions:
   `EMBEDDING_ERROR` with nothing written.
 - Every change bumps `version` and sets `updated_at`, so `expected_updated_at` is as strong a
   precondition as `expected_version`.
+- Services return models and plain results; response bodies are built by the callers
+  (`memories.serialization`), and `Idempotency-Key` replays by `memories.idempotency`.
 """

@@ -7,7 +7,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from accounts.principal import Principal
+from memories import idempotency
 from memories.models import Memory, MemoryRevision
+from memories.serialization import store_response
 from memories.services.eviction import memory_evict_over_cap
 from memories.services.lifecycle import thread_end
 from memories.services.operator_actions import (
@@ -19,7 +21,7 @@ from memories.services.operator_actions import (
     memory_restore,
     memory_tombstone,
 )
-from memories.services.store import memory_store
+from memories.services.store import memory_store, memory_store_prepare, memory_store_write
 from memoryhub.errors import Conflict, InvalidInput, NotFound, SecretRejected
 
 T0 = datetime(2026, 5, 1, 9, 0, tzinfo=UTC)
@@ -192,10 +194,23 @@ def test_merge_and_add_tag(principal, tenant):
 @pytest.mark.django_db
 def test_store_result_replays_under_idempotency(principal):
     data = {"text": "same"}
-    first = memory_store(principal=principal, data=data, idempotency_key="abc")
-    second = memory_store(principal=principal, data=data, idempotency_key="abc")
-    assert second.replayed and second.as_response() == first.as_response()
-    assert second.status_code == 201 and second.memory.id == first.memory.id
+
+    def post():
+        return idempotency.respond(
+            principal=principal,
+            operation="store",
+            payload=data,
+            key="abc",
+            prepare=lambda: memory_store_prepare(principal=principal, data=data),
+            action=lambda prepared: store_response(
+                memory_store_write(prepared=prepared), agent=principal.agent
+            ),
+        )
+
+    first = post()
+    second = post()
+    assert second.replayed and second.body == first.body
+    assert second.status == 201 and second.body["memory_id"] == first.body["memory_id"]
 
 
 @pytest.mark.django_db
