@@ -33,6 +33,28 @@ def changed_only(before: dict[str, Any], after: dict[str, Any]) -> tuple[dict, d
     return {k: before.get(k) for k in keys}, {k: after[k] for k in keys}
 
 
+# A revision row: every column but the id, in the model's order. `revision_build` fills them for
+# the services; the jobs' one-statement batches write the same rows in SQL through
+# `insert_revisions_sql`.
+REVISION_COLUMNS = tuple(
+    f.column for f in MemoryRevision._meta.concrete_fields if not f.primary_key
+)
+
+
+def insert_revisions_sql(*, rows: str, **values: str) -> str:
+    """`INSERT INTO memories_memoryrevision (…) SELECT … FROM <rows>`: one revision per row of
+    `rows` (a table or CTE with its alias), `values` giving the SQL expression of each column
+    of REVISION_COLUMNS (as `revision_build`: the memory's version after the change, the
+    actor, the change type, a reason, before/after, the time)."""
+    if set(values) != set(REVISION_COLUMNS):
+        raise ValueError(f"a revision needs exactly the columns {', '.join(REVISION_COLUMNS)}")
+    columns = ", ".join(REVISION_COLUMNS)
+    expressions = ", ".join(values[column] for column in REVISION_COLUMNS)
+    return (
+        f"INSERT INTO {MemoryRevision._meta.db_table} ({columns}) SELECT {expressions} FROM {rows}"
+    )
+
+
 def revision_build(
     *,
     memory: Memory,

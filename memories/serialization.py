@@ -9,13 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import models
 
 from accounts.models import Agent
 from memories.models import PUBLIC_FIELDS, Memory
 from memories.visibility import source_label
+
+if TYPE_CHECKING:
+    from memories.services.store import StoreResult
 
 # Written from the owner and the viewer, not from a column of their own: `agent` is the owner's
 # slug (the column holds its id), `source` the viewer's relation to the owner.
@@ -65,6 +68,36 @@ def memory_json(
         out[name] = value if encode is None else encode(value)
     out["agent"], out["source"] = owner_slug, source
     return out
+
+
+def store_response(result: StoreResult, *, agent: Agent) -> tuple[int, dict[str, Any]]:
+    """The status and body of `POST /api/v1/memories` (SPEC §4 Store; the MCP tool returns the
+    same body): 201 when inserted, 200 when updated or already remembered."""
+    memory = result.memory
+    body: dict[str, Any] = {
+        "ok": True,
+        "memory_id": memory.id,
+        "message": result.message,
+        "version": memory.version,
+        "memory": memory_json(memory, agent=agent),
+    }
+    if result.near_duplicates:
+        body["near_duplicates"] = [
+            {"memory_id": near.id, "text": near.text, "similarity": similarity}
+            for near, similarity in result.near_duplicates
+        ]
+    if result.previously_corrected:
+        body["previously_corrected"] = [
+            {
+                "memory_id": tombstone.id,
+                "text": tombstone.text,
+                "reason": tombstone.tombstone_reason,
+                "tombstoned_at": iso(tombstone.tombstoned_at),
+                "similarity": similarity,
+            }
+            for tombstone, similarity in result.previously_corrected
+        ]
+    return (201 if result.created else 200), body
 
 
 # --- the same object built by PostgreSQL --------------------------------------------------------

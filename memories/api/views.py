@@ -8,16 +8,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from django.utils import timezone
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from memories import idempotency, selectors, services, validation
+from memories import idempotency, selectors, validation
 from memories.api import schema
 from memories.ratelimit import KeyRateThrottle
-from memories.serialization import memory_json
+from memories.serialization import memory_json, store_response
+from memories.services import changes, lifecycle, store
 
 
 def _subject(request: Request) -> str | None:
@@ -34,22 +34,20 @@ def _with_etag(response: Response, memory) -> Response:
 
 
 def _idempotent(
-    request: Request, operation: str, payload: Any, action: Callable[[], tuple[int, dict]]
+    request: Request,
+    operation: str,
+    payload: Any,
+    action: Callable[[Any], tuple[int, dict]],
+    prepare: Callable[[], Any] | None = None,
 ) -> Response:
-    """Run a non-store POST under its `Idempotency-Key`, if the request carries one."""
-    key = idempotency.clean_key(request.headers.get("Idempotency-Key"))
-    if key is None:
-        status, body = action()
-        return Response(body, status=status)
-    principal = request.user
-    outcome = idempotency.run_idempotent(
-        tenant=principal.tenant,
-        key=key,
-        request_hash=idempotency.fingerprint(
-            principal=principal, operation=operation, payload=payload
-        ),
-        now=timezone.now(),
+    """Answer a POST through `idempotency.respond` with the request's `Idempotency-Key`."""
+    outcome = idempotency.respond(
+        principal=request.user,
+        operation=operation,
+        payload=payload,
+        key=request.headers.get("Idempotency-Key"),
         action=action,
+        prepare=prepare,
     )
     return Response(outcome.body, status=outcome.status)
 
@@ -143,12 +141,16 @@ class MemoriesView(AgentAPIView):
         },
     )
     def post(self, request):
-        result = services.memory_store(
-            principal=request.user,
-            data=request.data,
-            idempotency_key=request.headers.get("Idempotency-Key"),
+        principal, data = request.user, request.data
+        return _idempotent(
+            request,
+            "store",
+            data,
+            lambda prepared: store_response(
+                store.memory_store_write(prepared=prepared), agent=principal.agent
+            ),
+            prepare=lambda: store.memory_store_prepare(principal=principal, data=data),
         )
-        return Response(result.as_response(), status=result.status_code)
 
 
 class MemoryDetailView(AgentAPIView):
@@ -181,7 +183,7 @@ class MemoryDetailView(AgentAPIView):
         responses={200: schema.MemoryResponseSerializer, **schema.WRITE_ERRORS},
     )
     def patch(self, request, memory_id: str):
-        memory = services.memory_update(
+        memory = changes.memory_update(
             principal=request.user,
             memory_id=memory_id,
             data=request.data,
@@ -204,7 +206,7 @@ class MemoryDetailView(AgentAPIView):
     )
     def delete(self, request, memory_id: str):
         reason, purge = _forget_options(request)
-        deleted, forgotten_id = services.memory_forget(
+        deleted, forgotten_id = lifecycle.memory_forget(
             principal=request.user,
             memory_id=memory_id,
             subject_id=_subject(request),
@@ -229,8 +231,8 @@ class MemoryConfirmView(AgentAPIView):
     def post(self, request, memory_id: str):
         subject_id = _subject(request)
 
-        def action() -> tuple[int, dict]:
-            memory = services.memory_confirm(
+        def action(_) -> tuple[int, dict]:
+            memory = changes.memory_confirm(
                 principal=request.user, memory_id=memory_id, subject_id=subject_id
             )
             return 200, _memory_body(request, memory)
@@ -272,7 +274,7 @@ class MemoryByKeyView(AgentAPIView):
     )
     def delete(self, request, key: str):
         reason, purge = _forget_options(request)
-        deleted, forgotten_id = services.memory_forget(
+        deleted, forgotten_id = lifecycle.memory_forget(
             principal=request.user,
             key=key,
             subject_id=_subject(request),
@@ -316,8 +318,8 @@ class ThreadEndView(AgentAPIView):
         responses={200: schema.ThreadEndResponseSerializer, **schema.WRITE_ERRORS},
     )
     def post(self, request, thread_id: str):
-        def action() -> tuple[int, dict]:
-            removed = services.thread_end(principal=request.user, thread_id=thread_id)
+        def action(_) -> tuple[int, dict]:
+            removed = lifecycle.thread_end(principal=request.user, thread_id=thread_id)
             return 200, {"ok": True, "removed": removed}
 
         return _idempotent(request, "thread_end", {"thread_id": thread_id}, action)

@@ -52,9 +52,10 @@ def parse_filters(params) -> dict:
 
 
 def _services():
-    from memories import services  # imported late: the console loads without the write side
+    # imported late: the console loads without the write side
+    from memories.services import operator_actions
 
-    return services
+    return operator_actions
 
 
 # --- list ------------------------------------------------------------------------------------

@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import connection, transaction
 from django.db.models import Count, Q, QuerySet
 from django.db.models.functions import Coalesce, Left
 from django.http import Http404
@@ -178,39 +177,33 @@ def text_search(qs: QuerySet, query: str, *, limit: int) -> list[Memory]:
 def near_duplicates(
     *, tenant: Tenant, memory_ids: list[str], min_similarity: float = 0.8, per_memory: int = 3
 ) -> dict[str, list[dict]]:
-    """Live neighbours of each memory by cosine similarity, in ONE query (a LATERAL join)."""
+    """Active look-alikes of each memory, by the store's rule (`memories.dedup`), in a fixed
+    number of queries whatever the number of memories."""
     if not memory_ids:
         return {}
-    table = Memory._meta.db_table
-    sql = f"""
-        SELECT p.id, n.id, n.text, n.version, 1 - (n.embedding <=> p.embedding) AS similarity
-        FROM {table} p
-        CROSS JOIN LATERAL (
-            SELECT m.id, m.text, m.version, m.embedding FROM {table} m
-            WHERE m.tenant_id = p.tenant_id AND m.status = 'active' AND m.id <> p.id
-              AND m.embedding IS NOT NULL
-            ORDER BY m.embedding <=> p.embedding
-            LIMIT %s
-        ) n
-        WHERE p.tenant_id = %s AND p.id = ANY(%s) AND p.embedding IS NOT NULL
-          AND 1 - (n.embedding <=> p.embedding) >= %s
-        ORDER BY p.id, similarity DESC
-    """  # noqa: S608 - table name is ours, values are parameters
+    from memories import dedup
+
+    probes = [
+        dedup.Probe(
+            content_hash=content_hash, embedding=embedding, embedding_model=model, memory_id=pk
+        )
+        for pk, content_hash, embedding, model in Memory.objects.for_tenant(tenant)
+        .filter(pk__in=list(memory_ids), embedding__isnull=False)
+        .values_list("pk", "content_hash", "embedding", "embedding_model")
+    ]
+    candidates = Memory.objects.for_tenant(tenant).filter(status=Status.ACTIVE)
+    found = dedup.near_duplicates(candidates, probes, threshold=min_similarity, limit=per_memory)
     out: dict[str, list[dict]] = {pk: [] for pk in memory_ids}
-    with transaction.atomic(), connection.cursor() as cursor:
-        # The HNSW scan visits a bounded candidate list; rows of other tenants (or dead ones)
-        # can fill it. Iterative scans keep walking the graph until the filters pass enough.
-        cursor.execute("SET LOCAL hnsw.iterative_scan = strict_order")
-        cursor.execute(sql, [per_memory, tenant.pk, list(memory_ids), min_similarity])
-        for pid, nid, text, version, similarity in cursor.fetchall():
-            out[pid].append(
-                {
-                    "memory_id": nid,
-                    "text": text,
-                    "version": version,
-                    "similarity": round(similarity, 3),
-                }
-            )
+    for probe, near in zip(probes, found, strict=True):
+        out[probe.memory_id] = [
+            {
+                "memory_id": memory.id,
+                "text": memory.text,
+                "version": memory.version,
+                "similarity": round(similarity, 3),
+            }
+            for memory, similarity in near
+        ]
     return out
 
 

@@ -165,7 +165,7 @@ def test_keyset_pagination_walks_every_memory_once(owner_client, agent, store_me
 def test_tombstones_page_walks_every_tombstone_once_when_some_lack_a_change_time(
     owner_client, agent, store_memory
 ):
-    from memories.services import memory_tombstone
+    from memories.services.operator_actions import memory_tombstone
 
     ids = set()
     for i in range(8):
@@ -329,7 +329,7 @@ def test_save_conflict_shows_newer_text_and_keeps_the_edit(reviewer_client, agen
 def test_conflict_shows_every_changed_field_and_a_second_save_reverts_none(
     reviewer_client, agent, store_memory
 ):
-    from memories.services import memory_correct
+    from memories.services.operator_actions import memory_correct
 
     memory = store_memory(agent, "Renewal is in March", tags=["billing"])
     form = _loaded_form(reviewer_client, memory)  # v1
@@ -376,7 +376,7 @@ def test_a_stale_form_submitted_as_is_applies_only_the_operators_edits(
 ):
     """Without going through the conflict page: a form loaded at v1 saved against v1 after
     someone else's change is a conflict, never a silent revert of their fields."""
-    from memories.services import memory_correct
+    from memories.services.operator_actions import memory_correct
 
     memory = store_memory(agent, "Prefers email", tags=["contact"])
     form = _loaded_form(reviewer_client, memory)
@@ -394,7 +394,7 @@ def test_a_stale_form_submitted_as_is_applies_only_the_operators_edits(
 
 
 def test_save_after_a_tombstone_never_overwrites_it(reviewer_client, agent, store_memory):
-    from memories.services import memory_tombstone
+    from memories.services.operator_actions import memory_tombstone
 
     memory = store_memory(agent, "Lives in Paris")
     form = _loaded_form(reviewer_client, memory)
@@ -421,7 +421,7 @@ def test_save_after_a_tombstone_or_purge_shows_the_notice(
     """`memory_correct` alone decides that only an active memory is corrected; the view shows
     its CONFLICT as the not-active notice, whether the form changed anything or not, and for a
     purged memory too (never its edit form)."""
-    from memories.services import memory_purge, memory_tombstone
+    from memories.services.operator_actions import memory_purge, memory_tombstone
 
     for gone in ("tombstone", "purge"):
         memory = store_memory(agent, f"Lives in Paris ({gone})")
@@ -444,7 +444,7 @@ def test_save_after_a_tombstone_or_purge_shows_the_notice(
 def test_a_stale_form_saved_unchanged_shows_what_changed_since(
     reviewer_client, agent, store_memory
 ):
-    from memories.services import memory_correct
+    from memories.services.operator_actions import memory_correct
 
     memory = store_memory(agent, "Prefers email")
     form = _loaded_form(reviewer_client, memory)
@@ -463,7 +463,7 @@ def test_a_stale_form_saved_unchanged_shows_what_changed_since(
 
 
 def test_memory_correct_refuses_a_memory_that_is_not_active(agent, store_memory):
-    from memories.services import memory_correct, memory_tombstone
+    from memories.services.operator_actions import memory_correct, memory_tombstone
     from memoryhub.errors import Conflict
 
     memory = store_memory(agent, "Lives in Paris")
@@ -575,7 +575,7 @@ def test_merge_from_the_review_queue_approves_the_kept_memory(reviewer_client, a
 
 
 def test_memory_merge_service_approves_the_kept_memory(agent, store_memory):
-    from memories.services import memory_merge
+    from memories.services.operator_actions import memory_merge
 
     keep = store_memory(agent, "Lives in Oslo", capture_mode="inferred")
     dup = store_memory(agent, "Lives in Oslo, Norway", capture_mode="inferred")
@@ -731,7 +731,7 @@ def test_owner_manages_members(owner_client, tenant):
 
 
 def test_activity_filters_by_actor_and_type(owner_client, agent, store_memory):
-    from memories.services import memory_tombstone
+    from memories.services.operator_actions import memory_tombstone
 
     kept = store_memory(agent, "Kept")
     gone = store_memory(agent, "Gone")
@@ -799,7 +799,7 @@ def test_the_expiry_filter_leaves_out_memories_already_expired(agent, store_memo
 def test_memories_list_counts_results_and_shows_status_only_when_mixed(
     owner_client, agent, store_memory
 ):
-    from memories.services import memory_tombstone
+    from memories.services.operator_actions import memory_tombstone
 
     for i in range(3):
         store_memory(agent, f"Counted fact {i}")

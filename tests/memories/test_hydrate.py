@@ -10,7 +10,7 @@ from accounts.principal import Principal
 from memories.embeddings import get_embedder
 from memories.models import Memory
 from memories.retrieval.hydrate import memory_hydrate
-from memories.services import memory_store
+from memories.services.store import memory_store
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 

@@ -24,7 +24,7 @@ from memories import validation
 from memories.idempotency import KEY_RE as IDEMPOTENCY_KEY_RE
 from memories.ids import MEMORY_ID_RE
 from memories.retrieval.params import HYDRATE_FIELDS, SEARCH_FIELDS
-from memories.services import memory_store
+from memories.services.store import memory_store
 from memoryhub.wsgi import application
 from tests.factories import make_agent, make_key
 

@@ -10,7 +10,7 @@ from accounts.services import (
     operator_create,
     tenant_get_or_create,
 )
-from memories.services import memory_store
+from memories.services.store import memory_store
 
 DEMO_TENANT, DEMO_EMAIL, DEMO_AGENT = "demo", "admin@example.com", "demo-agent"
 
