@@ -42,6 +42,31 @@ def conditional_update(
     return True
 
 
+def status_change(
+    memory: Memory, *, status: str, actor: str, change_type: str, reason: str, now: datetime
+) -> bool:
+    """Move a row this transaction has locked to `status` (eviction, thread end): the
+    compare-and-set at its version and its one revision. False when the row moved on."""
+    before = snapshot(memory)
+    if not conditional_update(
+        memory,
+        fields={"status": status, "status_changed_at": now},
+        now=now,
+        expected_version=memory.version,
+    ):
+        return False
+    revision_write(
+        memory=memory,
+        actor=actor,
+        change_type=change_type,
+        reason=reason,
+        before=before,
+        after=snapshot(memory),
+        now=now,
+    )
+    return True
+
+
 def current_version(memory_id: str, tenant_id: int) -> int | None:
     return (
         Memory.objects.for_tenant(tenant_id)
