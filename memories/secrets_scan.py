@@ -11,6 +11,9 @@ never part of a credential, are folded to one placeholder each). Rules are ancho
 boundaries and reject placeholder-looking matches (low entropy, `xxxx`, `YOUR_…`, `EXAMPLE`),
 so documentation and prose about keys and passwords stay storable.
 
+`scan_secrets(values)` is the policy on top: which fields of a write are free text
+(`SECRET_SCANNED_FIELDS`), and SECRET_REJECTED for the first finding in any of them.
+
 Order: provider-specific shapes first, then passwords in URLs, then `name = value`
 assignments whose name says secret (`password`, `GITHUB_TOKEN`, `apiKey`, …) judged by the
 value's entropy, then bare `Bearer …` tokens. The first hit wins.
@@ -30,10 +33,13 @@ import math
 import re
 import unicodedata
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from string import ascii_letters, digits
+from typing import Any
 from urllib.parse import unquote
+
+from memoryhub.errors import SecretRejected
 
 
 @dataclass(frozen=True)
@@ -76,6 +82,8 @@ _INVISIBLE_RANGES = (
     (0xE0100, 0xE01EF),
 )
 _INVISIBLE = "".join(chr(c) for low, high in _INVISIBLE_RANGES for c in range(low, high + 1))
+# The same characters for others that must refuse them (keys: look-alikes cannot coexist).
+INVISIBLE_CHARS = frozenset(_INVISIBLE)
 
 
 _NON_ASCII_RE = re.compile(r"[^\x00-\x7f]+")
@@ -509,3 +517,47 @@ def find_secret(value: object, field: str) -> SecretFinding | None:
                 for index, child in reversed(list(enumerate(item)))
             )
     return None
+
+
+# SPEC §4 Secrets: every free-text field an agent or operator writes, under the name its input
+# gives it: store and PATCH bodies (`session_id` is `thread_id`'s alias), forget and tombstone
+# reasons, the ids in confirm and thread-end URLs, the `Idempotency-Key` header, the console's
+# tag and name fields, and a JSONL line's provenance strings. Numbers, timestamps and fixed
+# choices are left out: they cannot hold a credential. Every writer goes through
+# `scan_secrets` (store, PATCH and corrections inside `validation.parse_store`/`parse_update`).
+SECRET_SCANNED_FIELDS = frozenset(
+    {
+        "text",
+        "data",
+        "tags",
+        "tag",
+        "key",
+        "kind",
+        "category",
+        "mentions",
+        "source_provider",
+        "subject_id",
+        "thread_id",
+        "session_id",
+        "reason",
+        "name",
+        "Idempotency-Key",
+        "agent",
+        "tombstone_reason",
+        "tombstoned_by",
+        "created_by",
+        "embedding_model",
+    }
+)
+
+
+def scan_secrets(values: Mapping[str, Any]) -> None:
+    """SECRET_REJECTED (naming the rule and the field path, never the value) at the first
+    secret in a free-text field of `values` (`SECRET_SCANNED_FIELDS`; strings, and lists and
+    objects recursively). Pass what the client sent, before normalisation: lower-casing a tag
+    would hide an `AKIA…` key. Runs before any other check that could quote the input."""
+    for name, value in values.items():
+        if name in SECRET_SCANNED_FIELDS:
+            finding = find_secret(value, name)
+            if finding is not None:
+                raise SecretRejected(details={"rule": finding.rule, "field": finding.field})

@@ -88,7 +88,7 @@ def memory_recall(
     principal.require_scope("read")
     now = resolve_now(now)
     subject = principal.resolve_subject(validation.identifier(subject_id, "subject_id"))
-    key = validation.identifier(key, "key")
+    key = validation.memory_key(key)
     if key is None:
         raise InvalidInput("'key' is required", field="key")
     memory = (

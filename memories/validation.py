@@ -20,8 +20,9 @@ from django.conf import settings
 
 from accounts.models import Agent
 from memories.models import CaptureMode, Category
+from memories.secrets_scan import INVISIBLE_CHARS, find_secret, scan_secrets
 from memoryhub.durations import parse_duration
-from memoryhub.errors import InvalidInput
+from memoryhub.errors import InvalidInput, SecretRejected
 
 CATEGORY_RE = re.compile(r"^[a-z0-9_-]{1,40}$")
 TAG_RE = re.compile(r"^[a-z0-9][a-z0-9:_./-]{0,63}$")
@@ -78,6 +79,9 @@ UPDATE_FIELDS = frozenset(
     }
 )
 
+# Refused in keys besides the invisible ones: controls, surrogates, line/paragraph separators.
+_KEY_REFUSED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+
 _MISSING = object()
 
 
@@ -118,6 +122,10 @@ def require_object(data: Any) -> dict[str, Any]:
 def reject_unknown(data: dict[str, Any], allowed: frozenset[str]) -> None:
     unknown = sorted(k for k in data if k not in allowed)
     if unknown:
+        # The error names the field: never one that is itself a secret.
+        finding = find_secret(unknown, "body")
+        if finding is not None:
+            raise SecretRejected(details={"rule": finding.rule, "field": "body"})
         raise InvalidInput(f"Unknown field '{unknown[0][:60]}'", field=unknown[0][:60])
 
 
@@ -135,6 +143,22 @@ def identifier(value: Any, field: str, *, max_len: int = MAX_ID_CHARS) -> str | 
     if _CONTROL_RE.search(value):
         raise InvalidInput(f"'{field}' contains control characters", field=field)
     return value
+
+
+def memory_key(value: Any, field: str = "key") -> str | None:
+    """A memory key (SPEC §4 Keys): NFKC-normalised, so full-width and other compatibility
+    forms name the same key; control and invisible characters (zero-width, bidi controls,
+    fillers) are refused rather than dropped, so look-alike keys cannot coexist."""
+    if isinstance(value, str):
+        if any(
+            ch in INVISIBLE_CHARS or unicodedata.category(ch) in _KEY_REFUSED_CATEGORIES
+            for ch in value
+        ):
+            raise InvalidInput(
+                f"'{field}' contains control characters or invisible ones", field=field
+            )
+        value = unicodedata.normalize("NFKC", value)
+    return identifier(value, field)
 
 
 def unit_float(value: Any, field: str) -> float:
@@ -418,6 +442,7 @@ class StoreInput:
 def parse_store(data: Any, *, agent: Agent, now: datetime) -> StoreInput:
     """Validate a store body (SPEC §4 Store) and apply the agent's defaults."""
     data = require_object(data)
+    scan_secrets(data)
     reject_unknown(data, STORE_FIELDS)
     text_value = text(data.get("text"))
     data_value = data_object(data.get("data"))
@@ -431,7 +456,7 @@ def parse_store(data: Any, *, agent: Agent, now: datetime) -> StoreInput:
     if expires is _MISSING:  # an explicit `expires_at: null` means "never", default or not
         expires = now + agent.default_ttl if agent.default_ttl else None
     last_confirmed = data.get("last_confirmed_at")
-    key = identifier(data.get("key"), "key")
+    key = memory_key(data.get("key"))
     store_cas = cas(data)
     if store_cas is not None and key is None:
         # Compare-and-set names the version of a keyed memory; without a key there is nothing
@@ -488,6 +513,7 @@ def parse_update(
 ) -> UpdateInput:
     """Validate a PATCH body (SPEC §4 Change): only the fields given are changed."""
     data = require_object(data)
+    scan_secrets(data)
     reject_unknown(data, allowed)
     changes: dict[str, Any] = {}
     if "text" in data:
@@ -516,7 +542,7 @@ def parse_update(
             now if value is None else parse_timestamp(value, "last_confirmed_at")
         )
     if "key" in data:  # operators may re-key; agents cannot (not in UPDATE_FIELDS)
-        changes["key"] = identifier(data["key"], "key")
+        changes["key"] = memory_key(data["key"])
     return UpdateInput(changes=changes, cas=cas(data, if_match))
 
 

@@ -149,17 +149,25 @@ def _validation_details(detail: Any) -> dict[str, Any]:
     }
 
 
-def error_response(err: DomainError) -> Response:
-    response = Response(envelope(err.code, err.message, err.details), status=err.status)
+def _finish(response: Response | JsonResponse, err: DomainError) -> None:
     for name, value in err.headers.items():
         response[name] = value
+    # Django's request logger would write "<reason>: <path>" for every 4xx/5xx, and API paths
+    # carry what the client chose (a key in `by-key/…`, a thread id): possibly a pasted secret,
+    # which is never logged. A client's error is the client's; server faults are logged where
+    # they happen (`database error`, `unhandled API error`).
+    response._has_been_logged = True  # type: ignore[union-attr]
+
+
+def error_response(err: DomainError) -> Response:
+    response = Response(envelope(err.code, err.message, err.details), status=err.status)
+    _finish(response, err)
     return response
 
 
 def json_error_response(err: DomainError) -> JsonResponse:
     response = JsonResponse(envelope(err.code, err.message, err.details), status=err.status)
-    for name, value in err.headers.items():
-        response[name] = value
+    _finish(response, err)
     return response
 
 

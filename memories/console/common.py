@@ -22,7 +22,7 @@ from django.utils.safestring import SafeString, mark_safe
 from django_htmx.http import HttpResponseClientRefresh
 
 from accounts.models import Role
-from memoryhub.errors import DomainError, NotFound
+from memoryhub.errors import DomainError, NotFound, SecretRejected
 
 # What rendered memory text may contain after sanitising: formatting only, no scripts, no
 # event handlers, no images (a remote image would be a tracking pixel), http(s)/mailto links.
@@ -136,7 +136,7 @@ def service_errors(*, back: Callable[..., str]) -> Callable:
             except NotFound as exc:
                 raise Http404 from exc
             except DomainError as exc:
-                messages.error(request, exc.message)
+                messages.error(request, refusal(exc))
                 if request.htmx:
                     return HttpResponseClientRefresh()
                 return redirect(safe_next(request, back(*args, **kwargs)))
@@ -151,7 +151,15 @@ def refuse_on_form(form: Form, exc: DomainError) -> None:
     goes on up to `service_errors` and answers 404."""
     if isinstance(exc, NotFound):
         raise exc
-    form.add_error(None, exc.message)
+    form.add_error(None, refusal(exc))
+
+
+def refusal(exc: DomainError) -> str:
+    """A service's refusal in words; a secret's names its field and rule, never its value."""
+    if isinstance(exc, SecretRejected):
+        field, rule = exc.details["field"], exc.details["rule"]
+        return f"{field}: a secret-shaped value ({rule}) is never stored; nothing was saved."
+    return exc.message
 
 
 _WORDS = re.compile(r"(\s+)")

@@ -10,8 +10,9 @@ from django.contrib.auth import get_user_model
 
 from accounts.models import Agent, Scope
 from memories import validation
+from memories.secrets_scan import scan_secrets
 from memoryhub.durations import format_duration, parse_duration
-from memoryhub.errors import InvalidInput
+from memoryhub.errors import InvalidInput, SecretRejected
 
 
 def normalise_newlines(text: str) -> str:
@@ -21,6 +22,16 @@ def normalise_newlines(text: str) -> str:
 
 def text_digest(text: str) -> str:
     return hashlib.sha256(normalise_newlines(text).encode()).hexdigest()
+
+
+def no_secret(name: str, value: Any) -> Any:
+    """`value` of the form field `name`, refused when it holds a secret (the shared scan)."""
+    try:
+        scan_secrets({name: value})
+    except SecretRejected as exc:
+        rule = exc.details["rule"]
+        raise forms.ValidationError(f"A secret-shaped value ({rule}) is never stored.") from None
+    return value
 
 
 def _normal_tags(tags: list[str]) -> list[str]:
@@ -140,6 +151,9 @@ class AgentCreateForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.tenant = tenant
 
+    def clean_name(self) -> str:
+        return no_secret("name", self.cleaned_data["name"])
+
     def clean_slug(self):
         slug = self.cleaned_data["slug"].lower()
         if Agent.objects.for_tenant(self.tenant).filter(slug=slug).exists():
@@ -200,6 +214,12 @@ class ApiKeyCreateForm(forms.Form):
     )
     subject_id = forms.CharField(max_length=255, required=False, label="Bound subject")
     expires_in = DurationField(required=False, label="Expires in", help_text="e.g. 30d")
+
+    def clean_name(self) -> str:
+        return no_secret("name", self.cleaned_data["name"])
+
+    def clean_subject_id(self) -> str:
+        return no_secret("subject_id", self.cleaned_data["subject_id"])
 
 
 class ImportForm(forms.Form):

@@ -9,7 +9,7 @@ from memories import validation
 from memories.clock import resolve_now
 from memories.ids import is_memory_id
 from memories.models import ChangeType, Memory
-from memories.services.common import scan_secrets
+from memories.secrets_scan import scan_secrets
 from memories.services.writes import (
     change,
     change_guard,
@@ -57,8 +57,7 @@ def memory_update(
     `expected_updated_at` or `If-Match`. Shared memories are read-only (403)."""
     principal.require_scope("write")
     now = resolve_now(now)
-    inp = validation.parse_update(data, now=now, if_match=if_match)
-    scan_secrets(text=data.get("text"), data=data.get("data"), tags=data.get("tags"))
+    inp = validation.parse_update(data, now=now, if_match=if_match)  # secrets scanned too
     subject = principal.resolve_subject(validation.identifier(subject_id, "subject_id"))
     memory = writable(principal=principal, memory_id=memory_id, subject_id=subject, now=now)
     if not inp.changes:
@@ -98,6 +97,7 @@ def memory_confirm(
     """The agent re-confirms a fact: `last_confirmed_at` = now (a change: version + 1)."""
     principal.require_scope("write")
     now = resolve_now(now)
+    scan_secrets({"subject_id": subject_id})
     subject = principal.resolve_subject(validation.identifier(subject_id, "subject_id"))
     memory = writable(principal=principal, memory_id=memory_id, subject_id=subject, now=now)
     return change(

@@ -1,4 +1,4 @@
-"""What every write service uses: the secret scan, the embedding, advisory locks, reasons."""
+"""What every write service uses: the embedding, advisory locks, reasons (secret-scanned)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from django.db import connection
 from memories import validation
 from memories.embeddings import get_embedder
 from memories.models import EMBEDDING_DIM
-from memories.secrets_scan import find_secret
-from memoryhub.errors import EmbeddingError, InvalidInput, SecretRejected
+from memories.secrets_scan import scan_secrets
+from memoryhub.errors import EmbeddingError, InvalidInput
 
 logger = logging.getLogger(__name__)
 
@@ -19,16 +19,6 @@ logger = logging.getLogger(__name__)
 # n concurrent writers of one row need at most n rounds; this only bounds a runaway.
 MAX_RETRIES = 100
 MAX_REASON_CHARS = 1000
-
-
-def scan_secrets(*, text: Any = None, data: Any = None, tags: Any = None, key: Any = None) -> None:
-    """Raise SECRET_REJECTED (rule and field only, never the value) for a secret-shaped input."""
-    for value, name in ((text, "text"), (data, "data"), (tags, "tags"), (key, "key")):
-        if value in (None, "", [], {}):
-            continue
-        finding = find_secret(value, name)
-        if finding is not None:
-            raise SecretRejected(details={"rule": finding.rule, "field": finding.field})
 
 
 def embed_text(value: str) -> tuple[list[float], str]:
@@ -53,7 +43,8 @@ def advisory_lock(name: str) -> None:
 
 
 def clean_reason(value: Any) -> str:
-    """A tombstone's reason as given by an agent or operator (optional, bounded, no NUL)."""
+    """A tombstone's reason as given by an agent or operator (optional, bounded, no NUL, no
+    secret)."""
     if value is None:
         return ""
     if not isinstance(value, str) or len(value) > MAX_REASON_CHARS:
@@ -61,4 +52,5 @@ def clean_reason(value: Any) -> str:
             f"'reason' must be a string of at most {MAX_REASON_CHARS} characters", field="reason"
         )
     validation.reject_nul(value, "reason")
+    scan_secrets({"reason": value})
     return value.strip()

@@ -18,6 +18,7 @@ from memories.clock import resolve_now
 from memories.ids import is_memory_id
 from memories.models import Category, ChangeType, Memory, Status
 from memories.revisions import revision_write, snapshot
+from memories.secrets_scan import scan_secrets
 from memories.services.changes import writable
 from memories.services.common import MAX_RETRIES, clean_reason
 from memories.services.writes import (
@@ -64,7 +65,7 @@ def memory_forget(
             raise NotFound()  # defensive: writable raised already
         targets = [memory]
     else:
-        key = validation.identifier(key, "key")
+        key = validation.memory_key(key)
         if key is None:
             raise InvalidInput("'key' is required", field="key")
         rows = owned.filter(key=key).order_by(
@@ -107,6 +108,7 @@ def thread_end(*, principal: Principal, thread_id: str, now: datetime | None = N
     """
     principal.require_scope("write")
     now = resolve_now(now)
+    scan_secrets({"thread_id": thread_id})
     thread_id = validation.identifier(thread_id, "thread_id")
     if thread_id is None:
         raise InvalidInput("'thread_id' is required", field="thread_id")

@@ -14,7 +14,8 @@ from memories import validation
 from memories.clock import resolve_now
 from memories.ids import is_memory_id
 from memories.models import ChangeType, Memory, ReviewState, Status
-from memories.services.common import clean_reason, scan_secrets
+from memories.secrets_scan import scan_secrets
+from memories.services.common import clean_reason
 from memories.services.eviction import cap_lock, evict_over_cap
 from memories.services.lifecycle import purge_content, tombstone
 from memories.services.writes import change, change_guard, reload_any, update_fields
@@ -58,13 +59,7 @@ def memory_correct(
     changes = {
         k: v for k, v in changes.items() if k not in ("expected_version", "expected_updated_at")
     }
-    inp = validation.parse_update(changes, now=now, allowed=CORRECTABLE_FIELDS)
-    scan_secrets(
-        text=changes.get("text"),
-        data=changes.get("data"),
-        tags=changes.get("tags"),
-        key=inp.changes.get("key"),
-    )
+    inp = validation.parse_update(changes, now=now, allowed=CORRECTABLE_FIELDS)  # + secrets
     memory = _operator_get(tenant, memory_id)
     _correctable(memory)  # first: a purged memory is tombstoned too, a CONFLICT like any other
     _not_purged(memory)
@@ -236,8 +231,8 @@ def memory_add_tag(
 ) -> int:
     """Bulk `Add tag`: returns how many memories gained the tag (one revision each)."""
     now = resolve_now(now)
+    scan_secrets({"tag": tag})  # as typed: lower-casing could hide a key's shape
     tag = validation.normalise_tag(tag)
-    scan_secrets(tags=[tag])
     ids = [i for i in dict.fromkeys(memory_ids) if is_memory_id(i)]
     changed = 0
     with transaction.atomic():

@@ -22,7 +22,7 @@ from memories.clock import resolve_now
 from memories.dedup import Near, Probe, near_duplicates
 from memories.models import ChangeType, Memory, ReviewState, Status
 from memories.revisions import revision_write, snapshot
-from memories.services.common import MAX_RETRIES, embed_text, scan_secrets
+from memories.services.common import MAX_RETRIES, embed_text
 from memories.services.eviction import cap_lock, evict_over_cap
 from memories.services.lifecycle import expire
 from memories.services.writes import change
@@ -79,8 +79,7 @@ def memory_store_prepare(
     """Everything that needs no database: validation, secret scan and the embedding."""
     principal.require_scope("write")
     now = resolve_now(now)
-    inp = validation.parse_store(data, agent=principal.agent, now=now)
-    scan_secrets(text=data.get("text"), data=data.get("data"), tags=data.get("tags"), key=inp.key)
+    inp = validation.parse_store(data, agent=principal.agent, now=now)  # secrets scanned too
     subject_id = principal.resolve_subject(inp.subject_id)
     vector, model = embed_text(validation.embedding_text(inp.text, inp.data))
     return PreparedStore(
