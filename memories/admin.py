@@ -37,7 +37,7 @@ class MemoryRevisionAdmin(ReadOnlyAdmin):
 
 @admin.register(IdempotencyRecord)
 class IdempotencyRecordAdmin(ReadOnlyAdmin):
-    list_display = ("key", "tenant", "response_status", "created_at")
+    list_display = ("key_digest", "tenant", "response_status", "created_at")
 
     def has_delete_permission(self, request, obj=None):
         return True  # dropping a stored response only makes the next retry run again

@@ -8,6 +8,13 @@ lock on (tenant, key): concurrent retries of the same request queue behind the f
 its stored response and replay it. The record is written in the same transaction as the change
 it describes, so a replay never points at something that was rolled back. Only successful
 responses are stored; an error leaves nothing behind and the retry runs again.
+
+The key is a free-text field like any other (a client may paste a credential into it): it is
+scanned for secrets (SECRET_REJECTED) and never stored, only `key_digest(tenant, key)`, an
+HMAC-SHA256 keyed by `SECRET_KEY` (Django's `salted_hmac`, its own salt). Keyed, not a plain
+hash, so that a low-entropy value cannot be recovered from a database dump by guessing. Rotating
+`SECRET_KEY` makes the records of the last 24 h unreachable: a retry across the rotation runs
+again, as one after 24 h does. Migration 0013 turned the keys stored before into digests.
 """
 
 from __future__ import annotations
@@ -21,10 +28,12 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.db import connection, transaction
+from django.utils.crypto import salted_hmac
 
 from accounts.models import Tenant
 from memories.clock import resolve_now
 from memories.models import IdempotencyRecord
+from memories.secrets_scan import scan_secrets
 from memories.validation import compact_json
 from memoryhub.errors import IdempotencyMismatch, InvalidInput
 
@@ -45,14 +54,23 @@ class Outcome:
 
 
 def clean_key(raw: str | None) -> str | None:
-    """The header value, or None when absent; printable ASCII, at most 255 characters."""
+    """The header value, or None when absent; printable ASCII, at most 255 characters, and
+    no secret (scanned first, so no other refusal can depend on it)."""
     if raw is None or raw == "":
         return None
+    scan_secrets({"Idempotency-Key": raw})
     if not KEY_RE.match(raw):
         raise InvalidInput(
             "Idempotency-Key must be 1–255 printable ASCII characters", field="Idempotency-Key"
         )
     return raw
+
+
+def key_digest(tenant_id: int, key: str) -> str:
+    """What is stored and looked up instead of the key (64 hex characters); 0013 repeats it."""
+    return salted_hmac(
+        "memoryhub.idempotency-key", f"{tenant_id}:{key}", algorithm="sha256"
+    ).hexdigest()
 
 
 def fingerprint(*, principal: Principal, operation: str, payload: Any) -> str:
@@ -76,17 +94,17 @@ def fingerprint(*, principal: Principal, operation: str, payload: Any) -> str:
     return hashlib.sha256(basis.encode("utf-8")).hexdigest()
 
 
-def _lock(tenant_id: int, key: str) -> None:
+def _lock(tenant_id: int, digest: str) -> None:
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"idem:{tenant_id}:{key}"]
+            "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"idem:{tenant_id}:{digest}"]
         )
 
 
-def _find(tenant: Tenant, key: str, request_hash: str, now: datetime) -> Outcome | None:
+def _find(tenant: Tenant, digest: str, request_hash: str, now: datetime) -> Outcome | None:
     record = (
         IdempotencyRecord.objects.for_tenant(tenant)
-        .filter(key=key, created_at__gt=now - RETENTION)
+        .filter(key_digest=digest, created_at__gt=now - RETENTION)
         .first()
     )
     if record is None:
@@ -130,21 +148,23 @@ def respond(
         return Outcome(*action(prepare() if prepare else None))
     now = resolve_now(now)
     tenant = principal.tenant
+    digest = key_digest(tenant.pk, key)
     request_hash = fingerprint(principal=principal, operation=operation, payload=payload)
-    early = _find(tenant, key, request_hash, now)
+    early = _find(tenant, digest, request_hash, now)
     if early is not None:
         return early
     prepared = prepare() if prepare else None
     with transaction.atomic():
-        _lock(tenant.pk, key)
-        found = _find(tenant, key, request_hash, now)
+        _lock(tenant.pk, digest)
+        found = _find(tenant, digest, request_hash, now)
         if found is not None:
             return found
         status, body = action(prepared)
-        IdempotencyRecord.objects.for_tenant(tenant).filter(key=key).delete()  # an expired one
+        # An expired record of the same key.
+        IdempotencyRecord.objects.for_tenant(tenant).filter(key_digest=digest).delete()
         IdempotencyRecord.objects.create(
             tenant=tenant,
-            key=key,
+            key_digest=digest,
             request_hash=request_hash,
             response_status=status,
             response_body=json.dumps(body, ensure_ascii=False, separators=(",", ":")),

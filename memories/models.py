@@ -358,10 +358,13 @@ class OwnerCount(models.Model):
 
 
 class IdempotencyRecord(models.Model):
-    """A stored response for `Idempotency-Key` replays (per tenant, kept 24 h)."""
+    """A stored response for `Idempotency-Key` replays (per tenant, kept 24 h).
+
+    The key itself is never stored, only `memories.idempotency.key_digest` of it: a client may
+    paste anything into a header, a credential included."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
-    key = models.CharField(max_length=255)
+    key_digest = models.CharField(max_length=64)
     request_hash = models.CharField(max_length=64)
     response_status = models.PositiveSmallIntegerField()
     response_body = models.JSONField()
@@ -372,7 +375,9 @@ class IdempotencyRecord(models.Model):
     class Meta:
         constraints = [
             # Replay lookup by (tenant, key); also what makes a concurrent retry wait for the first.
-            models.UniqueConstraint(fields=["tenant", "key"], name="idempotency_tenant_key_uniq"),
+            models.UniqueConstraint(
+                fields=["tenant", "key_digest"], name="idempotency_tenant_key_uniq"
+            ),
         ]
         indexes = [
             # purge_retention drops records past 24 h.

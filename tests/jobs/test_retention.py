@@ -71,7 +71,7 @@ def test_idempotency_records_older_than_24_hours_are_deleted(tenant, other_tenan
     def record(tenant, key, age):
         return IdempotencyRecord.objects.create(
             tenant=tenant,
-            key=key,
+            key_digest=key,
             request_hash="0" * 64,
             response_status=201,
             response_body={"ok": True},

@@ -104,7 +104,7 @@ def test_a_tenant_scoped_retention_purge_deletes_that_tenants_rows_only(
             )
         IdempotencyRecord.objects.create(
             tenant=owner,
-            key=f"k-{owner.slug}",
+            key_digest=f"k-{owner.slug}",
             request_hash="h",
             response_status=201,
             response_body={},

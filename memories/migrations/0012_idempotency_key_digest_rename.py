@@ -1,0 +1,22 @@
+from django.db import migrations, models
+
+
+class Migration(migrations.Migration):
+    """`IdempotencyRecord.key` becomes `key_digest` (0013 replaces the clear keys by digests)."""
+
+    dependencies = [("memories", "0011_revision_version_unique")]
+
+    operations = [
+        migrations.RemoveConstraint(
+            model_name="idempotencyrecord", name="idempotency_tenant_key_uniq"
+        ),
+        migrations.RenameField(
+            model_name="idempotencyrecord", old_name="key", new_name="key_digest"
+        ),
+        migrations.AddConstraint(
+            model_name="idempotencyrecord",
+            constraint=models.UniqueConstraint(
+                fields=["tenant", "key_digest"], name="idempotency_tenant_key_uniq"
+            ),
+        ),
+    ]
