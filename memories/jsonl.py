@@ -5,7 +5,9 @@
 or nothing: every line is validated first (the store API's field rules and secret scan), then
 everything is written in one transaction; a bad line, whether caught while reading or while
 writing (a key already held by a live memory), is reported by its number and nothing of the
-file is applied. `size_bytes` and `content_hash` are recomputed from the content, never trusted
+file is applied. Ids are global, but an import never says that one exists in another tenant:
+such an id is refused with the words used for a malformed one (`UNIMPORTABLE_ID`), and at the
+same step, after every line was read. `size_bytes` and `content_hash` are recomputed from the content, never trusted
 (a purged memory, with no content left, keeps the line's).
 
 Versions never move backwards (every revision of a memory has its own version): a line that
@@ -41,8 +43,8 @@ from memories.models import (
     Status,
 )
 from memories.revisions import revision_build, snapshot
-from memories.secrets_scan import SecretFinding, find_secret
-from memoryhub.errors import InvalidInput
+from memories.secrets_scan import scan_secrets
+from memoryhub.errors import InvalidInput, SecretRejected
 
 CHUNK_SIZE = 500
 FORMAT = "memoryhub.memory/1"
@@ -78,6 +80,10 @@ DATETIME_FIELDS = (
     "tombstoned_at",
     "purged_at",
 )
+
+
+# One answer for every id this tenant cannot take: malformed, missing, or another tenant's.
+UNIMPORTABLE_ID = "memory id cannot be imported into this tenant"
 
 
 class ImportLineError(Exception):
@@ -121,18 +127,19 @@ def _parse_line(number: int, line: str) -> dict[str, Any]:
         raise ImportLineError(number, f"not valid JSON ({exc.msg})") from exc
     if not isinstance(record, dict):
         raise ImportLineError(number, "each line must be a JSON object")
-    if not is_memory_id(record.get("id", "")):
-        raise ImportLineError(number, "missing or malformed memory id")
+    try:
+        # First, as written (before tags are lower-cased), and before any check that quotes.
+        scan_secrets(record)
+    except SecretRejected as exc:
+        # Rule and field only: the value itself is never echoed (SPEC §4 Secrets).
+        field, rule = exc.details["field"], exc.details["rule"]
+        raise ImportLineError(
+            number, f"{field}: a secret-shaped value ({rule}) is never stored"
+        ) from None
     try:
         _validate_fields(record)
     except InvalidInput as exc:
         raise ImportLineError(number, _field_message(exc)) from None
-    finding = _find_secret(record)
-    if finding is not None:
-        # Rule and field only: the value itself is never echoed (SPEC §4 Secrets).
-        raise ImportLineError(
-            number, f"{finding.field}: a secret-shaped value ({finding.rule}) is never stored"
-        )
     return record
 
 
@@ -157,7 +164,7 @@ def _validate_fields(record: dict[str, Any]) -> None:
         "mentions": validation.mentions,
         "category": lambda v: validation.category(v, default=Category.CORE),
         "kind": validation.kind,
-        "key": lambda v: validation.identifier(v, "key"),
+        "key": validation.memory_key,
         "subject_id": lambda v: validation.identifier(v, "subject_id"),
         "thread_id": lambda v: validation.identifier(v, "thread_id"),
         "source_provider": lambda v: validation.short_string(v, "source_provider", 100),
@@ -200,17 +207,6 @@ def _field_message(exc: InvalidInput) -> str:
     return f"{field}: {exc.message}"
 
 
-def _find_secret(record: dict[str, Any]) -> SecretFinding | None:
-    """The store API's secret scan, over the same fields (text, data, tags, key)."""
-    for name in ("text", "data", "tags", "key"):
-        value = record.get(name)
-        if value not in (None, "", [], {}):
-            finding = find_secret(value, name)
-            if finding is not None:
-                return finding
-    return None
-
-
 def _apply(memory: Memory, record: dict[str, Any], agent: Agent | None) -> None:
     memory.agent = agent
     for name in PLAIN_FIELDS + DATETIME_FIELDS:
@@ -245,9 +241,10 @@ def import_jsonl(*, tenant: Tenant, lines: Iterable[str | bytes], actor: str) ->
         if not raw.strip():
             continue
         record = _parse_line(number, raw)
-        if record["id"] in seen:
+        marker = json.dumps(record.get("id"))
+        if marker in seen:
             raise ImportLineError(number, "the same memory id appears twice")
-        seen.add(record["id"])
+        seen.add(marker)
         records.append((number, record))
     # Live rows last: a backup may hold a tombstoned memory and its live successor under the
     # same key, and the live-key constraint must see the old one leave `active` first.
@@ -255,10 +252,13 @@ def import_jsonl(*, tenant: Tenant, lines: Iterable[str | bytes], actor: str) ->
 
     result = ImportResult()
     with transaction.atomic():
+        _refuse_unimportable_ids(tenant, records)
         agents = {a.slug: a for a in Agent.objects.for_tenant(tenant)}
         ids = [r["id"] for _, r in records]
-        # Not `for_tenant`: ids are global, and one held by another tenant must be refused.
-        existing = {m.pk: m for m in Memory.objects.filter(pk__in=ids).select_for_update()}
+        existing = {
+            m.pk: m
+            for m in Memory.objects.for_tenant(tenant).filter(pk__in=ids).select_for_update()
+        }
         # The newest revision version of each id in this tenant's history: the row may be gone
         # (retention) while its revisions stay, and a version must not repeat.
         latest = dict(
@@ -283,9 +283,6 @@ def import_jsonl(*, tenant: Tenant, lines: Iterable[str | bytes], actor: str) ->
                     agent.save()
                     agents[slug] = agent
             memory = existing.get(record["id"])
-            if memory is not None and memory.tenant_id != tenant.pk:
-                # Ids are global; do not say whose it is.
-                raise ImportLineError(number, "this memory id is already in use")
             history = latest.get(record["id"], 0)
             if memory is None:
                 memory = Memory(pk=record["id"], tenant=tenant)
@@ -331,6 +328,19 @@ def import_jsonl(*, tenant: Tenant, lines: Iterable[str | bytes], actor: str) ->
     return result
 
 
+def _refuse_unimportable_ids(tenant: Tenant, records: list[tuple[int, dict[str, Any]]]) -> None:
+    """The first line, by number, whose id is malformed or held by another tenant: one message
+    for both, so an import cannot probe for other tenants' ids. (One created concurrently after
+    this look fails at its insert with the same message: `_integrity_message`.)"""
+    ids = [r["id"] for _, r in records if is_memory_id(r.get("id"))]
+    foreign = set(
+        Memory.objects.filter(pk__in=ids).exclude(tenant=tenant).values_list("pk", flat=True)
+    )
+    for number, record in sorted(records, key=lambda item: item[0]):
+        if not is_memory_id(record.get("id")) or record["id"] in foreign:
+            raise ImportLineError(number, UNIMPORTABLE_ID)
+
+
 def _check_owner(number: int, memory: Memory) -> None:
     """Workspace if and only if no agent: an agent-less core memory would be visible to every
     agent as workspace and never counted by the cap sweep."""
@@ -344,6 +354,8 @@ def _check_owner(number: int, memory: Memory) -> None:
 
 def _integrity_message(exc: IntegrityError, memory: Memory) -> str:
     constraint = getattr(getattr(exc.__cause__, "diag", None), "constraint_name", None)
+    if constraint == "memories_memory_pkey":  # the id was taken, here or in another tenant
+        return UNIMPORTABLE_ID
     if constraint == "memory_live_key_uniq":
         key = memory.key if len(memory.key) <= 80 else memory.key[:79] + "…"
         return f"key '{key}' is already held by a live memory of the same owner and subject"

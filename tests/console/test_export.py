@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from accounts.models import Agent
 from memories.export import export_markdown, fence_for, inline_code
-from memories.jsonl import ImportLineError, import_jsonl, memory_to_record
+from memories.jsonl import UNIMPORTABLE_ID, ImportLineError, import_jsonl, memory_to_record
 from memories.models import Memory, MemoryRevision, Status
 from memories.services.operator_actions import memory_restore, memory_tombstone
 from tests.factories import asgi_http_scope, make_agent, make_operator
@@ -597,7 +597,7 @@ def test_import_cannot_take_another_tenants_memory(tenant, other_tenant, agent, 
     record = memory_to_record(Memory.objects.select_related("agent").get(pk=memory.pk))
     with pytest.raises(ImportLineError) as exc:
         import_jsonl(tenant=other_tenant, lines=[json.dumps(record)], actor="x")
-    assert exc.value.line == 1 and "already in use" in exc.value.message
+    assert (exc.value.line, exc.value.message) == (1, UNIMPORTABLE_ID)
     assert Memory.objects.get(pk=memory.pk).tenant_id == tenant.pk
     assert Memory.objects.get(pk=memory.pk).status == Status.ACTIVE
 
