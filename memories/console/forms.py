@@ -24,14 +24,34 @@ def text_digest(text: str) -> str:
     return hashlib.sha256(normalise_newlines(text).encode()).hexdigest()
 
 
-def no_secret(name: str, value: Any) -> Any:
-    """`value` of the form field `name`, refused when it holds a secret (the shared scan)."""
-    try:
-        scan_secrets({name: value})
-    except SecretRejected as exc:
-        rule = exc.details["rule"]
-        raise forms.ValidationError(f"A secret-shaped value ({rule}) is never stored.") from None
-    return value
+class SecretScannedForm(forms.Form):
+    """A form whose free-text fields (`SCANNED`, named as `SECRET_SCANNED_FIELDS` names them)
+    go through the shared secret scan before anything else. A secret is taken out of the
+    submitted data, so the re-rendered form cannot show it back, and its field carries the
+    refusal (the rule, never the value)."""
+
+    SCANNED: tuple[str, ...] = ()
+
+    def __init__(self, data=None, *args, **kwargs):
+        self.secret_errors: dict[str, str] = {}
+        if data is not None:
+            data = data.copy()
+            for name in self.SCANNED:
+                try:
+                    scan_secrets({name: data.get(name)})
+                except SecretRejected as exc:
+                    data[name] = ""
+                    self.secret_errors[name] = (
+                        f"A secret-shaped value ({exc.details['rule']}) is never stored; "
+                        "it was taken out of the form."
+                    )
+        super().__init__(data, *args, **kwargs)
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        for name, message in self.secret_errors.items():
+            self.add_error(name, message)
+        return data
 
 
 def _normal_tags(tags: list[str]) -> list[str]:
@@ -46,7 +66,7 @@ def _normal_tags(tags: list[str]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-class CorrectionForm(forms.Form):
+class CorrectionForm(SecretScannedForm):
     """`Edit` → `Save`: a correction, compare-and-set against `expected_version`.
 
     `base` carries the edited fields as the form was loaded (the text as a digest): what the
@@ -55,6 +75,7 @@ class CorrectionForm(forms.Form):
     """
 
     FIELDS = ("text", "tags", "category", "kind", "importance", "confidence")
+    SCANNED = ("text", "tags", "category", "kind")
 
     # strip=False: saving a tag change must not rewrite the text's leading/trailing whitespace.
     text = forms.CharField(widget=forms.Textarea(attrs={"rows": 8}), required=False, strip=False)
@@ -139,20 +160,21 @@ def _comparable(name: str, value: Any) -> Any:
     return value
 
 
-class TombstoneForm(forms.Form):
+class TombstoneForm(SecretScannedForm):
+    SCANNED = ("reason",)
+
     reason = forms.CharField(max_length=500, required=False)
 
 
-class AgentCreateForm(forms.Form):
+class AgentCreateForm(SecretScannedForm):
+    SCANNED = ("name",)
+
     slug = forms.SlugField(max_length=63, help_text="a-z, 0-9, _ and -")
     name = forms.CharField(max_length=200, required=False)
 
     def __init__(self, *args, tenant=None, **kwargs):
         super().__init__(*args, **kwargs)
         self.tenant = tenant
-
-    def clean_name(self) -> str:
-        return no_secret("name", self.cleaned_data["name"])
 
     def clean_slug(self):
         slug = self.cleaned_data["slug"].lower()
@@ -205,7 +227,9 @@ class AgentPolicyForm(forms.Form):
         self.fields["reads_from"].choices = [(a.slug, a.slug) for a in others]
 
 
-class ApiKeyCreateForm(forms.Form):
+class ApiKeyCreateForm(SecretScannedForm):
+    SCANNED = ("name", "subject_id")
+
     name = forms.CharField(max_length=200, required=False)
     scopes = forms.MultipleChoiceField(
         choices=Scope.choices,
@@ -214,12 +238,6 @@ class ApiKeyCreateForm(forms.Form):
     )
     subject_id = forms.CharField(max_length=255, required=False, label="Bound subject")
     expires_in = DurationField(required=False, label="Expires in", help_text="e.g. 30d")
-
-    def clean_name(self) -> str:
-        return no_secret("name", self.cleaned_data["name"])
-
-    def clean_subject_id(self) -> str:
-        return no_secret("subject_id", self.cleaned_data["subject_id"])
 
 
 class ImportForm(forms.Form):

@@ -252,7 +252,7 @@ def _action(request: HttpRequest, memory_id: str, call, message: str) -> HttpRes
 @require_POST
 @service_errors(back=_detail_url)
 def memory_tombstone(request: HttpRequest, memory_id: str) -> HttpResponse:
-    reason = (request.POST.get("reason") or "").strip()[:500]
+    reason = (request.POST.get("reason") or "").strip()  # the service bounds and scans it
     return _action(
         request,
         memory_id,
@@ -349,7 +349,7 @@ def memory_bulk(request: HttpRequest) -> HttpResponse:
             tenant=request.tenant,
             memory_ids=ids,
             actor=actor,
-            reason=(request.POST.get("reason") or "").strip()[:500],
+            reason=(request.POST.get("reason") or "").strip(),
         )
         message = f"Tombstoned {count} {'memory' if count == 1 else 'memories'}."
     elif action == "tag":
