@@ -602,6 +602,44 @@ def test_import_cannot_take_another_tenants_memory(tenant, other_tenant, agent, 
     assert Memory.objects.get(pk=memory.pk).status == Status.ACTIVE
 
 
+def test_another_tenants_id_is_refused_like_a_malformed_one(
+    tenant, other_tenant, agent, store_memory
+):
+    """An import does not tell one tenant that an id exists in another: the answer for such an
+    id is the one for a malformed or missing id, word for word and at the same step (after
+    every line was read, so a later bad line is reported first either way)."""
+    import json
+
+    from tests.memories.secret_corpus import TRUE_POSITIVES
+
+    memory = store_memory(agent, "Acme's", key="plan")
+    acme = json.dumps(
+        [list(Memory.objects.values()), list(MemoryRevision.objects.values())], default=str
+    )
+    globex_bot = make_agent(other_tenant, "support-bot")
+    foreign, malformed, missing = memory.pk, "mem_not-a-ulid", None
+    answers = []
+    for memory_id in (foreign, malformed, missing):
+        lines = [_record(NEW_IDS[0], globex_bot), _record(memory_id, globex_bot, text="Globex")]
+        with pytest.raises(ImportLineError) as exc:
+            import_jsonl(tenant=other_tenant, lines=lines, actor="operator:g")
+        answers.append((exc.value.line, exc.value.message))
+    assert answers == [(2, UNIMPORTABLE_ID)] * 3
+    _, secret_text, _ = TRUE_POSITIVES[12]
+    later = []
+    for memory_id in (foreign, malformed):
+        lines = [_record(memory_id, globex_bot), _record(NEW_IDS[0], globex_bot, text=secret_text)]
+        with pytest.raises(ImportLineError) as exc:
+            import_jsonl(tenant=other_tenant, lines=lines, actor="operator:g")
+        later.append((exc.value.line, exc.value.message))
+    assert later[0] == later[1] and later[0][0] == 2
+    after = json.dumps(
+        [list(Memory.objects.values()), list(MemoryRevision.objects.values())], default=str
+    )
+    assert after == acme  # nothing of either tenant changed
+    assert not Memory.objects.filter(tenant=other_tenant).exists()
+
+
 def test_import_derives_size_and_hash_from_the_content(tenant, agent, store_memory):
     """`size_bytes` and `content_hash` are recomputed as a store computes them: a line cannot
     shrink its size below hydrate's budget nor carry a hash that hides it from dedup."""

@@ -106,6 +106,41 @@ def test_tools_session_store_recall_search_hydrate_forget(asgi_server, mcp_agent
     assert Memory.objects.filter(pk=memory_id, status="tombstoned").exists()
 
 
+def test_store_and_forget_refuse_secrets_in_every_free_text_field(asgi_server, mcp_agent, caplog):
+    """The MCP tools share the REST store's scan: a few fields, each named, never echoed."""
+    agent, raw = mcp_agent
+    caplog.set_level("DEBUG")
+    fields = {
+        "key": GITHUB_TOKEN,
+        "kind": GITHUB_TOKEN,
+        "subject_id": GITHUB_TOKEN,
+        "thread_id": GITHUB_TOKEN,
+        "source_provider": GITHUB_TOKEN,
+        "mentions[0].name": [{"name": f"bot {GITHUB_TOKEN}", "type": "tool"}],
+        "tags[0]": [GITHUB_TOKEN],
+    }
+    calls = [
+        ("memory_store", {"text": "ok", field.split("[")[0]: value})
+        for field, value in fields.items()
+    ]
+    calls.append(("memory_store", {"text": "Deploys go out on Tuesdays.", "key": "deploy.day"}))
+    calls.append(("memory_forget", {"key": "deploy.day", "reason": f"leaked {GITHUB_TOKEN}"}))
+    _, results = run_session(asgi_server, raw, calls)
+    refused = [body(result) for result in results[: len(fields)]]
+    assert [r["error"]["code"] for r in refused] == ["SECRET_REJECTED"] * len(fields)
+    assert [r["error"]["details"]["field"] for r in refused] == list(fields)
+    stored, forgotten = body(results[-2]), body(results[-1])
+    assert stored["ok"] is True
+    assert forgotten["error"]["details"] == {"rule": "github_token", "field": "reason"}
+    for result in results:
+        assert GITHUB_TOKEN not in result.content[0].text
+    # The test's own MCP client logs what it sends (at DEBUG); the server logs none of it.
+    server_side = [r for r in caplog.records if not r.name.startswith(("mcp.client", "http"))]
+    assert server_side and all(GITHUB_TOKEN not in r.getMessage() for r in server_side)
+    assert list(Memory.objects.values_list("key", "status")) == [("deploy.day", "active")]
+    assert GITHUB_TOKEN not in str(list(MemoryRevision.objects.values()))
+
+
 def test_key_of_another_tenant_sees_nothing(asgi_server, mcp_agent):
     agent, raw = mcp_agent
     run_session(
