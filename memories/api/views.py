@@ -136,7 +136,8 @@ class MemoriesView(AgentAPIView):
             "compare-and-set (409 CONFLICT with `details.current_version`; 0 / null: create "
             "only). Without `key`, `dedup_policy` decides: `ask` inserts and lists near "
             "duplicates, `skip_if_near` stores nothing when one exists, `insert` never checks. "
-            "Text, data, tags and key are scanned for secrets (422 SECRET_REJECTED, nothing "
+            "Every free-text field (text, data, tags, key, kind, mentions, ids, source_provider, "
+            "Idempotency-Key) is scanned for secrets (422 SECRET_REJECTED, nothing "
             "stored). 201 when inserted, 200 when updated or skipped."
         ),
         summary="Store a memory (keyed upsert, compare-and-set, dedup)",
