@@ -120,15 +120,21 @@ class FakeLLM:
     def queue_error(
         self, status: int, *, body: Any = None, headers: dict[str, str] | None = None
     ) -> FakeLLM:
-        """Answer the next request with an HTTP error (`body` defaults to OpenAI's error shape)."""
+        """Answer the next request with status `status` (an error, or any status at all).
+
+        `body` is OpenAI's error shape unless given; a string is sent verbatim (200 with
+        `"<html>"` is a proxy's login page).
+        """
         if body is None:
             body = {"error": {"message": f"fake error {status}", "type": "fake", "code": None}}
         return self._queue(_Error(status, body=body, headers=dict(headers or {})))
 
     def queue_stall(self, seconds: float, *, then: Reply | None = None) -> FakeLLM:
-        """Keep the next request waiting `seconds` (longer than the client's timeout, to
-        simulate one), then answer `then` or the default reply if the client still listens.
-        Keep it under a second: `stop()` cuts it short, but a test should not wait on it."""
+        """Keep the next request waiting `seconds`, then answer `then` (or the default reply).
+
+        Longer than the client's timeout, it simulates one; keep it under a second all the same:
+        `stop()` cuts a stall short, but a test should not wait on it.
+        """
         answer = None if then is None else self._content(then)
         return self._queue(_Stall(seconds, then=answer))
 
