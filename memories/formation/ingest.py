@@ -72,7 +72,9 @@ def parse_message(value: Any, index: int) -> MessageInput:
         )
     content = value.get("content")
     if not isinstance(content, str) or not content.strip():
-        raise InvalidInput(f"'{where}.content' must be a non-empty string", field=f"{where}.content")
+        raise InvalidInput(
+            f"'{where}.content' must be a non-empty string", field=f"{where}.content"
+        )
     if len(content) > MAX_MESSAGE_CHARS:
         raise InvalidInput(
             f"'{where}.content' is longer than {MAX_MESSAGE_CHARS} characters",
@@ -143,7 +145,9 @@ def thread_messages_add(
     thread_id = validation.identifier(thread_id, "thread_id")
     if thread_id is None:
         raise InvalidInput("'thread_id' is required", field="thread_id")
-    subject_id = principal.resolve_subject(validation.identifier(data.get("subject_id"), "subject_id"))
+    subject_id = principal.resolve_subject(
+        validation.identifier(data.get("subject_id"), "subject_id")
+    )
     _scan_identifiers(thread_id=thread_id, subject_id=subject_id)
     extract = validation.choice(data.get("extract"), "extract", EXTRACT_CHOICES, "auto")
     raw = data.get("messages")

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
 __all__ = [
@@ -35,6 +35,7 @@ __all__ = [
     "Operation",
     "OutputError",
     "UpdateOp",
+    "operation_json",
     "parse_operations",
     "parse_summary",
 ]
@@ -369,3 +370,8 @@ class _Fields:
                 raise self._wrong(f"mentions[{i}]", 'an object {"name": str, "type": str}')
             mentions.append(Mention(name=mention["name"], type=mention["type"]))
         return mentions
+
+
+def operation_json(operation: Operation) -> dict[str, Any]:
+    """An operation as the model wrote it (`parse_operations` reads it back unchanged)."""
+    return {"op": operation.op, **asdict(operation)}
