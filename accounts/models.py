@@ -9,6 +9,8 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from memoryhub.durations import format_duration
+
 SLUG_VALIDATOR = RegexValidator(r"^[a-z0-9][a-z0-9_-]{0,62}$", "Use a-z, 0-9, _ and -.")
 CATEGORY_RE = r"^[a-z0-9_-]{1,40}$"
 
@@ -127,8 +129,6 @@ class Agent(models.Model):
         return f"{self.tenant.slug}/{self.slug}"
 
     def policy(self) -> dict:
-        from memoryhub.durations import format_duration
-
         return {
             "tenant": self.tenant.slug,
             "agent": self.slug,

@@ -62,7 +62,7 @@ def agent_policy_update(
     agent.save()
     if reads_from is not None:
         slugs = [s for s in dict.fromkeys(reads_from) if s != agent.slug]
-        others = list(Agent.objects.filter(tenant=tenant, slug__in=slugs))
+        others = list(Agent.objects.for_tenant(tenant).filter(slug__in=slugs))
         missing = set(slugs) - {a.slug for a in others}
         if missing:
             raise InvalidInput(
@@ -106,7 +106,7 @@ def api_key_create(
 
 
 def api_key_revoke(*, tenant: Tenant, key_id: int) -> ApiKey:
-    api_key = ApiKey.objects.filter(tenant=tenant, pk=key_id).first()
+    api_key = ApiKey.objects.for_tenant(tenant).filter(pk=key_id).first()
     if api_key is None:
         raise NotFound("No such key")
     if api_key.revoked_at is None:

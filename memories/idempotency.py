@@ -1,5 +1,7 @@
 """`Idempotency-Key` for agent POSTs: per tenant, kept 24 h, replayed byte for byte, and only
-to the API key that sent the first request (see `fingerprint`).
+to the API key that sent the first request (see `fingerprint`). Every POST that accepts the
+header goes through `respond` (REST's store, confirm and thread end; MCP's store, which has no
+key to give).
 
 A request with a key runs inside one transaction that first takes a transaction-level advisory
 lock on (tenant, key): concurrent retries of the same request queue behind the first, then find
@@ -16,17 +18,20 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.db import connection, transaction
 
 from accounts.models import Tenant
+from memories.clock import resolve_now
 from memories.models import IdempotencyRecord
 from memories.validation import compact_json
 from memoryhub.errors import IdempotencyMismatch, InvalidInput
 
 if TYPE_CHECKING:
     from accounts.principal import Principal
+
+Prepared = TypeVar("Prepared")
 
 RETENTION = timedelta(hours=24)
 KEY_RE = re.compile(r"^[\x21-\x7e]{1,255}$")
@@ -79,9 +84,11 @@ def _lock(tenant_id: int, key: str) -> None:
 
 
 def _find(tenant: Tenant, key: str, request_hash: str, now: datetime) -> Outcome | None:
-    record = IdempotencyRecord.objects.filter(
-        tenant=tenant, key=key, created_at__gt=now - RETENTION
-    ).first()
+    record = (
+        IdempotencyRecord.objects.for_tenant(tenant)
+        .filter(key=key, created_at__gt=now - RETENTION)
+        .first()
+    )
     if record is None:
         return None
     if record.request_hash != request_hash:
@@ -94,27 +101,47 @@ def _find(tenant: Tenant, key: str, request_hash: str, now: datetime) -> Outcome
     return Outcome(status=record.response_status, body=body, replayed=True)
 
 
-def peek(*, tenant: Tenant, key: str, request_hash: str, now: datetime) -> Outcome | None:
-    """A lock-free early look (lets a retry skip validation and embedding work)."""
-    return _find(tenant, key, request_hash, now)
-
-
-def run_idempotent(
+def respond(
     *,
-    tenant: Tenant,
-    key: str,
-    request_hash: str,
-    now: datetime,
-    action: Callable[[], tuple[int, dict[str, Any]]],
+    principal: Principal,
+    operation: str,
+    payload: Any,
+    key: str | None,
+    action: Callable[[Prepared], tuple[int, dict[str, Any]]],
+    prepare: Callable[[], Prepared] | None = None,
+    now: datetime | None = None,
 ) -> Outcome:
-    """Run `action` once per (tenant, key); later calls replay its stored response."""
+    """Answer an agent POST, once per (tenant, `key`): `action(prepare())` → (status, body).
+
+    `prepare` is the work that needs no database (validation, secret scan, embedding): it runs
+    before any transaction or lock, and not at all when a lock-free early look finds the stored
+    response (a retry replays even while, say, the embedding backend is down). `action` makes
+    the change; with a key it runs in the transaction that holds the (tenant, key) lock and
+    records its response. The same key with another request (another body, operation or API
+    key) raises IDEMPOTENCY_MISMATCH. Without a key it is `action(prepare())`
+    (`action(None)` when there is no `prepare`).
+
+    Every such operation is a write: the scope is checked first, so a key without it learns
+    nothing from the header, not even whether it is well-formed.
+    """
+    principal.require_scope("write")
+    key = clean_key(key)
+    if key is None:
+        return Outcome(*action(prepare() if prepare else None))
+    now = resolve_now(now)
+    tenant = principal.tenant
+    request_hash = fingerprint(principal=principal, operation=operation, payload=payload)
+    early = _find(tenant, key, request_hash, now)
+    if early is not None:
+        return early
+    prepared = prepare() if prepare else None
     with transaction.atomic():
         _lock(tenant.pk, key)
         found = _find(tenant, key, request_hash, now)
         if found is not None:
             return found
-        status, body = action()
-        IdempotencyRecord.objects.filter(tenant=tenant, key=key).delete()  # an expired one
+        status, body = action(prepared)
+        IdempotencyRecord.objects.for_tenant(tenant).filter(key=key).delete()  # an expired one
         IdempotencyRecord.objects.create(
             tenant=tenant,
             key=key,

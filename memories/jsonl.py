@@ -24,13 +24,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import Max, QuerySet
+from django.db.models import DateTimeField, Max, QuerySet
 
 from accounts.models import Agent, Tenant
 from memories import validation
 from memories.ids import is_memory_id
 from memories.models import (
     EMBEDDING_DIM,
+    PUBLIC_FIELDS,
     CaptureMode,
     Category,
     ChangeType,
@@ -48,40 +49,34 @@ FORMAT = "memoryhub.memory/1"
 MAX_INT = 2**31 - 1  # version and size_bytes are PostgreSQL integers
 MAX_BIGINT = 2**63 - 1  # access_count
 
-DATETIME_FIELDS = (
-    "expires_at",
-    "last_confirmed_at",
-    "created_at",
-    "updated_at",
-    "last_accessed_at",
-    "status_changed_at",
-    "tombstoned_at",
-    "purged_at",
-)
+# A line holds all of a memory: `id` and `agent` (by slug) open it, the embedding closes it, and
+# between them come the public fields (but `source`, the viewer's) and, beyond them, what the
+# service reads back itself: the access stamps (eviction), the lifecycle times and tombstone
+# (retention, restore), the content hash (dedup, previously_corrected), the embedding's model
+# and the provenance. Plain values first, then the timestamps (ISO 8601); `access_count` sits
+# before `version`, where backup lines have always had it.
+_PUBLIC = [name for name in PUBLIC_FIELDS if name not in ("id", "agent", "source")]
+_PUBLIC_TIMESTAMPS = [
+    name for name in _PUBLIC if isinstance(Memory._meta.get_field(name), DateTimeField)
+]
+_PUBLIC_PLAIN = [name for name in _PUBLIC if name not in _PUBLIC_TIMESTAMPS]
+_VERSION_AT = _PUBLIC_PLAIN.index("version")
 PLAIN_FIELDS = (
-    "key",
-    "category",
-    "kind",
-    "text",
-    "data",
-    "tags",
-    "subject_id",
-    "thread_id",
-    "importance",
-    "confidence",
-    "capture_mode",
-    "source_provider",
-    "mentions",
+    *_PUBLIC_PLAIN[:_VERSION_AT],
     "access_count",
-    "version",
-    "status",
-    "review_state",
-    "size_bytes",
+    *_PUBLIC_PLAIN[_VERSION_AT:],
     "content_hash",
     "embedding_model",
     "tombstone_reason",
     "tombstoned_by",
     "created_by",
+)
+DATETIME_FIELDS = (
+    *_PUBLIC_TIMESTAMPS,
+    "last_accessed_at",
+    "status_changed_at",
+    "tombstoned_at",
+    "purged_at",
 )
 
 
@@ -260,13 +255,15 @@ def import_jsonl(*, tenant: Tenant, lines: Iterable[str | bytes], actor: str) ->
 
     result = ImportResult()
     with transaction.atomic():
-        agents = {a.slug: a for a in Agent.objects.filter(tenant=tenant)}
+        agents = {a.slug: a for a in Agent.objects.for_tenant(tenant)}
         ids = [r["id"] for _, r in records]
+        # Not `for_tenant`: ids are global, and one held by another tenant must be refused.
         existing = {m.pk: m for m in Memory.objects.filter(pk__in=ids).select_for_update()}
         # The newest revision version of each id in this tenant's history: the row may be gone
         # (retention) while its revisions stay, and a version must not repeat.
         latest = dict(
-            MemoryRevision.objects.filter(tenant=tenant, memory_id__in=ids)
+            MemoryRevision.objects.for_tenant(tenant)
+            .filter(memory_id__in=ids)
             .values("memory_id")
             .annotate(latest=Max("version"))
             .values_list("memory_id", "latest")

@@ -31,9 +31,11 @@ from rest_framework.exceptions import Throttled
 
 from accounts.authentication import authenticate_key, bearer_token
 from accounts.principal import Principal
-from memories import search, selectors, services, validation
-from memories.api.views import KeyRateThrottle
-from memories.serialization import memory_json
+from memories import idempotency, selectors, validation
+from memories.ratelimit import KeyRateThrottle
+from memories.retrieval import hydrate, search
+from memories.serialization import memory_json, store_response
+from memories.services import lifecycle, store
 from memoryhub.errors import DomainError, InvalidInput, envelope, error_for_exception
 
 MCP_PATH = "/mcp"
@@ -188,7 +190,21 @@ async def memory_store(
     ] = None,
 ) -> dict[str, Any]:
     principal, args = _principal(ctx), _arguments()
-    return await _call(lambda: services.memory_store(principal=principal, data=args).as_response())
+
+    def run():
+        # The REST store's path; a tool call has no Idempotency-Key to give.
+        return idempotency.respond(
+            principal=principal,
+            operation="store",
+            payload=args,
+            key=None,
+            prepare=lambda: store.memory_store_prepare(principal=principal, data=args),
+            action=lambda prepared: store_response(
+                store.memory_store_write(prepared=prepared), agent=principal.agent
+            ),
+        ).body
+
+    return await _call(run)
 
 
 @mcp.tool(
@@ -261,7 +277,7 @@ async def memory_forget(
         raise _tool_error(InvalidInput("Give memory_id or key", field="memory_id"))
 
     def run():
-        deleted, mid = services.memory_forget(
+        deleted, mid = lifecycle.memory_forget(
             principal=principal,
             memory_id=memory_id,
             key=key,
@@ -327,7 +343,7 @@ async def memory_hydrate(
     explain: bool | None = None,
 ) -> dict[str, Any]:
     principal, args = _principal(ctx), _arguments()
-    return await _call(search.memory_hydrate, principal=principal, data=args)
+    return await _call(hydrate.memory_hydrate, principal=principal, data=args)
 
 
 # Unknown arguments are refused (INVALID_INPUT): say so in every tool's schema.

@@ -6,28 +6,16 @@ from datetime import datetime
 from typing import Any
 
 from memories.clock import resolve_now
-from memories.models import Memory, MemoryRevision
+from memories.models import PUBLIC_FIELDS, Memory, MemoryRevision
 
-# The fields a revision's before/after snapshot records (never the embedding).
-SNAPSHOT_FIELDS = (
-    "key",
-    "category",
-    "kind",
-    "text",
-    "data",
-    "tags",
-    "subject_id",
-    "thread_id",
-    "importance",
-    "confidence",
-    "capture_mode",
-    "source_provider",
-    "mentions",
-    "expires_at",
-    "last_confirmed_at",
-    "status",
-    "review_state",
-    "version",
+# What a revision's before/after snapshot records: the public fields but `id` (the revision
+# names its memory), `created_at`/`updated_at` (the revision has its own time), `size_bytes`
+# (follows from text and data), `agent` and `source` (who owns and who looks, not what the
+# memory says). Never the embedding.
+SNAPSHOT_FIELDS = tuple(
+    name
+    for name in PUBLIC_FIELDS
+    if name not in {"id", "created_at", "updated_at", "size_bytes", "agent", "source"}
 )
 
 
@@ -43,6 +31,28 @@ def changed_only(before: dict[str, Any], after: dict[str, Any]) -> tuple[dict, d
     """Reduce two snapshots to the fields that differ (what the console's diff shows)."""
     keys = [k for k in after if before.get(k) != after.get(k)]
     return {k: before.get(k) for k in keys}, {k: after[k] for k in keys}
+
+
+# A revision row: every column but the id, in the model's order. `revision_build` fills them for
+# the services; the jobs' one-statement batches write the same rows in SQL through
+# `insert_revisions_sql`.
+REVISION_COLUMNS = tuple(
+    f.column for f in MemoryRevision._meta.concrete_fields if not f.primary_key
+)
+
+
+def insert_revisions_sql(*, rows: str, **values: str) -> str:
+    """`INSERT INTO memories_memoryrevision (…) SELECT … FROM <rows>`: one revision per row of
+    `rows` (a table or CTE with its alias), `values` giving the SQL expression of each column
+    of REVISION_COLUMNS (as `revision_build`: the memory's version after the change, the
+    actor, the change type, a reason, before/after, the time)."""
+    if set(values) != set(REVISION_COLUMNS):
+        raise ValueError(f"a revision needs exactly the columns {', '.join(REVISION_COLUMNS)}")
+    columns = ", ".join(REVISION_COLUMNS)
+    expressions = ", ".join(values[column] for column in REVISION_COLUMNS)
+    return (
+        f"INSERT INTO {MemoryRevision._meta.db_table} ({columns}) SELECT {expressions} FROM {rows}"
+    )
 
 
 def revision_build(

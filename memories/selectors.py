@@ -7,24 +7,20 @@ moment it expires and another subject's memory never shows up.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Case, F, IntegerField, OuterRef, Q, Subquery, Value, When
+from django.db.models import Case, F, IntegerField, OuterRef, Subquery, Value, When
 from django.db.models.functions import Coalesce
 
 from accounts.principal import Principal
 from memories import validation
 from memories.access import bump_access
 from memories.clock import resolve_now
+from memories.cursors import WalkCursor
 from memories.ids import is_memory_id
-from memories.models import VECTOR_FIELDS, Memory, MemoryRevision
-from memories.serialization import iso
-from memories.visibility import visible_memories
+from memories.models import VECTOR_FIELDS, Memory, MemoryQuerySet, MemoryRevision, Status
+from memories.visibility import visible_memories, visible_q
 from memoryhub.errors import InvalidInput, NotFound
 
 LIST_FILTERS = frozenset(
@@ -141,47 +137,33 @@ def memory_keys(
     return list(rows.order_by("key").values_list("key", flat=True).distinct())
 
 
+def memory_export(
+    *,
+    principal: Principal,
+    subject_id: str | None,
+    category: str | None = None,
+    include_tombstoned: bool = False,
+    include_shared: bool = True,
+    now: datetime | None = None,
+) -> MemoryQuerySet:
+    """What `GET /api/v1/export.md` writes: the memories the key's agent can see for the
+    (already resolved) subject, live ones and, when asked, tombstoned ones too."""
+    principal.require_scope("read")
+    visible = Memory.objects.for_tenant(principal.tenant).filter(
+        visible_q(agent=principal.agent, subject_id=subject_id, include_shared=include_shared)
+    )
+    rows = visible.live(resolve_now(now))
+    if include_tombstoned:
+        rows = rows | visible.filter(status=Status.TOMBSTONED)
+    if category:
+        rows = rows.filter(category=category)
+    return rows
+
+
 # --- list with a keyset cursor ---------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Cursor:
-    """Where a walk is: the time it began (`as_of`) and the (updated_at-as-of-then, id) of the
-    last row returned. Opaque to clients: URL-safe base64 of a JSON array."""
-
-    as_of: datetime
-    updated_at: datetime | None = None
-    memory_id: str | None = None
-
-    def encode(self) -> str:
-        raw = json.dumps([iso(self.as_of), iso(self.updated_at), self.memory_id])
-        return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> Cursor:
-    try:
-        padded = cursor + "=" * (-len(cursor) % 4)
-        as_of, updated_at, memory_id = json.loads(base64.urlsafe_b64decode(padded.encode()))
-        if not is_memory_id(memory_id):
-            raise ValueError
-        return Cursor(
-            as_of=validation.parse_timestamp(as_of, "cursor"),
-            updated_at=validation.parse_timestamp(updated_at, "cursor"),
-            memory_id=memory_id,
-        )
-    except (ValueError, TypeError, binascii.Error, InvalidInput, UnicodeError):
-        raise InvalidInput("'cursor' is not a cursor this API returned", field="cursor") from None
-
-
-def _before(cursor: Cursor, field: str) -> Q:
-    if cursor.updated_at is None:
-        return Q()
-    return Q(**{f"{field}__lt": cursor.updated_at}) | Q(
-        **{field: cursor.updated_at, "id__lt": cursor.memory_id}
-    )
-
-
-def _page(rows, *, cursor: Cursor, limit: int) -> tuple[list[Memory], Cursor | None]:
+def _page(rows, *, cursor: WalkCursor, limit: int) -> tuple[list[Memory], WalkCursor | None]:
     """One page of the walk, in the order the rows had when the walk began.
 
     Rows unchanged since `as_of` are read straight off the (updated_at, id) index. The few
@@ -194,7 +176,7 @@ def _page(rows, *, cursor: Cursor, limit: int) -> tuple[list[Memory], Cursor | N
     rows = rows.filter(created_at__lte=cursor.as_of)
     steady = list(
         rows.filter(updated_at__lte=cursor.as_of)
-        .filter(_before(cursor, "updated_at"))
+        .filter(cursor.before("updated_at"))
         .annotate(walk_at=F("updated_at"))
         .order_by("-updated_at", "-id")[: limit + 1]
     )
@@ -208,7 +190,7 @@ def _page(rows, *, cursor: Cursor, limit: int) -> tuple[list[Memory], Cursor | N
     moved = list(
         rows.filter(updated_at__gt=cursor.as_of)
         .annotate(walk_at=Coalesce(Subquery(as_of_then), F("created_at")))
-        .filter(_before(cursor, "walk_at"))
+        .filter(cursor.before("walk_at"))
         .order_by("-walk_at", "-id")[: limit + 1]
     )
     merged = sorted(steady + moved, key=lambda m: (m.walk_at, m.id), reverse=True)
@@ -216,7 +198,7 @@ def _page(rows, *, cursor: Cursor, limit: int) -> tuple[list[Memory], Cursor | N
     if len(merged) <= limit:
         return page, None
     last = page[-1]
-    return page, Cursor(as_of=cursor.as_of, updated_at=last.walk_at, memory_id=last.id)
+    return page, WalkCursor(as_of=cursor.as_of, updated_at=last.walk_at, memory_id=last.id)
 
 
 def _many(value: Any) -> list[str]:
@@ -275,6 +257,10 @@ def memory_list(
     if filters.get("updated_after"):
         after = validation.parse_timestamp(filters["updated_after"], "updated_after")
         rows = rows.filter(updated_at__gt=after)
-    cursor = decode_cursor(str(filters["cursor"])) if filters.get("cursor") else Cursor(as_of=now)
+    cursor = (
+        WalkCursor.decode(str(filters["cursor"]))
+        if filters.get("cursor")
+        else WalkCursor(as_of=now)
+    )
     page, next_cursor = _page(rows, cursor=cursor, limit=limit)
     return page, next_cursor.encode() if next_cursor else None

@@ -31,6 +31,9 @@ def reads_from_ids(agent: Agent) -> list[int]:
 
 
 def visible_q(*, agent: Agent, subject_id: str | None, include_shared: bool = True) -> Q:
+    """The owner/subject rule: the agent's own and the workspace's memories (and, with
+    `include_shared`, the non-conversation ones of the agents it reads from), of no subject or
+    of this one. Liveness is `MemoryQuerySet.live`'s."""
     owners = Q(agent_id=agent.pk) | Q(agent__isnull=True, category=Category.WORKSPACE)
     shared = reads_from_ids(agent) if include_shared else []
     if shared:
@@ -39,6 +42,12 @@ def visible_q(*, agent: Agent, subject_id: str | None, include_shared: bool = Tr
     if subject_id:
         subjects |= Q(subject_id=subject_id)
     return owners & subjects
+
+
+def owned_q(*, agent: Agent, subject_id: str | None) -> Q:
+    """The memories this agent may change: the visible ones without the shared ones (those are
+    read-only to it)."""
+    return visible_q(agent=agent, subject_id=subject_id, include_shared=False)
 
 
 def visible_memories(

@@ -13,5 +13,5 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("api/v1/", include("memories.api.urls")),
     path("accounts/", include("accounts.urls")),
-    path("console/", include("memories.console_urls")),
+    path("console/", include("memories.console.urls")),
 ]

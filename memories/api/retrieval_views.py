@@ -1,4 +1,4 @@
-"""`POST /api/v1/search` and `POST /api/v1/hydrate`: thin views over `memories.search`.
+"""`POST /api/v1/search` and `POST /api/v1/hydrate`: thin views over `memories.retrieval`.
 
 The services validate the raw body themselves (the MCP tools hand them the same dicts), so the
 serializers below only describe the JSON for the OpenAPI schema.
@@ -15,14 +15,9 @@ from rest_framework.response import Response
 
 from memories.api import schema
 from memories.api.views import AgentAPIView
-from memories.search import (
-    ARCHIVAL_MODES,
-    MAX_LIMIT,
-    MAX_QUERY_CHARS,
-    MODES,
-    hydrate_body,
-    memory_search,
-)
+from memories.retrieval.hydrate import hydrate_body
+from memories.retrieval.params import ARCHIVAL_MODES, MAX_LIMIT, MAX_QUERY_CHARS, MODES
+from memories.retrieval.search import memory_search
 
 
 class SearchRequestSerializer(schema.StrictRequestSerializer):

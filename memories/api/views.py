@@ -8,17 +8,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from django.conf import settings
-from django.utils import timezone
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.throttling import SimpleRateThrottle
 from rest_framework.views import APIView
 
-from memories import idempotency, selectors, services, validation
+from memories import idempotency, selectors, validation
 from memories.api import schema
-from memories.serialization import memory_json
+from memories.ratelimit import KeyRateThrottle
+from memories.serialization import memory_json, store_response
+from memories.services import changes, lifecycle, store
 
 
 def _subject(request: Request) -> str | None:
@@ -35,22 +34,20 @@ def _with_etag(response: Response, memory) -> Response:
 
 
 def _idempotent(
-    request: Request, operation: str, payload: Any, action: Callable[[], tuple[int, dict]]
+    request: Request,
+    operation: str,
+    payload: Any,
+    action: Callable[[Any], tuple[int, dict]],
+    prepare: Callable[[], Any] | None = None,
 ) -> Response:
-    """Run a non-store POST under its `Idempotency-Key`, if the request carries one."""
-    key = idempotency.clean_key(request.headers.get("Idempotency-Key"))
-    if key is None:
-        status, body = action()
-        return Response(body, status=status)
-    principal = request.user
-    outcome = idempotency.run_idempotent(
-        tenant=principal.tenant,
-        key=key,
-        request_hash=idempotency.fingerprint(
-            principal=principal, operation=operation, payload=payload
-        ),
-        now=timezone.now(),
+    """Answer a POST through `idempotency.respond` with the request's `Idempotency-Key`."""
+    outcome = idempotency.respond(
+        principal=request.user,
+        operation=operation,
+        payload=payload,
+        key=request.headers.get("Idempotency-Key"),
         action=action,
+        prepare=prepare,
     )
     return Response(outcome.body, status=outcome.status)
 
@@ -61,22 +58,6 @@ def _forget_options(request: Request) -> tuple[str, bool]:
         reason = request.data.get("reason")
     purge = validation.parse_bool(request.query_params.get("purge"), "purge", default=False)
     return reason or "", purge
-
-
-class KeyRateThrottle(SimpleRateThrottle):
-    """`MEMORYHUB_RATE_LIMIT_PER_MINUTE` requests per API key (0: off) → 429 RATE_LIMITED with
-    Retry-After. Counted in the Django cache, so per process unless a shared cache is set."""
-
-    scope = "agent_key"
-
-    def get_rate(self) -> str | None:
-        limit = settings.MEMORYHUB_RATE_LIMIT_PER_MINUTE
-        return f"{limit}/min" if limit else None
-
-    def get_cache_key(self, request, view) -> str:
-        principal = request.user
-        ident = principal.api_key.pk if principal.api_key else f"agent-{principal.agent.pk}"
-        return self.cache_format % {"scope": self.scope, "ident": ident}
 
 
 class AgentAPIView(APIView):
@@ -160,12 +141,16 @@ class MemoriesView(AgentAPIView):
         },
     )
     def post(self, request):
-        result = services.memory_store(
-            principal=request.user,
-            data=request.data,
-            idempotency_key=request.headers.get("Idempotency-Key"),
+        principal, data = request.user, request.data
+        return _idempotent(
+            request,
+            "store",
+            data,
+            lambda prepared: store_response(
+                store.memory_store_write(prepared=prepared), agent=principal.agent
+            ),
+            prepare=lambda: store.memory_store_prepare(principal=principal, data=data),
         )
-        return Response(result.as_response(), status=result.status_code)
 
 
 class MemoryDetailView(AgentAPIView):
@@ -198,7 +183,7 @@ class MemoryDetailView(AgentAPIView):
         responses={200: schema.MemoryResponseSerializer, **schema.WRITE_ERRORS},
     )
     def patch(self, request, memory_id: str):
-        memory = services.memory_update(
+        memory = changes.memory_update(
             principal=request.user,
             memory_id=memory_id,
             data=request.data,
@@ -221,7 +206,7 @@ class MemoryDetailView(AgentAPIView):
     )
     def delete(self, request, memory_id: str):
         reason, purge = _forget_options(request)
-        deleted, forgotten_id = services.memory_forget(
+        deleted, forgotten_id = lifecycle.memory_forget(
             principal=request.user,
             memory_id=memory_id,
             subject_id=_subject(request),
@@ -246,8 +231,8 @@ class MemoryConfirmView(AgentAPIView):
     def post(self, request, memory_id: str):
         subject_id = _subject(request)
 
-        def action() -> tuple[int, dict]:
-            memory = services.memory_confirm(
+        def action(_) -> tuple[int, dict]:
+            memory = changes.memory_confirm(
                 principal=request.user, memory_id=memory_id, subject_id=subject_id
             )
             return 200, _memory_body(request, memory)
@@ -289,7 +274,7 @@ class MemoryByKeyView(AgentAPIView):
     )
     def delete(self, request, key: str):
         reason, purge = _forget_options(request)
-        deleted, forgotten_id = services.memory_forget(
+        deleted, forgotten_id = lifecycle.memory_forget(
             principal=request.user,
             key=key,
             subject_id=_subject(request),
@@ -333,8 +318,8 @@ class ThreadEndView(AgentAPIView):
         responses={200: schema.ThreadEndResponseSerializer, **schema.WRITE_ERRORS},
     )
     def post(self, request, thread_id: str):
-        def action() -> tuple[int, dict]:
-            removed = services.thread_end(principal=request.user, thread_id=thread_id)
+        def action(_) -> tuple[int, dict]:
+            removed = lifecycle.thread_end(principal=request.user, thread_id=thread_id)
             return 200, {"ok": True, "removed": removed}
 
         return _idempotent(request, "thread_end", {"thread_id": thread_id}, action)

@@ -27,6 +27,7 @@ from django.conf import settings
 from django.db import connection, connections
 from django.utils import timezone
 
+from accounts.services import agent_get_or_create, api_key_create, tenant_get_or_create
 from memories.bench.server import ApiServer, api_client
 from memories.ids import new_ulid
 from memories.jobs.prune import prune_memories
@@ -146,8 +147,6 @@ def run_prune_bench(
     max_rounds: int = 5,
     out: Callable[[str], None] = print,
 ) -> dict:
-    from accounts.services import agent_get_or_create, api_key_create, tenant_get_or_create
-
     tenant = tenant_get_or_create(slug="bench-prune")
     pruned_agent = agent_get_or_create(tenant=tenant, slug="bench-pruned")
     writer = agent_get_or_create(tenant=tenant, slug="bench-writer")

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import httpx
 from django.conf import settings
 from django.core.management import call_command
 from django.db import connections
@@ -102,8 +103,6 @@ class ApiServer:
         )
 
     def wait_ready(self, timeout: float = 90) -> None:
-        import httpx
-
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -138,8 +137,6 @@ class ApiServer:
 
 def api_client(base_url: str, key: str):
     """A keep-alive HTTP client with the agent's key."""
-    import httpx
-
     return httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {key}"}, timeout=60.0)
 
 

@@ -1,22 +1,28 @@
-"""Helpers shared by the console views: rendering (page or fragment), Markdown, diffs."""
+"""Helpers shared by the console views: rendering (page or fragment), service errors,
+Markdown, diffs."""
 
 from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Callable
+from functools import wraps
 from typing import Any
 
 import markdown
 import nh3
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse
+from django.forms import Form
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.utils.cache import patch_vary_headers
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.safestring import SafeString, mark_safe
+from django_htmx.http import HttpResponseClientRefresh
 
 from accounts.models import Role
+from memoryhub.errors import DomainError, NotFound
 
 # What rendered memory text may contain after sanitising: formatting only, no scripts, no
 # event handlers, no images (a remote image would be a tracking pixel), http(s)/mailto links.
@@ -110,6 +116,42 @@ def done(request: HttpRequest, message: str, fallback: str) -> HttpResponse:
     """After a full-page form post: flash and redirect (post/redirect/get)."""
     messages.success(request, message)
     return redirect(safe_next(request, fallback))
+
+
+def service_errors(*, back: Callable[..., str]) -> Callable:
+    """Decorate a console view: what a service's `DomainError` answers, written once.
+
+    `NotFound` → the console's 404 (another tenant's object answers exactly like a missing
+    one). Any other `DomainError` the view lets through (restoring next to a live memory with
+    the same key, say) → its message flashed and the operator sent back: an HTMX request
+    reloads the page it came from, a form post goes to `next`, else to `back(...)`, called
+    with the view's URL arguments: the page the action belongs to.
+    """
+
+    def decorator(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+        @wraps(view)
+        def wrapped(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+            try:
+                return view(request, *args, **kwargs)
+            except NotFound as exc:
+                raise Http404 from exc
+            except DomainError as exc:
+                messages.error(request, exc.message)
+                if request.htmx:
+                    return HttpResponseClientRefresh()
+                return redirect(safe_next(request, back(*args, **kwargs)))
+
+        return wrapped
+
+    return decorator
+
+
+def refuse_on_form(form: Form, exc: DomainError) -> None:
+    """Show a service's refusal on the form being re-rendered. `NotFound` is no refusal: it
+    goes on up to `service_errors` and answers 404."""
+    if isinstance(exc, NotFound):
+        raise exc
+    form.add_error(None, exc.message)
 
 
 _WORDS = re.compile(r"(\s+)")

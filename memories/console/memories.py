@@ -11,13 +11,20 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.urls import reverse
 from django.views.decorators.http import require_POST
-from django_htmx.http import HttpResponseClientRefresh
 
 from accounts.console import operator_actor, require_role
 from accounts.models import Role
-from memories import console_selectors as sel
-from memories.console.common import done, render, render_markdown, revision_view, safe_next
-from memories.forms import CorrectionForm, TombstoneForm
+from memories.console import selectors as sel
+from memories.console.common import (
+    done,
+    refuse_on_form,
+    render,
+    render_markdown,
+    revision_view,
+    safe_next,
+    service_errors,
+)
+from memories.console.forms import CorrectionForm, TombstoneForm
 from memories.models import CaptureMode, ChangeType, ReviewState, Status
 from memoryhub.errors import Conflict, DomainError, NotFound
 
@@ -45,9 +52,10 @@ def parse_filters(params) -> dict:
 
 
 def _services():
-    from memories import services  # imported late: the console loads without the write side
+    # imported late: the console loads without the write side
+    from memories.services import operator_actions
 
-    return services
+    return operator_actions
 
 
 # --- list ------------------------------------------------------------------------------------
@@ -83,6 +91,10 @@ def memory_list(request: HttpRequest) -> HttpResponse:
 
 
 # --- detail ----------------------------------------------------------------------------------
+
+
+def _detail_url(memory_id: str) -> str:
+    return reverse("console:memory-detail", args=[memory_id])
 
 
 def _detail_context(
@@ -135,6 +147,7 @@ def memory_detail(request: HttpRequest, memory_id: str) -> HttpResponse:
 
 @require_role(Role.REVIEWER)
 @require_POST
+@service_errors(back=_detail_url)
 def memory_save(request: HttpRequest, memory_id: str) -> HttpResponse:
     """`Save`: a correction, compare-and-set against the version the form was loaded with."""
     memory = sel.memory_for_console(tenant=request.tenant, memory_id=memory_id)
@@ -159,10 +172,8 @@ def memory_save(request: HttpRequest, memory_id: str) -> HttpResponse:
         if current.status != Status.ACTIVE:
             return _not_active(request, current, form)
         return _conflict(request, form, current, changes)
-    except NotFound as exc:
-        raise Http404 from exc
     except DomainError as exc:
-        form.add_error(None, exc.message)
+        refuse_on_form(form, exc)
         return _panel(request, memory, status=422, form=form)
     return _after_action(request, memory, "Saved." if changes else "Nothing changed.")
 
@@ -226,7 +237,7 @@ def _after_action(request: HttpRequest, memory, message: str) -> HttpResponse:
         response = HttpResponse("")  # the row leaves the queue/list
         response["HX-Trigger"] = "memoryhub:changed"
         return response
-    detail_url = reverse("console:memory-detail", args=[memory.pk])
+    detail_url = _detail_url(memory.pk)
     if request.htmx:
         memory = sel.memory_for_console(tenant=request.tenant, memory_id=memory.pk)
         context = _detail_context(request, memory)
@@ -240,22 +251,13 @@ def _after_action(request: HttpRequest, memory, message: str) -> HttpResponse:
 
 
 def _action(request: HttpRequest, memory_id: str, call, message: str) -> HttpResponse:
-    memory = sel.memory_for_console(tenant=request.tenant, memory_id=memory_id)
-    try:
-        memory = call(memory)
-    except NotFound as exc:
-        raise Http404 from exc
-    except DomainError as exc:
-        # e.g. restoring next to a live memory with the same key: say why on the reloaded page.
-        messages.error(request, exc.message)
-        if request.htmx:
-            return HttpResponseClientRefresh()
-        return redirect(safe_next(request, reverse("console:memory-detail", args=[memory_id])))
+    memory = call(sel.memory_for_console(tenant=request.tenant, memory_id=memory_id))
     return _after_action(request, memory, message)
 
 
 @require_role(Role.REVIEWER)
 @require_POST
+@service_errors(back=_detail_url)
 def memory_tombstone(request: HttpRequest, memory_id: str) -> HttpResponse:
     reason = (request.POST.get("reason") or "").strip()[:500]
     return _action(
@@ -270,6 +272,7 @@ def memory_tombstone(request: HttpRequest, memory_id: str) -> HttpResponse:
 
 @require_role(Role.REVIEWER)
 @require_POST
+@service_errors(back=_detail_url)
 def memory_restore(request: HttpRequest, memory_id: str) -> HttpResponse:
     return _action(
         request,
@@ -283,6 +286,7 @@ def memory_restore(request: HttpRequest, memory_id: str) -> HttpResponse:
 
 @require_role(Role.ADMIN)
 @require_POST
+@service_errors(back=_detail_url)
 def memory_purge(request: HttpRequest, memory_id: str) -> HttpResponse:
     return _action(
         request,
@@ -296,6 +300,7 @@ def memory_purge(request: HttpRequest, memory_id: str) -> HttpResponse:
 
 @require_role(Role.REVIEWER)
 @require_POST
+@service_errors(back=_detail_url)
 def memory_approve(request: HttpRequest, memory_id: str) -> HttpResponse:
     return _action(
         request,
@@ -309,13 +314,14 @@ def memory_approve(request: HttpRequest, memory_id: str) -> HttpResponse:
 
 @require_role(Role.REVIEWER)
 @require_POST
+@service_errors(back=_detail_url)
 def memory_merge(request: HttpRequest, memory_id: str) -> HttpResponse:
     """`Merge`: keep this memory, tombstone the chosen near-duplicates ("merged into …")."""
     sel.memory_for_console(tenant=request.tenant, memory_id=memory_id)  # 404 before anything
     merge_ids = [i for i in request.POST.getlist("merge") if i and i != memory_id]
     if not merge_ids:
         messages.error(request, "Choose at least one near-duplicate to merge.")
-        return redirect(safe_next(request, reverse("console:memory-detail", args=[memory_id])))
+        return redirect(safe_next(request, _detail_url(memory_id)))
     return _action(
         request,
         memory_id,

@@ -2,32 +2,31 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 from django.contrib import messages
-from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Q
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect
 from django.urls import reverse
 from django.views.decorators.http import require_POST
+from django_q.models import Schedule
+from django_q.tasks import async_task
 
 from accounts import services as account_services
 from accounts.console import operator_actor, require_role
 from accounts.models import Agent, ApiKey, Membership, Role
-from memories import console_selectors as sel
 from memories.clock import resolve_now
-from memories.console.common import done, render
-from memories.console.memories import parse_filters
-from memories.export import export_filename, export_markdown
-from memories.forms import (
+from memories.console import selectors as sel
+from memories.console.common import done, refuse_on_form, render, service_errors
+from memories.console.forms import (
     AgentCreateForm,
     AgentPolicyForm,
     ApiKeyCreateForm,
     ImportForm,
     MemberForm,
 )
+from memories.console.memories import parse_filters
+from memories.export import export_filename, export_markdown
 from memories.ids import is_memory_id
 from memories.jsonl import ImportLineError, export_jsonl, import_jsonl
 from memories.models import JobRun, Status
@@ -141,7 +140,7 @@ def import_view(request: HttpRequest) -> HttpResponse:
 @require_role(Role.VIEWER)
 def agent_list(request: HttpRequest) -> HttpResponse:
     agents = (
-        Agent.objects.filter(tenant=request.tenant)
+        Agent.objects.for_tenant(request.tenant)
         .annotate(
             live_count=Count("memories", filter=Q(memories__status=Status.ACTIVE), distinct=True),
             key_count=Count("api_keys", filter=Q(api_keys__revoked_at__isnull=True), distinct=True),
@@ -167,7 +166,7 @@ def agent_list(request: HttpRequest) -> HttpResponse:
 
 
 def _agent(request: HttpRequest, slug: str) -> Agent:
-    agent = Agent.objects.filter(tenant=request.tenant, slug=slug).first()
+    agent = Agent.objects.for_tenant(request.tenant).filter(slug=slug).first()
     if agent is None:
         raise Http404("No such agent")
     return agent
@@ -175,7 +174,9 @@ def _agent(request: HttpRequest, slug: str) -> Agent:
 
 def _agent_context(request, agent, *, policy_form=None, key_form=None, new_key=None) -> dict:
     others = [a for a in sel.agents_for(request.tenant) if a.pk != agent.pk]
-    keys = list(ApiKey.objects.filter(tenant=request.tenant, agent=agent).order_by("-created_at"))
+    keys = list(
+        ApiKey.objects.for_tenant(request.tenant).filter(agent=agent).order_by("-created_at")
+    )
     now = resolve_now()
     return {
         "section": "agents",
@@ -188,6 +189,7 @@ def _agent_context(request, agent, *, policy_form=None, key_form=None, new_key=N
 
 
 @require_role(Role.VIEWER)
+@service_errors(back=lambda slug: reverse("console:agent", args=[slug]))
 def agent_detail(request: HttpRequest, slug: str) -> HttpResponse:
     agent = _agent(request, slug)
     if request.method == "POST":
@@ -203,7 +205,7 @@ def agent_detail(request: HttpRequest, slug: str) -> HttpResponse:
                     tenant=request.tenant, agent=agent, reads_from=reads_from, **data
                 )
             except DomainError as exc:
-                form.add_error(None, exc.message)
+                refuse_on_form(form, exc)
             else:
                 return done(request, "Policy saved.", reverse("console:agent", args=[agent.slug]))
         context = _agent_context(request, agent, policy_form=form)
@@ -237,11 +239,9 @@ def key_create(request: HttpRequest, slug: str) -> HttpResponse:
 
 @require_role(Role.ADMIN)
 @require_POST
+@service_errors(back=lambda key_id: reverse("console:agents"))
 def key_revoke(request: HttpRequest, key_id: int) -> HttpResponse:
-    try:
-        api_key = account_services.api_key_revoke(tenant=request.tenant, key_id=key_id)
-    except DomainError as exc:
-        raise Http404 from exc
+    api_key = account_services.api_key_revoke(tenant=request.tenant, key_id=key_id)
     agent = api_key.agent
     if request.htmx:
         context = _agent_context(request, agent)
@@ -252,10 +252,6 @@ def key_revoke(request: HttpRequest, key_id: int) -> HttpResponse:
 
 
 # --- jobs ------------------------------------------------------------------------------------
-
-
-def _tasks_available() -> bool:
-    return importlib.util.find_spec("memories.tasks") is not None
 
 
 JOB_RUNS_SHOWN = 30
@@ -275,14 +271,11 @@ def _job_runs(tenant) -> list[JobRun]:
 
 @require_role(Role.VIEWER)
 def jobs(request: HttpRequest) -> HttpResponse:
-    from django_q.models import Schedule
-
     context = {
         "section": "jobs",
         "schedules": list(Schedule.objects.order_by("name")),
         "runs": _job_runs(request.tenant),
         "job_names": JOB_NAMES,
-        "tasks_available": _tasks_available(),
     }
     return render(request, "console/jobs.html", context, fragment="job-runs")
 
@@ -294,11 +287,6 @@ def job_run(request: HttpRequest) -> HttpResponse:
     name = request.POST.get("job", "")
     if name not in JOB_NAMES:
         raise Http404("No such job")
-    if not _tasks_available():
-        messages.error(request, "Jobs are not installed yet.")
-        return redirect("console:jobs")
-    from django_q.tasks import async_task
-
     async_task("memories.tasks.run_job", name, trigger="console", tenant_id=request.tenant.pk)
     return done(request, f"{name} queued for {request.tenant.slug}.", reverse("console:jobs"))
 
@@ -312,24 +300,16 @@ def members(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
         form = MemberForm(request.POST)
         if form.is_valid():
-            email = form.cleaned_data["email"].lower()
-            exists = get_user_model().objects.filter(username=email).exists()
-            if not exists and not form.cleaned_data["password"]:
-                form.add_error("password", "A new operator needs a password.")
-            else:
-                account_services.operator_create(
-                    tenant=request.tenant,
-                    email=email,
-                    password=None if exists else form.cleaned_data["password"],
-                    role=form.cleaned_data["role"],
-                )
-                return done(
-                    request,
-                    f"{email} is now {form.cleaned_data['role']}.",
-                    reverse("console:members"),
-                )
+            email, role = form.cleaned_data["email"], form.cleaned_data["role"]
+            account_services.operator_create(
+                tenant=request.tenant,
+                email=email,
+                password=form.cleaned_data["password"],
+                role=role,
+            )
+            return done(request, f"{email} is now {role}.", reverse("console:members"))
     rows = (
-        Membership.objects.filter(tenant=request.tenant)
+        Membership.objects.for_tenant(request.tenant)
         .select_related("user")
         .order_by("user__username")
     )

@@ -8,7 +8,7 @@ The rules (SPEC §3, §7), all evaluated at one instant `now` (`--now` moves it)
 - `conversation_ended`: an active `conversation` memory idle (no write, `updated_at`) for 24 h
   or more → status `expired`, reason "conversation idle 24 h". Reads do not keep a
   conversation alive: SPEC §3 counts from the last write. (Ending a thread explicitly is
-  `services.thread_end`'s job.)
+  `services.lifecycle.thread_end`'s job.)
 - `evicted`: an agent with more live memories than its `entry_cap` (the tenant's workspace
   memories against `workspace_cap`) loses the coldest ones — oldest `last_accessed_at`, then
   oldest `updated_at` — non-core first, core only when no non-core remains → status `evicted`.
@@ -30,8 +30,8 @@ Scope: a scheduled run covers every tenant; the console's `Run now` passes `tena
 touches that tenant only (its batches walk the same global indexes, filtered by tenant: due rows
 are few between two scheduled runs).
 
-The cap sweep applies `services.memory_evict_over_cap`'s rule (same ordering, same per-owner
-advisory lock, so it serialises with store-time eviction and with other sweepers) but in SQL
+The cap sweep applies the rule of `services.eviction` (its ordering, its per-owner advisory lock,
+so it serialises with store-time eviction and with other sweepers, its reason) but in SQL
 batches: the service evicts row by row in one transaction, which suits the one or two rows a
 store pushes over the cap, not an agent whose cap was just lowered by 100 000, nor a dry run.
 """
@@ -57,6 +57,9 @@ from memories.jobs.batches import (
     fetch_all,
     report,
 )
+from memories.revisions import insert_revisions_sql
+from memories.services.common import advisory_lock
+from memories.services.eviction import cap_lock_name, cap_reason, eviction_order_sql
 
 ACTOR = "system:prune"
 DAILY_MAX_AGE = timedelta(hours=72)
@@ -106,16 +109,23 @@ REMAINING = """
     AND NOT (m.category = 'conversation' AND m.updated_at <= %(conversation_cutoff)s)
 """
 
-# Appended to a `changed` CTE (RETURNING id, tenant_id, version): one revision per changed row.
-INSERT_REVISIONS = """
+# Appended to a `changed` CTE (RETURNING id, tenant_id, version): one revision per changed row,
+# its before/after holding the changed fields.
+REVISION_PER_CHANGED_ROW = insert_revisions_sql(
+    rows="changed c",
+    tenant_id="c.tenant_id",
+    memory_id="c.id",
+    version="c.version",
+    actor="%(actor)s",
+    change_type="%(change_type)s",
+    reason="%(reason)s",
+    before="jsonb_build_object('status', 'active', 'version', c.version - 1)",
+    after="jsonb_build_object('status', %(status)s::text, 'version', c.version)",
+    created_at="%(now)s",
+)
+INSERT_REVISIONS = f"""
     revisions AS (
-        INSERT INTO memories_memoryrevision
-            (tenant_id, memory_id, version, actor, change_type, reason, before, after, created_at)
-        SELECT c.tenant_id, c.id, c.version, %(actor)s, %(change_type)s, %(reason)s,
-               jsonb_build_object('status', 'active', 'version', c.version - 1),
-               jsonb_build_object('status', %(status)s::text, 'version', c.version),
-               %(now)s
-        FROM changed c
+        {REVISION_PER_CHANGED_ROW}
         RETURNING 1
     )
 """
@@ -158,10 +168,9 @@ ORDER BY o.tenant_id, o.agent_id NULLS FIRST
 """
 
 # One cap batch for one owner, in one transaction: take the owner's cap lock — the same advisory
-# lock `services.memory_evict_over_cap` takes at store time — then count and evict under fresh
-# snapshots (READ COMMITTED takes one per statement), so a sweep that waited for another
-# sweeper or a store counts what they left and never evicts twice.
-LOCK_OWNER = "SELECT pg_advisory_xact_lock(hashtextextended(%(lock_name)s, 0))"
+# lock `services.eviction` takes at store time — then count and evict under fresh snapshots
+# (READ COMMITTED takes one per statement), so a sweep that waited for another sweeper or a
+# store counts what they left and never evicts twice.
 CAP_OF = "SELECT {cap_column} FROM {owner_table} WHERE id = %(owner_id)s"
 
 COUNT_OWNER = """
@@ -174,7 +183,7 @@ WITH picked AS (
     SELECT m.id
     FROM memories_memory m
     WHERE m.tenant_id = %(tenant_id)s AND {owner_match} AND {remaining}
-    ORDER BY (m.category = 'core'), m.last_accessed_at, m.updated_at, m.id
+    ORDER BY {eviction_order}
     LIMIT %(limit)s
     FOR UPDATE OF m SKIP LOCKED
 ),
@@ -248,7 +257,10 @@ def _cap_sql(agent_id: int | None) -> CapSql:
         cap=CAP_OF.format(cap_column=cap_column, owner_table=table),
         count=COUNT_OWNER.format(owner_match=match, remaining=REMAINING),
         evict=EVICT_BATCH.format(
-            owner_match=match, remaining=REMAINING, insert_revisions=INSERT_REVISIONS
+            owner_match=match,
+            remaining=REMAINING,
+            eviction_order=eviction_order_sql("m"),
+            insert_revisions=INSERT_REVISIONS,
         ),
     )
 
@@ -256,7 +268,7 @@ def _cap_sql(agent_id: int | None) -> CapSql:
 def _evict_batch(sql: CapSql, params: dict, batch_size: int) -> tuple[int, int]:
     """One transaction: returns (excess seen under the owner lock, rows evicted)."""
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(LOCK_OWNER, params)
+        advisory_lock(cap_lock_name(params["tenant_id"], params["agent_id"]))
         cursor.execute(sql.cap, params)
         row = cursor.fetchone()
         if row is None:  # the owner was deleted meanwhile (its memories with it)
@@ -278,8 +290,7 @@ def _enforce_cap(
         params,
         change_type="evict",
         status="evicted",
-        reason=f"{'entry' if agent_id is not None else 'workspace'} cap of {cap} reached",
-        lock_name=f"cap:{tenant_id}:{agent_id if agent_id is not None else 'workspace'}",
+        reason=cap_reason(workspace=agent_id is None, cap=cap),
         tenant_id=tenant_id,
         agent_id=agent_id,
         owner_id=agent_id if agent_id is not None else tenant_id,

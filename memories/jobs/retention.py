@@ -30,10 +30,25 @@ from memories.jobs.batches import (
     fetch_all,
     report,
 )
+from memories.revisions import insert_revisions_sql
 
 ACTOR = "system:retention"
 IDEMPOTENCY_TTL = timedelta(hours=24)
 RETIRED = "m.status IN ('tombstoned', 'evicted', 'expired') AND m.status_changed_at <= %(cutoff)s"
+
+# A deletion is the memory's last change: its revision takes the next version.
+REVISION_PER_DELETED_ROW = insert_revisions_sql(
+    rows="gone g",
+    tenant_id="g.tenant_id",
+    memory_id="g.id",
+    version="g.version + 1",
+    actor="%(actor)s",
+    change_type="'purge'",
+    reason="%(reason)s",
+    before="jsonb_build_object('status', g.status)",
+    after="NULL",
+    created_at="%(now)s",
+)
 
 DELETE_MEMORIES = f"""
 WITH picked AS (
@@ -48,11 +63,7 @@ gone AS (
     RETURNING m.id, m.tenant_id, m.version, m.status
 ),
 revisions AS (
-    INSERT INTO memories_memoryrevision
-        (tenant_id, memory_id, version, actor, change_type, reason, before, after, created_at)
-    SELECT g.tenant_id, g.id, g.version + 1, %(actor)s, 'purge', %(reason)s,
-           jsonb_build_object('status', g.status), NULL, %(now)s
-    FROM gone g
+    {REVISION_PER_DELETED_ROW}
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM picked), (SELECT count(*) FROM revisions)

@@ -2,7 +2,7 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-    """Hydrate's probe for entries small enough to fit the budget left (memories/search.py)."""
+    """Hydrate's probe for entries small enough to fit the budget left (memories/retrieval/hydrate.py)."""
 
     dependencies = [("memories", "0004_owner_counts")]
 

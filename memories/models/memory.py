@@ -55,6 +55,38 @@ class MemoryQuerySet(TenantQuerySet):
 # bulk of a row to decode, so reads that return or compare memories defer them.
 VECTOR_FIELDS = ("embedding", "search_vector")
 
+# The public fields of a memory, in the order of the SPEC §4 `memory` object: the one list that
+# the API's JSON (`memory_json`, and `memory_json_sql` for hydrate), search hits, revision
+# snapshots and JSONL backups derive theirs from. All are Memory fields (`agent` is the owner,
+# shown by slug) but `source`, the viewer's relation to the owner (own, workspace,
+# shared:<slug>). A new public field goes here, in the model and in a migration.
+PUBLIC_FIELDS = (
+    "id",
+    "key",
+    "category",
+    "kind",
+    "text",
+    "data",
+    "tags",
+    "subject_id",
+    "thread_id",
+    "importance",
+    "confidence",
+    "capture_mode",
+    "source_provider",
+    "mentions",
+    "expires_at",
+    "last_confirmed_at",
+    "created_at",
+    "updated_at",
+    "version",
+    "status",
+    "review_state",
+    "size_bytes",
+    "agent",
+    "source",
+)
+
 
 class Memory(models.Model):
     id = models.CharField(primary_key=True, max_length=30, default=new_memory_id, editable=False)
@@ -204,7 +236,7 @@ class Memory(models.Model):
                 fields=["tenant", "status", "review_state", "created_at"], name="memory_review_idx"
             ),
             # Console: tombstones page, most recently forgotten first (the sort key is never
-            # NULL: `console_selectors.tombstone_page`).
+            # NULL: `memories.console.selectors.tombstone_page`).
             models.Index(
                 F("tenant"),
                 Coalesce("status_changed_at", "updated_at").desc(),

@@ -6,7 +6,7 @@ import pytest
 from django.test import Client
 
 from accounts.principal import Principal
-from memories.services import memory_store
+from memories.services.store import memory_store
 from tests.factories import make_operator
 
 

@@ -7,7 +7,7 @@ from django.urls import URLPattern, reverse
 
 from accounts.console import SESSION_TENANT_KEY
 from accounts.models import Agent, ApiKey, Membership
-from memories import console_urls
+from memories.console import urls as console_urls
 from memories.models import Memory, Status
 from tests.factories import make_agent, make_key, make_operator
 

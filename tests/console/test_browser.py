@@ -13,7 +13,7 @@ import pytest
 
 from accounts.models import ApiKey
 from memories.models import ChangeType, Memory, MemoryRevision, ReviewState, Status
-from memories.services import memory_correct, memory_tombstone
+from memories.services.operator_actions import memory_correct, memory_tombstone
 from tests.factories import TEST_PASSWORD, make_agent
 
 # Playwright's sync API runs an event loop in this thread; the ORM calls the tests make between

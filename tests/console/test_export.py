@@ -17,7 +17,7 @@ from accounts.models import Agent
 from memories.export import export_markdown, fence_for, inline_code
 from memories.jsonl import ImportLineError, import_jsonl, memory_to_record
 from memories.models import Memory, MemoryRevision, Status
-from memories.services import memory_restore, memory_tombstone
+from memories.services.operator_actions import memory_restore, memory_tombstone
 from tests.factories import asgi_http_scope, make_agent, make_operator
 
 pytestmark = pytest.mark.django_db
@@ -642,7 +642,7 @@ def test_a_purged_memory_keeps_its_hash_through_a_round_trip(tenant, agent, stor
     so the line's values stay."""
     import json
 
-    from memories.services import memory_purge
+    from memories.services.operator_actions import memory_purge
 
     memory = store_memory(agent, "Erase me")
     memory_purge(tenant=tenant, memory_id=memory.pk, actor="operator:t")

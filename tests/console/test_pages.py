@@ -10,10 +10,10 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from accounts.models import ApiKey
-from memories import console_selectors as sel
+from accounts.models import ApiKey, Membership
+from memories.console import selectors as sel
 from memories.models import ChangeType, Memory, MemoryRevision, ReviewState, Status
-from tests.factories import make_agent
+from tests.factories import make_agent, make_operator
 
 pytestmark = pytest.mark.django_db
 
@@ -165,7 +165,7 @@ def test_keyset_pagination_walks_every_memory_once(owner_client, agent, store_me
 def test_tombstones_page_walks_every_tombstone_once_when_some_lack_a_change_time(
     owner_client, agent, store_memory
 ):
-    from memories.services import memory_tombstone
+    from memories.services.operator_actions import memory_tombstone
 
     ids = set()
     for i in range(8):
@@ -252,7 +252,7 @@ def _loaded_form(client, memory) -> dict[str, str]:
 
 def _save(client, memory, text, version, **extra):
     """Save `text` from a form loaded with `memory` as it was at `version`."""
-    from memories.forms import CorrectionForm
+    from memories.console.forms import CorrectionForm
 
     data = {
         **CorrectionForm.display_values(memory),
@@ -329,7 +329,7 @@ def test_save_conflict_shows_newer_text_and_keeps_the_edit(reviewer_client, agen
 def test_conflict_shows_every_changed_field_and_a_second_save_reverts_none(
     reviewer_client, agent, store_memory
 ):
-    from memories.services import memory_correct
+    from memories.services.operator_actions import memory_correct
 
     memory = store_memory(agent, "Renewal is in March", tags=["billing"])
     form = _loaded_form(reviewer_client, memory)  # v1
@@ -376,7 +376,7 @@ def test_a_stale_form_submitted_as_is_applies_only_the_operators_edits(
 ):
     """Without going through the conflict page: a form loaded at v1 saved against v1 after
     someone else's change is a conflict, never a silent revert of their fields."""
-    from memories.services import memory_correct
+    from memories.services.operator_actions import memory_correct
 
     memory = store_memory(agent, "Prefers email", tags=["contact"])
     form = _loaded_form(reviewer_client, memory)
@@ -394,7 +394,7 @@ def test_a_stale_form_submitted_as_is_applies_only_the_operators_edits(
 
 
 def test_save_after_a_tombstone_never_overwrites_it(reviewer_client, agent, store_memory):
-    from memories.services import memory_tombstone
+    from memories.services.operator_actions import memory_tombstone
 
     memory = store_memory(agent, "Lives in Paris")
     form = _loaded_form(reviewer_client, memory)
@@ -421,7 +421,7 @@ def test_save_after_a_tombstone_or_purge_shows_the_notice(
     """`memory_correct` alone decides that only an active memory is corrected; the view shows
     its CONFLICT as the not-active notice, whether the form changed anything or not, and for a
     purged memory too (never its edit form)."""
-    from memories.services import memory_purge, memory_tombstone
+    from memories.services.operator_actions import memory_purge, memory_tombstone
 
     for gone in ("tombstone", "purge"):
         memory = store_memory(agent, f"Lives in Paris ({gone})")
@@ -444,7 +444,7 @@ def test_save_after_a_tombstone_or_purge_shows_the_notice(
 def test_a_stale_form_saved_unchanged_shows_what_changed_since(
     reviewer_client, agent, store_memory
 ):
-    from memories.services import memory_correct
+    from memories.services.operator_actions import memory_correct
 
     memory = store_memory(agent, "Prefers email")
     form = _loaded_form(reviewer_client, memory)
@@ -463,7 +463,7 @@ def test_a_stale_form_saved_unchanged_shows_what_changed_since(
 
 
 def test_memory_correct_refuses_a_memory_that_is_not_active(agent, store_memory):
-    from memories.services import memory_correct, memory_tombstone
+    from memories.services.operator_actions import memory_correct, memory_tombstone
     from memoryhub.errors import Conflict
 
     memory = store_memory(agent, "Lives in Paris")
@@ -504,6 +504,24 @@ def test_tombstone_then_restore(reviewer_client, agent, store_memory):
     assert response.status_code == 302 and response["Location"] == url
     memory.refresh_from_db()
     assert memory.status == Status.ACTIVE
+
+
+def test_a_refused_action_says_why_and_goes_back(reviewer_client, agent, store_memory):
+    """A service refusal (here: restoring next to a live memory with the same key) is flashed;
+    a form post lands back on the detail page (or `next`), an HTMX post reloads in place."""
+    old = store_memory(agent, "Lives in Paris", key="home")
+    reviewer_client.post(f"/console/memories/{old.pk}/tombstone/")
+    store_memory(agent, "Lives in Rome", key="home")
+    url = f"/console/memories/{old.pk}/"
+    response = reviewer_client.post(url + "restore/", follow=True)
+    assert response.redirect_chain == [(url, 302)]
+    assert "Another live memory holds this key" in response.content.decode()
+    response = reviewer_client.post(url + "restore/", {"next": "/console/tombstones/"})
+    assert response.status_code == 302 and response["Location"] == "/console/tombstones/"
+    response = reviewer_client.post(url + "restore/", **HX)
+    assert response.status_code == 200 and response["HX-Refresh"] == "true"
+    old.refresh_from_db()
+    assert old.status == Status.TOMBSTONED
 
 
 def test_review_queue_oldest_first_and_approve_removes_row(reviewer_client, agent, store_memory):
@@ -557,7 +575,7 @@ def test_merge_from_the_review_queue_approves_the_kept_memory(reviewer_client, a
 
 
 def test_memory_merge_service_approves_the_kept_memory(agent, store_memory):
-    from memories.services import memory_merge
+    from memories.services.operator_actions import memory_merge
 
     keep = store_memory(agent, "Lives in Oslo", capture_mode="inferred")
     dup = store_memory(agent, "Lives in Oslo, Norway", capture_mode="inferred")
@@ -713,7 +731,7 @@ def test_owner_manages_members(owner_client, tenant):
 
 
 def test_activity_filters_by_actor_and_type(owner_client, agent, store_memory):
-    from memories.services import memory_tombstone
+    from memories.services.operator_actions import memory_tombstone
 
     kept = store_memory(agent, "Kept")
     gone = store_memory(agent, "Gone")
@@ -725,10 +743,10 @@ def test_activity_filters_by_actor_and_type(owner_client, agent, store_memory):
 
 
 def test_tampered_cursor_restarts_the_list(owner_client, agent, store_memory):
-    from memories.console_selectors import encode_cursor
+    from memories.cursors import encode_position
 
     store_memory(agent, "Still listed")
-    for cursor in ("garbage", encode_cursor("not-a-number", "x"), encode_cursor(None, 1)):
+    for cursor in ("garbage", encode_position("not-a-number", "x"), encode_position(None, 1)):
         response = owner_client.get(f"/console/memories/?sort=importance&cursor={cursor}")
         assert response.status_code == 200 and "Still listed" in response.content.decode()
 
@@ -781,7 +799,7 @@ def test_the_expiry_filter_leaves_out_memories_already_expired(agent, store_memo
 def test_memories_list_counts_results_and_shows_status_only_when_mixed(
     owner_client, agent, store_memory
 ):
-    from memories.services import memory_tombstone
+    from memories.services.operator_actions import memory_tombstone
 
     for i in range(3):
         store_memory(agent, f"Counted fact {i}")
@@ -852,3 +870,30 @@ def test_ago_and_or_dash_filters():
     assert ago(now - timedelta(minutes=5)) == "5\xa0minutes ago"
     assert or_dash("") == or_dash(None) == or_dash([]) == '<span class="none" title="none">—</span>'
     assert or_dash("<b>x</b>") == "&lt;b&gt;x&lt;/b&gt;"
+
+
+def test_members_a_new_operator_needs_a_password_an_existing_one_keeps_theirs(
+    owner_client, tenant, other_tenant, django_user_model
+):
+    response = owner_client.post("/console/members/", {"email": "New@Acme.test", "role": "viewer"})
+    assert response.status_code == 422
+    assert "A new operator needs a password." in response.content.decode()
+    assert not django_user_model.objects.filter(username="new@acme.test").exists()
+
+    response = owner_client.post(
+        "/console/members/", {"email": "New@Acme.test", "role": "viewer", "password": "pw-1"}
+    )
+    assert response.status_code == 302
+    user = django_user_model.objects.get(username="new@acme.test")
+    assert user.check_password("pw-1") and Membership.objects.get(user=user).role == "viewer"
+
+    # Known elsewhere: no password needed, and one given does not replace theirs.
+    elsewhere = make_operator(other_tenant, "elsewhere@globex.test", "owner").user
+    response = owner_client.post(
+        "/console/members/",
+        {"email": "elsewhere@globex.test", "role": "reviewer", "password": "not-theirs"},
+    )
+    assert response.status_code == 302
+    elsewhere.refresh_from_db()
+    assert not elsewhere.check_password("not-theirs")
+    assert Membership.objects.for_tenant(tenant).get(user=elsewhere).role == "reviewer"

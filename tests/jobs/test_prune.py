@@ -283,7 +283,7 @@ def test_output_ends_with_one_json_line(tenant, agent):
 
 def test_cap_sweep_picks_the_same_victims_as_store_time_eviction(tenant):
     """The sweep and `services.memory_evict_over_cap` apply one rule to identical agents."""
-    from memories.services import memory_evict_over_cap
+    from memories.services.eviction import memory_evict_over_cap
 
     def populate(agent):
         for days, category in ((9, "core"), (8, "notes"), (7, "notes"), (6, "core"), (5, "notes")):

@@ -14,7 +14,8 @@ from accounts.principal import Principal
 from memories.bench.prune import insert_memories
 from memories.jobs.prune import prune_memories
 from memories.models import Memory, MemoryRevision, PruneRun
-from memories.services import memory_store, memory_update
+from memories.services.changes import memory_update
+from memories.services.store import memory_store
 from memories.tasks import run_job
 from memoryhub.errors import NotFound
 from tests.factories import make_agent

@@ -9,8 +9,8 @@ import pytest
 from accounts.principal import Principal
 from memories.embeddings import get_embedder
 from memories.models import Memory
-from memories.search import memory_hydrate
-from memories.services import memory_store
+from memories.retrieval.hydrate import memory_hydrate
+from memories.services.store import memory_store
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -254,12 +254,12 @@ def test_hydrate_over_http(api_client, agent):
 
 @pytest.mark.django_db
 def test_a_memory_changed_between_choosing_and_reading_is_left_out(me, monkeypatch):
-    from memories import search
+    from memories.retrieval import hydrate as hydrate_module
 
     kept = put(me, sized(100, "kept"), minute=1, category="core")
     forgotten = put(me, sized(100, "forgotten"), minute=2, category="core")
     grown = put(me, sized(100, "grown"), minute=3, category="core")
-    original = search._entries
+    original = hydrate_module._entries
 
     def meanwhile(principal, taken, budget, now):
         # Another request changes two of the chosen memories after the walk chose them.
@@ -267,7 +267,7 @@ def test_a_memory_changed_between_choosing_and_reading_is_left_out(me, monkeypat
         Memory.objects.filter(pk=grown.pk).update(text=sized(300, "grown"), size_bytes=300)
         return original(principal, taken, budget, now)
 
-    monkeypatch.setattr(search, "_entries", meanwhile)
+    monkeypatch.setattr(hydrate_module, "_entries", meanwhile)
     result = hydrate(me, budget_bytes=300)
     assert picked(result) == [(kept.id, "core")]
     assert result["bytes_used"] == 100

@@ -23,8 +23,8 @@ from accounts.principal import Principal
 from memories import validation
 from memories.idempotency import KEY_RE as IDEMPOTENCY_KEY_RE
 from memories.ids import MEMORY_ID_RE
-from memories.search import HYDRATE_FIELDS, SEARCH_FIELDS
-from memories.services import memory_store
+from memories.retrieval.params import HYDRATE_FIELDS, SEARCH_FIELDS
+from memories.services.store import memory_store
 from memoryhub.wsgi import application
 from tests.factories import make_agent, make_key
 

@@ -10,8 +10,9 @@ from django.test.utils import CaptureQueriesContext
 
 from accounts.principal import Principal
 from memories.models import Memory
-from memories.search import memory_search
-from memories.services import memory_forget, memory_store
+from memories.retrieval.search import memory_search
+from memories.services.lifecycle import memory_forget
+from memories.services.store import memory_store
 from tests.factories import make_agent, make_tenant
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

@@ -11,7 +11,7 @@ from django.db import connection
 from accounts.principal import Principal
 from memories.models import Memory
 from memories.serialization import memory_json, memory_json_sql
-from memories.services import memory_store
+from memories.services.store import memory_store
 from tests.factories import make_agent
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, 120034, tzinfo=UTC)

@@ -7,8 +7,21 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from accounts.principal import Principal
-from memories import services
+from memories import idempotency
 from memories.models import Memory, MemoryRevision
+from memories.serialization import store_response
+from memories.services.eviction import memory_evict_over_cap
+from memories.services.lifecycle import thread_end
+from memories.services.operator_actions import (
+    memory_add_tag,
+    memory_approve,
+    memory_correct,
+    memory_merge,
+    memory_purge,
+    memory_restore,
+    memory_tombstone,
+)
+from memories.services.store import memory_store, memory_store_prepare, memory_store_write
 from memoryhub.errors import Conflict, InvalidInput, NotFound, SecretRejected
 
 T0 = datetime(2026, 5, 1, 9, 0, tzinfo=UTC)
@@ -22,9 +35,7 @@ def principal(tenant, agent):
 
 def store(principal, minutes, **data):
     data.setdefault("dedup_policy", "insert")
-    return services.memory_store(
-        principal=principal, data=data, now=T0 + timedelta(minutes=minutes)
-    ).memory
+    return memory_store(principal=principal, data=data, now=T0 + timedelta(minutes=minutes)).memory
 
 
 def statuses(*memories):
@@ -46,7 +57,7 @@ def test_cap_evicts_coldest_non_core_then_core(principal, agent):
     assert (evict.actor, evict.reason) == ("system:cap", "entry cap of 3 reached")
 
     # The custom memory is the only non-core one left, so it goes next, before any core one.
-    services.memory_store(
+    memory_store(
         principal=principal,
         data={"text": "fifth", "category": "core"},
         now=T0 + timedelta(minutes=4),
@@ -79,7 +90,7 @@ def test_workspace_memories_count_against_the_tenant_cap(principal, tenant, agen
     own = store(principal, 1, text="own")
     store(principal, 2, text="ws two", category="workspace")
     assert statuses(first, own) == ["evicted", "active"]
-    assert services.memory_evict_over_cap(tenant=tenant, agent=None, now=T0) == 0
+    assert memory_evict_over_cap(tenant=tenant, agent=None, now=T0) == 0
 
 
 @pytest.mark.django_db
@@ -87,16 +98,14 @@ def test_evict_over_cap_after_lowering_the_cap(principal, tenant, agent):
     memories = [store(principal, i, text=f"fact {i}", category="daily") for i in range(4)]
     agent.entry_cap = 2
     agent.save()
-    assert (
-        services.memory_evict_over_cap(tenant=tenant, agent=agent, now=T0 + timedelta(hours=1)) == 2
-    )
+    assert memory_evict_over_cap(tenant=tenant, agent=agent, now=T0 + timedelta(hours=1)) == 2
     assert statuses(*memories) == ["evicted", "evicted", "active", "active"]
 
 
 @pytest.mark.django_db
 def test_operator_correction_is_compare_and_set(principal, tenant):
     memory = store(principal, 0, text="Lives in Paris")
-    corrected = services.memory_correct(
+    corrected = memory_correct(
         tenant=tenant,
         memory_id=memory.id,
         actor=OPERATOR,
@@ -107,7 +116,7 @@ def test_operator_correction_is_compare_and_set(principal, tenant):
     revision = MemoryRevision.objects.filter(memory_id=memory.id).latest("id")
     assert (revision.change_type, revision.actor) == ("correct", OPERATOR)
     with pytest.raises(Conflict) as exc:
-        services.memory_correct(
+        memory_correct(
             tenant=tenant,
             memory_id=memory.id,
             actor=OPERATOR,
@@ -116,7 +125,7 @@ def test_operator_correction_is_compare_and_set(principal, tenant):
         )
     assert exc.value.details == {"current_version": 2}
     with pytest.raises(SecretRejected):
-        services.memory_correct(
+        memory_correct(
             tenant=tenant,
             memory_id=memory.id,
             actor=OPERATOR,
@@ -128,7 +137,7 @@ def test_operator_correction_is_compare_and_set(principal, tenant):
 @pytest.mark.django_db
 def test_operator_actions_stay_in_their_tenant(principal, other_tenant):
     memory = store(principal, 0, text="x")
-    for action in (services.memory_tombstone, services.memory_approve, services.memory_purge):
+    for action in (memory_tombstone, memory_approve, memory_purge):
         with pytest.raises(NotFound):
             action(tenant=other_tenant, memory_id=memory.id, actor=OPERATOR)
     assert Memory.objects.get().version == 1
@@ -138,14 +147,14 @@ def test_operator_actions_stay_in_their_tenant(principal, other_tenant):
 def test_tombstone_restore_approve(principal, tenant):
     memory = store(principal, 0, text="Inferred fact", capture_mode="inferred", key="k")
     assert memory.review_state == "pending"
-    approved = services.memory_approve(tenant=tenant, memory_id=memory.id, actor=OPERATOR, now=T0)
+    approved = memory_approve(tenant=tenant, memory_id=memory.id, actor=OPERATOR, now=T0)
     assert (approved.review_state, approved.last_confirmed_at) == ("approved", T0)
-    services.memory_tombstone(tenant=tenant, memory_id=memory.id, actor=OPERATOR, reason="dup")
+    memory_tombstone(tenant=tenant, memory_id=memory.id, actor=OPERATOR, reason="dup")
     replacement = store(principal, 1, text="replacement", key="k")
     with pytest.raises(Conflict):
-        services.memory_restore(tenant=tenant, memory_id=memory.id, actor=OPERATOR)
-    services.memory_tombstone(tenant=tenant, memory_id=replacement.id, actor=OPERATOR)
-    restored = services.memory_restore(tenant=tenant, memory_id=memory.id, actor=OPERATOR)
+        memory_restore(tenant=tenant, memory_id=memory.id, actor=OPERATOR)
+    memory_tombstone(tenant=tenant, memory_id=replacement.id, actor=OPERATOR)
+    restored = memory_restore(tenant=tenant, memory_id=memory.id, actor=OPERATOR)
     assert (restored.status, restored.tombstone_reason) == ("active", "")
     types = list(
         MemoryRevision.objects.filter(memory_id=memory.id)
@@ -153,9 +162,9 @@ def test_tombstone_restore_approve(principal, tenant):
         .values_list("change_type", flat=True)
     )
     assert types == ["create", "approve", "tombstone", "restore"]
-    services.memory_purge(tenant=tenant, memory_id=memory.id, actor=OPERATOR)
+    memory_purge(tenant=tenant, memory_id=memory.id, actor=OPERATOR)
     with pytest.raises(InvalidInput):
-        services.memory_restore(tenant=tenant, memory_id=memory.id, actor=OPERATOR)
+        memory_restore(tenant=tenant, memory_id=memory.id, actor=OPERATOR)
 
 
 @pytest.mark.django_db
@@ -163,7 +172,7 @@ def test_merge_and_add_tag(principal, tenant):
     keep = store(principal, 0, text="Colby lives in LA")
     dup1 = store(principal, 1, text="Colby lives in Los Angeles")
     dup2 = store(principal, 2, text="Colby is in LA")
-    result = services.memory_merge(
+    result = memory_merge(
         tenant=tenant, keep_id=keep.id, merge_ids=[dup1.id, dup2.id, keep.id], actor=OPERATOR
     )
     assert result.id == keep.id
@@ -172,26 +181,36 @@ def test_merge_and_add_tag(principal, tenant):
     assert merged.tombstone_reason == f"merged into {keep.id}"
     assert MemoryRevision.objects.get(memory_id=dup1.id, change_type="merge")
 
-    changed = services.memory_add_tag(
+    changed = memory_add_tag(
         tenant=tenant, memory_ids=[keep.id, dup1.id, keep.id], tag=" Family Facts", actor=OPERATOR
     )
     assert changed == 2
     assert Memory.objects.get(pk=keep.id).tags == ["family-facts"]
     assert (
-        services.memory_add_tag(
-            tenant=tenant, memory_ids=[keep.id], tag="family-facts", actor=OPERATOR
-        )
-        == 0
+        memory_add_tag(tenant=tenant, memory_ids=[keep.id], tag="family-facts", actor=OPERATOR) == 0
     )
 
 
 @pytest.mark.django_db
 def test_store_result_replays_under_idempotency(principal):
     data = {"text": "same"}
-    first = services.memory_store(principal=principal, data=data, idempotency_key="abc")
-    second = services.memory_store(principal=principal, data=data, idempotency_key="abc")
-    assert second.replayed and second.as_response() == first.as_response()
-    assert second.status_code == 201 and second.memory.id == first.memory.id
+
+    def post():
+        return idempotency.respond(
+            principal=principal,
+            operation="store",
+            payload=data,
+            key="abc",
+            prepare=lambda: memory_store_prepare(principal=principal, data=data),
+            action=lambda prepared: store_response(
+                memory_store_write(prepared=prepared), agent=principal.agent
+            ),
+        )
+
+    first = post()
+    second = post()
+    assert second.replayed and second.body == first.body
+    assert second.status == 201 and second.body["memory_id"] == first.body["memory_id"]
 
 
 @pytest.mark.django_db
@@ -233,12 +252,12 @@ def test_owner_counts_follow_every_kind_of_write(principal, tenant, agent):
     store(principal, 1, text="two", category="workspace")
     store(principal, 2, text="three", category="conversation", thread_id="t")
     _counter_matches_table()
-    services.memory_tombstone(tenant=tenant, memory_id=a.id, actor=OPERATOR)
+    memory_tombstone(tenant=tenant, memory_id=a.id, actor=OPERATOR)
     _counter_matches_table()
-    services.memory_restore(tenant=tenant, memory_id=a.id, actor=OPERATOR)
-    services.thread_end(principal=principal, thread_id="t")
+    memory_restore(tenant=tenant, memory_id=a.id, actor=OPERATOR)
+    thread_end(principal=principal, thread_id="t")
     _counter_matches_table()
-    services.memory_purge(tenant=tenant, memory_id=a.id, actor=OPERATOR)
+    memory_purge(tenant=tenant, memory_id=a.id, actor=OPERATOR)
     _counter_matches_table()
     # Writes that bypass the services (bulk loads, jobs' SQL, hard deletes) are counted too.
     Memory.objects.bulk_create(

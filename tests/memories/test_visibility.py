@@ -6,7 +6,7 @@ import pytest
 
 from accounts.principal import Principal
 from memories.models import Memory
-from memories.services import memory_store
+from memories.services.store import memory_store
 from memories.visibility import visible_memories, visible_memories_by_owner
 from tests.factories import make_agent
 

@@ -29,7 +29,9 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts):
         tenant = Tenant.objects.filter(slug=opts["tenant"]).first()
-        agent = Agent.objects.filter(tenant=tenant, slug=opts["agent"]).first() if tenant else None
+        agent = (
+            Agent.objects.for_tenant(tenant).filter(slug=opts["agent"]).first() if tenant else None
+        )
         if agent is None:
             raise CommandError(f"no agent {opts['agent']!r} in tenant {opts['tenant']!r}")
         policy = {}

@@ -3,12 +3,14 @@ import secrets
 from django.core.management.base import BaseCommand
 
 from accounts.models import Agent, Membership
+from accounts.principal import Principal
 from accounts.services import (
     agent_get_or_create,
     api_key_create,
     operator_create,
     tenant_get_or_create,
 )
+from memories.services.store import memory_store
 
 DEMO_TENANT, DEMO_EMAIL, DEMO_AGENT = "demo", "admin@example.com", "demo-agent"
 
@@ -21,13 +23,13 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts):
         tenant = tenant_get_or_create(slug=DEMO_TENANT, name="Demo workspace")
-        if not Membership.objects.filter(tenant=tenant, user__username=DEMO_EMAIL).exists():
+        if not Membership.objects.for_tenant(tenant).filter(user__username=DEMO_EMAIL).exists():
             password = secrets.token_urlsafe(12)
             operator_create(tenant=tenant, email=DEMO_EMAIL, password=password, role="owner")
             self.stdout.write(f"Console operator: {DEMO_EMAIL} / {password}  (shown once)")
         else:
             self.stdout.write(f"Console operator: {DEMO_EMAIL} (password shown on the first run)")
-        is_new = not Agent.objects.filter(tenant=tenant, slug=DEMO_AGENT).exists()
+        is_new = not Agent.objects.for_tenant(tenant).filter(slug=DEMO_AGENT).exists()
         agent = agent_get_or_create(tenant=tenant, slug=DEMO_AGENT, name="Demo agent")
         if is_new or not agent.api_keys.exists():
             _, raw = api_key_create(
@@ -60,9 +62,6 @@ DEMO_MEMORIES = (
 
 def seed_memories(tenant, agent) -> None:
     """Store the demo memories through the same service the API uses."""
-    from accounts.principal import Principal
-    from memories.services import memory_store
-
     principal = Principal(tenant=tenant, agent=agent)
     for data in DEMO_MEMORIES:
         memory_store(principal=principal, data=dict(data))

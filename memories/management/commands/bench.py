@@ -17,8 +17,12 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
+from accounts.services import agent_get_or_create, api_key_create, tenant_get_or_create
 from memories.bench import latency
+from memories.bench.locomo import KS, MODES, run_locomo
+from memories.bench.prune import run_prune_bench
 from memories.bench.server import ApiServer, throwaway_database
+from memories.models import Memory
 
 SCALES = (10_000, 100_000, 1_000_000)
 DEFAULT_LOCOMO = settings.BASE_DIR.parent / "shared" / "datasets" / "locomo10.json"
@@ -112,8 +116,6 @@ class Command(BaseCommand):
     # --- latency ---------------------------------------------------------------------------
 
     def latency(self, data_dir: Path, scales: list[int], requests: int) -> dict:
-        from accounts.services import agent_get_or_create, api_key_create, tenant_get_or_create
-
         tenant = tenant_get_or_create(slug="bench")
         out: dict = {}
         loaded = 0
@@ -177,8 +179,6 @@ class Command(BaseCommand):
     # --- prune (memories/bench/prune.py) --------------------------------------------------------
 
     def prune(self, scale: int, samples: int) -> dict | None:
-        from memories.bench.prune import run_prune_bench
-
         return run_prune_bench(scale=scale, samples=samples, out=self.out)
 
     # --- LoCoMo ------------------------------------------------------------------------------
@@ -191,10 +191,6 @@ class Command(BaseCommand):
         conversations: int | None,
         questions: int | None,
     ) -> dict:
-        from accounts.services import agent_get_or_create, api_key_create, tenant_get_or_create
-        from memories.bench.locomo import KS, MODES, run_locomo
-        from memories.models import Memory
-
         tenant = tenant_get_or_create(slug="locomo")
         keys: dict[int, str] = {}
 

@@ -6,22 +6,20 @@ Every queryset starts from `Memory.objects.for_tenant(tenant)`. Lists are keyset
 
 from __future__ import annotations
 
-import base64
-import json
-from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.core.exceptions import ValidationError
-from django.db import connection, transaction
 from django.db.models import Count, Q, QuerySet
 from django.db.models.functions import Coalesce, Left
 from django.http import Http404
 
 from accounts.models import Agent, Tenant
 from memories.clock import resolve_now
+from memories.cursors import keyset_page
+from memories.embeddings import get_embedder
 from memories.models import JobRun, Memory, MemoryRevision, ReviewState, Status
+from memories.retrieval.ranking import ranked_ids
 
 PAGE_SIZE = 50
 SEARCH_LIMIT = 100
@@ -76,46 +74,8 @@ def bounded_count(qs: QuerySet) -> int:
     return qs.order_by()[: COUNT_CAP + 1].count()
 
 
-# --- cursors ---------------------------------------------------------------------------------
-
-
-def encode_cursor(value: Any, pk: Any) -> str:
-    if isinstance(value, datetime):
-        value = {"t": value.isoformat()}
-    raw = json.dumps([value, pk], separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> tuple[Any, Any] | None:
-    """`(value, pk)` from a cursor, or None for a malformed one (which restarts the list)."""
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        value, pk = json.loads(raw)
-        if isinstance(value, dict):
-            value = datetime.fromisoformat(value["t"])
-        return value, pk
-    except (ValueError, TypeError, KeyError):
-        return None
-
-
 def _keyset(qs: QuerySet, *, field_name: str, desc: bool, cursor: str | None, size: int) -> Page:
-    order = [f"-{field_name}", "-id"] if desc else [field_name, "id"]
-    qs = qs.order_by(*order)
-    decoded = decode_cursor(cursor) if cursor else None
-    if decoded is not None:
-        value, pk = decoded
-        op = "lt" if desc else "gt"
-        # A hand-edited cursor of the wrong type restarts the list rather than failing.
-        with suppress(ValueError, TypeError, ValidationError):
-            qs = qs.filter(
-                Q(**{f"{field_name}__{op}": value}) | Q(**{field_name: value, f"id__{op}": pk})
-            )
-    rows = list(qs[: size + 1])
-    next_cursor = None
-    if len(rows) > size:
-        rows = rows[:size]
-        last = rows[-1]
-        next_cursor = encode_cursor(getattr(last, field_name), last.pk)
+    rows, next_cursor = keyset_page(qs, field_name=field_name, desc=desc, cursor=cursor, size=size)
     return Page(items=rows, next_cursor=next_cursor)
 
 
@@ -135,7 +95,7 @@ def memory_for_console(*, tenant: Tenant, memory_id: str) -> Memory:
 
 
 def agents_for(tenant: Tenant) -> list[Agent]:
-    return list(Agent.objects.filter(tenant=tenant).order_by("slug"))
+    return list(Agent.objects.for_tenant(tenant).order_by("slug"))
 
 
 def _filtered(tenant: Tenant, filters: dict[str, str], now: datetime) -> QuerySet:
@@ -199,15 +159,12 @@ def memory_page(
 
 
 def text_search(qs: QuerySet, query: str, *, limit: int) -> list[Memory]:
-    """The API's hybrid search (`memories.search.ranked_ids`) over the console's own scope.
+    """The API's hybrid search (`memories.retrieval.ranking.ranked_ids`) over the console's own scope.
 
     Operators search every memory of the filtered queryset (any agent, any status), so this
     cannot go through the agent-facing `memory_search`, which applies one agent's visibility;
     it calls the same one-statement ranking with the console's tenant-scoped queryset instead.
     """
-    from memories.embeddings import get_embedder
-    from memories.search import ranked_ids
-
     vector = get_embedder().embed([query])[0]
     ranked = ranked_ids(
         qs.select_related(None), query=query, vector=vector, mode="hybrid", limit=limit
@@ -220,39 +177,33 @@ def text_search(qs: QuerySet, query: str, *, limit: int) -> list[Memory]:
 def near_duplicates(
     *, tenant: Tenant, memory_ids: list[str], min_similarity: float = 0.8, per_memory: int = 3
 ) -> dict[str, list[dict]]:
-    """Live neighbours of each memory by cosine similarity, in ONE query (a LATERAL join)."""
+    """Active look-alikes of each memory, by the store's rule (`memories.dedup`), in a fixed
+    number of queries whatever the number of memories."""
     if not memory_ids:
         return {}
-    table = Memory._meta.db_table
-    sql = f"""
-        SELECT p.id, n.id, n.text, n.version, 1 - (n.embedding <=> p.embedding) AS similarity
-        FROM {table} p
-        CROSS JOIN LATERAL (
-            SELECT m.id, m.text, m.version, m.embedding FROM {table} m
-            WHERE m.tenant_id = p.tenant_id AND m.status = 'active' AND m.id <> p.id
-              AND m.embedding IS NOT NULL
-            ORDER BY m.embedding <=> p.embedding
-            LIMIT %s
-        ) n
-        WHERE p.tenant_id = %s AND p.id = ANY(%s) AND p.embedding IS NOT NULL
-          AND 1 - (n.embedding <=> p.embedding) >= %s
-        ORDER BY p.id, similarity DESC
-    """  # noqa: S608 - table name is ours, values are parameters
+    from memories import dedup
+
+    probes = [
+        dedup.Probe(
+            content_hash=content_hash, embedding=embedding, embedding_model=model, memory_id=pk
+        )
+        for pk, content_hash, embedding, model in Memory.objects.for_tenant(tenant)
+        .filter(pk__in=list(memory_ids), embedding__isnull=False)
+        .values_list("pk", "content_hash", "embedding", "embedding_model")
+    ]
+    candidates = Memory.objects.for_tenant(tenant).filter(status=Status.ACTIVE)
+    found = dedup.near_duplicates(candidates, probes, threshold=min_similarity, limit=per_memory)
     out: dict[str, list[dict]] = {pk: [] for pk in memory_ids}
-    with transaction.atomic(), connection.cursor() as cursor:
-        # The HNSW scan visits a bounded candidate list; rows of other tenants (or dead ones)
-        # can fill it. Iterative scans keep walking the graph until the filters pass enough.
-        cursor.execute("SET LOCAL hnsw.iterative_scan = strict_order")
-        cursor.execute(sql, [per_memory, tenant.pk, list(memory_ids), min_similarity])
-        for pid, nid, text, version, similarity in cursor.fetchall():
-            out[pid].append(
-                {
-                    "memory_id": nid,
-                    "text": text,
-                    "version": version,
-                    "similarity": round(similarity, 3),
-                }
-            )
+    for probe, near in zip(probes, found, strict=True):
+        out[probe.memory_id] = [
+            {
+                "memory_id": memory.id,
+                "text": memory.text,
+                "version": memory.version,
+                "similarity": round(similarity, 3),
+            }
+            for memory, similarity in near
+        ]
     return out
 
 
@@ -289,7 +240,7 @@ def tombstone_page(*, tenant: Tenant, cursor: str | None = None, size: int = PAG
 
 def revisions_for(*, tenant: Tenant, memory: Memory) -> list[MemoryRevision]:
     return list(
-        MemoryRevision.objects.filter(tenant=tenant, memory_id=memory.pk).order_by("-id")[:200]
+        MemoryRevision.objects.for_tenant(tenant).filter(memory_id=memory.pk).order_by("-id")[:200]
     )
 
 
@@ -301,7 +252,7 @@ def activity_page(
     cursor: str | None = None,
     size: int = PAGE_SIZE,
 ) -> Page:
-    qs = MemoryRevision.objects.filter(tenant=tenant)
+    qs = MemoryRevision.objects.for_tenant(tenant)
     if actor:
         qs = qs.filter(actor__icontains=actor) if ":" not in actor else qs.filter(actor=actor)
     if change_type:
@@ -349,7 +300,7 @@ def dashboard_stats(*, tenant: Tenant, now: datetime | None = None) -> dict[str,
         expiring=Count("id", filter=Q(expires_at__lte=now + timedelta(hours=24))),
         total=Count("id"),
     )
-    recent = list(MemoryRevision.objects.filter(tenant=tenant).order_by("-created_at", "-id")[:10])
+    recent = list(MemoryRevision.objects.for_tenant(tenant).order_by("-created_at", "-id")[:10])
     _label_memories(tenant, recent)
     # Only runs this tenant may see (its own `Run now`s and the global ones), each showing the
     # tenant's counts: never another tenant's run or its numbers (SPEC §6, as on the Jobs page).

@@ -6,6 +6,7 @@ import hashlib
 from typing import Any
 
 from django import forms
+from django.contrib.auth import get_user_model
 
 from accounts.models import Agent, Scope
 from memories import validation
@@ -141,7 +142,7 @@ class AgentCreateForm(forms.Form):
 
     def clean_slug(self):
         slug = self.cleaned_data["slug"].lower()
-        if Agent.objects.filter(tenant=self.tenant, slug=slug).exists():
+        if Agent.objects.for_tenant(self.tenant).filter(slug=slug).exists():
             raise forms.ValidationError("An agent with this slug exists already.")
         return slug
 
@@ -218,3 +219,18 @@ class MemberForm(forms.Form):
     password = forms.CharField(
         widget=forms.PasswordInput, required=False, help_text="Only for a new operator"
     )
+
+    def clean_email(self) -> str:
+        return self.cleaned_data["email"].lower()
+
+    def clean(self) -> dict[str, Any]:
+        """A new operator needs a password; an existing one keeps theirs (`password` None)."""
+        data = super().clean()
+        email = data.get("email")
+        if email is None:
+            return data
+        if get_user_model().objects.filter(username=email).exists():
+            data["password"] = None
+        elif not data.get("password"):
+            self.add_error("password", "A new operator needs a password.")
+        return data

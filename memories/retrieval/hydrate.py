@@ -1,0 +1,260 @@
+"""Hydrate (SPEC §4): what an agent loads at the start of a run, within a byte budget.
+
+Core memories first, then the newest others, then (with `archival_mode=auto`) the best archival
+matches; the candidates are walked newest first by (id, size) only, and the chosen memories are
+written as JSON by PostgreSQL in one statement (`memory_json_sql`).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import orjson
+from django.db import connection
+from django.db.models import Q, QuerySet
+
+from accounts.models import Agent
+from accounts.principal import Principal
+from memories.access import bump_access
+from memories.clock import resolve_now
+from memories.embeddings import get_embedder
+from memories.models import Category, Memory
+from memories.retrieval.formats import hydrate_markdown
+from memories.retrieval.params import HydrateParams, SearchParams, parse_hydrate
+from memories.retrieval.ranking import ranked_ids, sql_with_params
+from memories.retrieval.search import search_scope
+from memories.serialization import memory_json_sql
+from memories.visibility import visible_memories, visible_memories_by_owner
+
+# Batch sizes of the candidate walk (`_fill`): enough rows for the budget left at a typical size.
+HYDRATE_BATCH = 300
+HYDRATE_MIN_BATCH = 32
+TYPICAL_BYTES = 48
+
+
+class _Budget:
+    def __init__(self, total: int):
+        self.total = total
+        self.used = 0
+
+    @property
+    def left(self) -> int:
+        return self.total - self.used
+
+    def take(self, size: int) -> bool:
+        if size <= self.left:
+            self.used += size
+            return True
+        return False
+
+
+def _hydrate_pools(principal: Principal, params: HydrateParams, now: datetime):
+    """The core pool and the recency pool, each as its parts by owner (see `_newest`)."""
+    parts = visible_memories_by_owner(
+        tenant=principal.tenant,
+        agent=principal.agent,
+        subject_id=params.subject_id,
+        include_shared=True,
+        now=now,
+    )
+    core = [part.filter(category=Category.CORE) for part in parts]
+    if not params.include_agent_core:
+        core = [part.exclude(subject_id__isnull=True) for part in core]
+    if not params.include_user_core:
+        core = [part.filter(subject_id__isnull=True) for part in core]
+    recent = [part.exclude(category__in=[Category.CORE, Category.ARCHIVAL]) for part in parts]
+    if params.thread_id:
+        thread_q = ~Q(category=Category.CONVERSATION) | Q(thread_id=params.thread_id)
+        recent = [part.filter(thread_q) for part in recent]
+    else:
+        recent = [part.exclude(category=Category.CONVERSATION) for part in recent]
+    return core, recent
+
+
+NEWEST = ("-updated_at", "-id")
+
+
+def _newest(parts: list[QuerySet]) -> QuerySet:
+    """(id, size_bytes, updated_at) of the parts' rows, newest first."""
+    rows = [part.values_list("id", "size_bytes", "updated_at").order_by(*NEWEST) for part in parts]
+    return rows[0] if len(rows) == 1 else rows[0].union(*rows[1:], all=True).order_by(*NEWEST)
+
+
+class _NewestFirst:
+    """A newest-first walk over a pool's parts by owner, in batches of what still fits.
+
+    Each part is compiled once (the ORM's compile costs more than the query itself); a batch
+    is each part's index walk newest first, cut at the budget left and the last row seen, and
+    PostgreSQL merges the walks (the parts are simple subqueries, pulled up into index scans).
+    """
+
+    def __init__(self, pool: list[QuerySet]):
+        self.parts = [
+            sql_with_params(part.values_list("id", "size_bytes", "updated_at")) for part in pool
+        ]
+
+    def batch(
+        self, *, max_size: int, after: tuple[datetime, str] | None, limit: int
+    ) -> list[tuple[str, int, datetime]]:
+        where, extra = "size_bytes <= %s", [max_size]
+        if after is not None:
+            where += " AND (updated_at < %s OR (updated_at = %s AND id < %s))"
+            extra += [after[0], after[0], after[1]]
+        branches, params = [], []
+        for sql, part_params in self.parts:
+            branches.append(
+                f"(SELECT id, size_bytes, updated_at FROM ({sql}) part WHERE {where} "
+                "ORDER BY updated_at DESC, id DESC LIMIT %s)"
+            )
+            params += [*part_params, *extra, limit]
+        statement = " UNION ALL ".join(branches) + " ORDER BY 3 DESC, 1 DESC LIMIT %s"
+        with connection.cursor() as cursor:
+            cursor.execute(statement, [*params, limit])
+            return cursor.fetchall()
+
+
+def _fill(pool: list[QuerySet], budget: _Budget, taken: list, reason: str, seen: set[str]) -> None:
+    """Newest first; skip what does not fit; stop reading once nothing more can fit.
+
+    Only (id, size, updated_at) is read here, in batches of candidates no larger than the
+    budget left, so an agent with 10k memories costs a query or two; the chosen memories are
+    written out afterwards by `_entries`, in one statement.
+    """
+    walk = _NewestFirst(pool)
+    after: tuple[datetime, str] | None = None
+    while budget.left > 0:
+        # Enough rows for the budget left at a typical memory size; more batches if not.
+        size = max(HYDRATE_MIN_BATCH, min(HYDRATE_BATCH, budget.left // TYPICAL_BYTES))
+        batch = walk.batch(max_size=budget.left, after=after, limit=size)
+        for memory_id, size_bytes, _ in batch:
+            if memory_id not in seen and budget.take(size_bytes):
+                taken.append((memory_id, reason, size_bytes))
+                seen.add(memory_id)
+        if len(batch) < size:
+            return
+        after = (batch[-1][2], batch[-1][0])
+
+
+ENTRY_SQL = (
+    f"SELECT m.id, {memory_json_sql()} FROM {Memory._meta.db_table} m "
+    "JOIN unnest(%s::text[], %s::int[]) AS chosen(id, size_bytes) "
+    "ON chosen.id = m.id AND chosen.size_bytes = m.size_bytes "
+    f"LEFT JOIN {Agent._meta.db_table} o ON o.id = m.agent_id "
+    "WHERE m.tenant_id = %s AND m.status = 'active' AND (m.expires_at IS NULL OR m.expires_at > %s)"
+)
+
+
+def _entries(
+    principal: Principal, taken: list[tuple[str, str, int]], budget: _Budget, now: datetime
+) -> list[bytes]:
+    """The chosen memories as JSON objects with their `reason`, in the order chosen.
+
+    They are read again by id, a moment after the walk chose them: one forgotten, expired or
+    rewritten to another size in between is left out (and its bytes given back) rather than
+    returned dead or over the budget.
+    """
+    if not taken:
+        return []
+    ids, sizes = [mid for mid, _, _ in taken], [size for _, _, size in taken]
+    with connection.cursor() as cursor:
+        cursor.execute(ENTRY_SQL, [principal.agent.pk, ids, sizes, principal.tenant.pk, now])
+        built = dict(cursor.fetchall())
+    entries = []
+    for mid, reason, size in taken:
+        if mid in built:
+            entries.append(f'{built[mid][:-1]},"reason":"{reason}"}}'.encode())
+        else:
+            budget.used -= size
+    return entries
+
+
+def _omitted(pools: list[list[QuerySet]], seen: set[str], budget_total: int) -> list[dict]:
+    omitted = []
+    for pool in pools:
+        for mid, size, _ in _newest(pool):
+            if mid not in seen:
+                reason = "too_big" if size > budget_total else "windowed"
+                omitted.append({"memory_id": mid, "reason": reason})
+                seen.add(mid)
+    return omitted
+
+
+def _archival_matches(
+    principal: Principal, params: HydrateParams, now: datetime
+) -> list[tuple[str, float]]:
+    search_params = SearchParams(
+        query=params.query or "",
+        subject_id=params.subject_id,
+        categories=[Category.ARCHIVAL],
+    )
+    scope = search_scope(principal, search_params, now)
+    embedder = get_embedder()
+    return ranked_ids(
+        scope,
+        query=params.query,
+        vector=embedder.embed([params.query])[0],
+        mode="hybrid",
+        limit=params.archival_limit,
+        min_score=params.archival_min_score,
+        model=embedder.model_name,
+    )
+
+
+def hydrate_body(*, principal: Principal, data: dict, now: datetime | None = None) -> dict:
+    """POST /api/v1/hydrate: the context an agent loads at the start of a run (SPEC §4).
+
+    The entries are `orjson.Fragment`s (JSON text PostgreSQL wrote): the API renders them as
+    they are; `memory_hydrate` gives the same body as plain Python data.
+    """
+    principal.require_scope("read")
+    now = resolve_now(now)
+    params = parse_hydrate(principal, data)
+    core, recent = _hydrate_pools(principal, params, now)
+    budget = _Budget(params.budget_bytes)
+    taken: list[tuple[str, str, int]] = []
+    seen: set[str] = set()
+    _fill(core, budget, taken, "core", seen)
+    _fill(recent, budget, taken, "recent", seen)
+    pools = [core, recent]
+    if params.archival_mode == "auto" and params.query and params.archival_limit:
+        matches = [mid for mid, _ in _archival_matches(principal, params, now)]
+        sizes = dict(
+            Memory.objects.for_tenant(principal.tenant)
+            .filter(pk__in=matches)
+            .values_list("id", "size_bytes")
+        )
+        for mid in matches:
+            if mid in sizes and mid not in seen and budget.take(sizes[mid]):
+                taken.append((mid, "archival_match", sizes[mid]))
+                seen.add(mid)
+        pools.append(
+            [
+                visible_memories(
+                    tenant=principal.tenant,
+                    agent=principal.agent,
+                    subject_id=params.subject_id,
+                    now=now,
+                ).filter(pk__in=matches)
+            ]
+        )
+    entries = _entries(principal, taken, budget, now)
+    body: dict[str, Any] = {
+        "ok": True,
+        "entries": [orjson.Fragment(entry) for entry in entries],
+        "bytes_used": budget.used,
+        "budget_bytes": budget.total,
+    }
+    if params.format == "markdown":
+        body["markdown"] = hydrate_markdown(
+            [orjson.loads(entry) for entry in entries], budget.used, budget.total
+        )
+    if params.explain:
+        body["omitted"] = _omitted(pools, set(seen), budget.total)
+    bump_access(principal.tenant.pk, [mid for mid, _, _ in taken], now)
+    return body
+
+
+def memory_hydrate(*, principal: Principal, data: dict, now: datetime | None = None) -> dict:
+    """`hydrate_body` as plain Python data (for MCP, the console and tests)."""
+    return orjson.loads(orjson.dumps(hydrate_body(principal=principal, data=data, now=now)))

@@ -1,0 +1,110 @@
+"""An agent changes a memory it may change (SPEC §4 Change): PATCH and confirm."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from accounts.principal import Principal
+from memories import validation
+from memories.clock import resolve_now
+from memories.ids import is_memory_id
+from memories.models import ChangeType, Memory
+from memories.services.common import scan_secrets
+from memories.services.writes import (
+    change,
+    change_guard,
+    embeddings_remembered,
+    reload_active,
+    update_fields,
+)
+from memories.visibility import visible_memories
+from memoryhub.errors import NotFound, ScopeDenied
+
+
+def writable(
+    *, principal: Principal, memory_id: str, subject_id: str | None, now: datetime
+) -> Memory:
+    """A live memory the key may change: 404 when it cannot see it, 403 when it is shared."""
+    if not is_memory_id(memory_id):
+        raise NotFound()
+    memory = (
+        visible_memories(
+            tenant=principal.tenant, agent=principal.agent, subject_id=subject_id, now=now
+        )
+        .select_related("agent")
+        .filter(pk=memory_id)
+        .first()
+    )
+    if memory is None:
+        raise NotFound()
+    if memory.agent_id not in (None, principal.agent.pk):
+        raise ScopeDenied(
+            "Memories shared by another agent are read-only", details={"memory_id": memory_id}
+        )
+    return memory
+
+
+def memory_update(
+    *,
+    principal: Principal,
+    memory_id: str,
+    data: dict,
+    if_match: str | None = None,
+    subject_id: str | None = None,
+    now: datetime | None = None,
+) -> Memory:
+    """PATCH a memory (SPEC §4 Change): only the given fields; CAS via `expected_version`,
+    `expected_updated_at` or `If-Match`. Shared memories are read-only (403)."""
+    principal.require_scope("write")
+    now = resolve_now(now)
+    inp = validation.parse_update(data, now=now, if_match=if_match)
+    scan_secrets(text=data.get("text"), data=data.get("data"), tags=data.get("tags"))
+    subject = principal.resolve_subject(validation.identifier(subject_id, "subject_id"))
+    memory = writable(principal=principal, memory_id=memory_id, subject_id=subject, now=now)
+    if not inp.changes:
+        if inp.cas is not None:
+            change_guard(memory, inp.cas)
+        return memory
+
+    def reload() -> Memory | None:
+        return (
+            visible_memories(
+                tenant=principal.tenant, agent=principal.agent, subject_id=subject, now=now
+            )
+            .select_related("agent")
+            .filter(pk=memory_id)
+            .first()
+        )
+
+    with embeddings_remembered():
+        return change(
+            memory,
+            fields=lambda current: update_fields(current, inp.changes),
+            actor=principal.actor,
+            change_type=ChangeType.UPDATE,
+            now=now,
+            cas=inp.cas,
+            reload=reload,
+        )
+
+
+def memory_confirm(
+    *,
+    principal: Principal,
+    memory_id: str,
+    subject_id: str | None = None,
+    now: datetime | None = None,
+) -> Memory:
+    """The agent re-confirms a fact: `last_confirmed_at` = now (a change: version + 1)."""
+    principal.require_scope("write")
+    now = resolve_now(now)
+    subject = principal.resolve_subject(validation.identifier(subject_id, "subject_id"))
+    memory = writable(principal=principal, memory_id=memory_id, subject_id=subject, now=now)
+    return change(
+        memory,
+        fields={"last_confirmed_at": now},
+        actor=principal.actor,
+        change_type=ChangeType.CONFIRM,
+        now=now,
+        reload=lambda: reload_active(memory),
+    )

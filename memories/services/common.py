@@ -1,0 +1,64 @@
+"""What every write service uses: the secret scan, the embedding, advisory locks, reasons."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.db import connection
+
+from memories import validation
+from memories.embeddings import get_embedder
+from memories.models import EMBEDDING_DIM
+from memories.secrets_scan import find_secret
+from memoryhub.errors import EmbeddingError, InvalidInput, SecretRejected
+
+logger = logging.getLogger(__name__)
+
+# Optimistic retries of an unconditioned write that lost a race: every round has a winner, so
+# n concurrent writers of one row need at most n rounds; this only bounds a runaway.
+MAX_RETRIES = 100
+MAX_REASON_CHARS = 1000
+
+
+def scan_secrets(*, text: Any = None, data: Any = None, tags: Any = None, key: Any = None) -> None:
+    """Raise SECRET_REJECTED (rule and field only, never the value) for a secret-shaped input."""
+    for value, name in ((text, "text"), (data, "data"), (tags, "tags"), (key, "key")):
+        if value in (None, "", [], {}):
+            continue
+        finding = find_secret(value, name)
+        if finding is not None:
+            raise SecretRejected(details={"rule": finding.rule, "field": finding.field})
+
+
+def embed_text(value: str) -> tuple[list[float], str]:
+    """One embedding and the model name; any backend failure becomes EMBEDDING_ERROR."""
+    try:
+        embedder = get_embedder()
+        vector = list(embedder.embed([value])[0])
+    except EmbeddingError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a backend may fail in any way; never half-write
+        logger.warning("embedding backend failed: %s", type(exc).__name__)
+        raise EmbeddingError() from exc
+    if len(vector) != EMBEDDING_DIM:
+        raise EmbeddingError(details={"reason": "wrong dimension"})
+    return vector, embedder.model_name
+
+
+def advisory_lock(name: str) -> None:
+    """A transaction-level advisory lock on `name` (released at commit or rollback)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [name])
+
+
+def clean_reason(value: Any) -> str:
+    """A tombstone's reason as given by an agent or operator (optional, bounded, no NUL)."""
+    if value is None:
+        return ""
+    if not isinstance(value, str) or len(value) > MAX_REASON_CHARS:
+        raise InvalidInput(
+            f"'reason' must be a string of at most {MAX_REASON_CHARS} characters", field="reason"
+        )
+    validation.reject_nul(value, "reason")
+    return value.strip()

@@ -1,0 +1,140 @@
+"""Entry caps (SPEC §3): when an owner's live memories exceed its cap, the coldest go.
+
+An owner is an agent (against its `entry_cap`) or the tenant's workspace (its workspace
+memories against `tenant.workspace_cap`). The rule lives here once and has two users: the
+store-time eviction below, row by row in the storing transaction, and the prune job's cap sweep
+(`memories.jobs.prune`), in SQL batches. Both order victims by `eviction_order*`, take the
+owner's `cap_lock` and give the same reason, so they serialise and agree.
+
+Evictions are recorded with the actor `system:cap` whoever triggered them: the agent asked to
+store a fact, the policy chose what to drop.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db import transaction
+from django.db.models import BooleanField, ExpressionWrapper, OrderBy, Q
+
+from accounts.models import Agent, Tenant
+from memories.clock import resolve_now
+from memories.models import Category, ChangeType, Memory, OwnerCount, Status
+from memories.revisions import revision_write, snapshot
+from memories.services.common import advisory_lock
+from memories.services.writes import conditional_update
+
+CAP_ACTOR = "system:cap"
+
+# Coldest first: oldest `last_accessed_at`, then oldest `updated_at` (the id breaks ties), and
+# every non-core memory before any `core` one.
+_COLDEST_FIRST = ("last_accessed_at", "updated_at", "id")
+
+
+def eviction_order() -> list[OrderBy | str]:
+    """The eviction order for `QuerySet.order_by`."""
+    is_core = ExpressionWrapper(Q(category=Category.CORE), output_field=BooleanField())
+    return [is_core.asc(), *_COLDEST_FIRST]
+
+
+def eviction_order_sql(alias: str) -> str:
+    """The same order as an SQL `ORDER BY` list over the memories table aliased `alias`."""
+    return ", ".join(
+        [f"({alias}.category = '{Category.CORE}')", *(f"{alias}.{c}" for c in _COLDEST_FIRST)]
+    )
+
+
+def cap_lock_name(tenant_id: int, agent_id: int | None) -> str:
+    """The owner's cap lock (advisory): `cap:<tenant>:<agent|workspace>`."""
+    return f"cap:{tenant_id}:{agent_id if agent_id is not None else 'workspace'}"
+
+
+def cap_reason(*, workspace: bool, cap: int) -> str:
+    """The reason an eviction's revision gives."""
+    return f"{'workspace' if workspace else 'entry'} cap of {cap} reached"
+
+
+def cap_lock(tenant: Tenant, agent: Agent | None) -> None:
+    """The owner's cap lock (transaction-level; the prune job's cap sweep takes the same one).
+
+    Take it before changing any of the owner's memories in a transaction that will check the
+    cap: the change locks the owner's counter row (memories_ownercount), and the sweep takes the
+    cap lock first and the counter row second, so the other order could deadlock.
+    """
+    advisory_lock(cap_lock_name(tenant.pk, agent.pk if agent else None))
+
+
+def memory_evict_over_cap(
+    *,
+    tenant: Tenant,
+    agent: Agent | None = None,
+    actor: str = CAP_ACTOR,
+    now: datetime | None = None,
+) -> int:
+    """Evict the coldest live memories while the owner is over its cap; returns how many.
+
+    `agent` None means the tenant's workspace memories against `tenant.workspace_cap`.
+    Coldest = oldest `last_accessed_at`, then oldest `updated_at`; non-core memories go first,
+    a `core` one only when no non-core is left.
+    """
+    with transaction.atomic():
+        return evict_over_cap(tenant=tenant, agent=agent, actor=actor, now=resolve_now(now))
+
+
+def evict_over_cap(
+    *,
+    tenant: Tenant,
+    agent: Agent | None,
+    now: datetime,
+    actor: str = CAP_ACTOR,
+    exclude_ids: list[str] | tuple[str, ...] = (),
+) -> int:
+    """`memory_evict_over_cap` inside the caller's transaction (after its write), never evicting
+    `exclude_ids` (the memory just stored or restored)."""
+    # One owner's cap is enforced by one transaction at a time, so two concurrent stores cannot
+    # both see room for themselves. (Re-taking a lock this transaction holds is a no-op.)
+    cap_lock(tenant, agent)
+    live = Memory.objects.for_tenant(tenant).live(now)
+    if agent is not None:
+        live, cap = live.filter(agent=agent), agent.entry_cap
+    else:
+        live, cap = (
+            live.filter(agent__isnull=True, category=Category.WORKSPACE),
+            tenant.workspace_cap,
+        )
+    # The trigger-kept active count bounds the live count (live ≤ active): the common answer,
+    # "not over", costs one row read. Only an owner that may be over its cap is counted.
+    active = (
+        OwnerCount.objects.for_tenant(tenant)
+        .filter(owner_id=agent.pk if agent else 0)
+        .values_list("active", flat=True)
+        .first()
+    )
+    if active is not None and active <= cap:
+        return 0
+    excess = live.count() - cap
+    if excess <= 0:
+        return 0
+    victims = list(
+        live.exclude(pk__in=list(exclude_ids))
+        .order_by(*eviction_order())
+        .select_for_update(skip_locked=True, of=("self",))[:excess]
+    )
+    for memory in victims:
+        before = snapshot(memory)
+        conditional_update(
+            memory,
+            fields={"status": Status.EVICTED, "status_changed_at": now},
+            now=now,
+            expected_version=memory.version,
+        )
+        revision_write(
+            memory=memory,
+            actor=actor,
+            change_type=ChangeType.EVICT,
+            reason=cap_reason(workspace=agent is None, cap=cap),
+            before=before,
+            after=snapshot(memory),
+            now=now,
+        )
+    return len(victims)

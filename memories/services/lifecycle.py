@@ -1,0 +1,229 @@
+"""How a memory leaves `active`: an agent forgets it (tombstone, or purge: the right to
+erasure) or ends its thread; and the tombstone, purge and expiry steps the store and the
+console's actions share.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from django.db import connection, transaction
+from django.db.models import Case, Q, Value, When
+
+from accounts.principal import Principal
+from memories import idempotency, validation
+from memories.clock import resolve_now
+from memories.ids import is_memory_id
+from memories.models import Category, ChangeType, Memory, Status
+from memories.revisions import revision_write, snapshot
+from memories.services.changes import writable
+from memories.services.common import MAX_RETRIES, clean_reason
+from memories.services.writes import change, conditional_update, reload_active, reload_any
+from memories.visibility import owned_q
+from memoryhub.errors import Conflict, InvalidInput, NotFound
+
+# What a purge erases from the memory row and from every before/after of its revisions.
+PURGED_FIELDS = {"text": "", "data": None, "key": None, "tags": [], "mentions": []}
+
+
+def memory_forget(
+    *,
+    principal: Principal,
+    memory_id: str | None = None,
+    key: str | None = None,
+    subject_id: str | None = None,
+    reason: str = "",
+    purge: bool = False,
+    now: datetime | None = None,
+) -> tuple[bool, str | None]:
+    """Forget by id or key: tombstone (kept for `previously_corrected`), or with `purge`
+    (admin scope) erase text, data and embedding from the memory and its revisions.
+
+    Returns (deleted, memory_id): by id, an unknown or invisible id is 404 and one already
+    forgotten answers (False, id); by key, no such key answers (False, None).
+    """
+    principal.require_scope("admin" if purge else "write")
+    now = resolve_now(now)
+    reason = clean_reason(reason)
+    subject = principal.resolve_subject(validation.identifier(subject_id, "subject_id"))
+    owned = Memory.objects.for_tenant(principal.tenant).filter(
+        owned_q(agent=principal.agent, subject_id=subject)
+    )
+    if memory_id is not None:
+        memory = owned.filter(pk=memory_id).first() if is_memory_id(memory_id) else None
+        if memory is None:
+            writable(principal=principal, memory_id=memory_id, subject_id=subject, now=now)
+            raise NotFound()  # defensive: writable raised already
+        targets = [memory]
+    else:
+        key = validation.identifier(key, "key")
+        if key is None:
+            raise InvalidInput("'key' is required", field="key")
+        rows = owned.filter(key=key).order_by(
+            Case(When(agent_id=principal.agent.pk, then=Value(0)), default=Value(1)),
+            Case(When(subject_id__isnull=False, then=Value(0)), default=Value(1)),
+            "-updated_at",
+        )
+        live = list(rows.live(now)[:1])
+        # A purge by key erases every version that ever held the key, not only the live one.
+        targets = (
+            live + list(rows.filter(purged_at__isnull=True).exclude(pk__in=[m.pk for m in live]))
+            if purge
+            else live
+        )
+        if not targets:
+            return False, None
+        memory = targets[0]
+
+    deleted = False
+    with transaction.atomic():
+        for target in targets:
+            if purge:
+                if target.purged_at is None:
+                    purge_content(target, actor=principal.actor, reason=reason, now=now)
+                    deleted = True
+            elif _is_live(target, now):
+                tombstone(target, actor=principal.actor, reason=reason, now=now)
+                deleted = True
+    return deleted, memory.pk
+
+
+def _is_live(memory: Memory, now: datetime) -> bool:
+    return memory.status == Status.ACTIVE and (memory.expires_at is None or memory.expires_at > now)
+
+
+def thread_end(*, principal: Principal, thread_id: str, now: datetime | None = None) -> int:
+    """End a run: its `conversation` memories are marked expired (one revision each).
+
+    A key bound to a subject ends only that subject's (and subject-less) memories of the thread.
+    """
+    principal.require_scope("write")
+    now = resolve_now(now)
+    thread_id = validation.identifier(thread_id, "thread_id")
+    if thread_id is None:
+        raise InvalidInput("'thread_id' is required", field="thread_id")
+    rows = (
+        Memory.objects.for_tenant(principal.tenant)
+        .filter(agent=principal.agent, category=Category.CONVERSATION, thread_id=thread_id)
+        .filter(status=Status.ACTIVE)
+    )
+    if principal.bound_subject is not None:
+        rows = rows.filter(Q(subject_id__isnull=True) | Q(subject_id=principal.bound_subject))
+    removed = 0
+    with transaction.atomic():
+        for memory in rows.order_by("id").select_for_update():
+            before = snapshot(memory)
+            if conditional_update(
+                memory,
+                fields={"status": Status.EXPIRED, "status_changed_at": now},
+                now=now,
+                expected_version=memory.version,
+            ):
+                revision_write(
+                    memory=memory,
+                    actor=principal.actor,
+                    change_type=ChangeType.EXPIRE,
+                    reason="thread ended",
+                    before=before,
+                    after=snapshot(memory),
+                    now=now,
+                )
+                removed += 1
+    return removed
+
+
+def tombstone(
+    memory: Memory,
+    *,
+    actor: str,
+    reason: str,
+    now: datetime,
+    change_type: str = ChangeType.TOMBSTONE,
+) -> Memory:
+    """Forget: status `tombstoned` with who, when and why (the content stays, for
+    `previously_corrected` and a restore)."""
+    return change(
+        memory,
+        fields={
+            "status": Status.TOMBSTONED,
+            "status_changed_at": now,
+            "tombstone_reason": reason,
+            "tombstoned_by": actor,
+            "tombstoned_at": now,
+        },
+        actor=actor,
+        change_type=change_type,
+        reason=reason,
+        now=now,
+        reload=lambda: reload_any(memory),
+    )
+
+
+def expire(memory: Memory, *, actor: str, reason: str, now: datetime) -> Memory:
+    """Status `expired` (an active memory only)."""
+    return change(
+        memory,
+        fields={"status": Status.EXPIRED, "status_changed_at": now},
+        actor=actor,
+        change_type=ChangeType.EXPIRE,
+        reason=reason,
+        now=now,
+        reload=lambda: reload_active(memory),
+    )
+
+
+def purge_content(memory: Memory, *, actor: str, reason: str, now: datetime) -> Memory:
+    """Erase the content for good: the row keeps ids, hashes and timestamps only; so do its
+    revisions and stored idempotent responses."""
+    fields: dict[str, Any] = {
+        **PURGED_FIELDS,
+        "embedding": None,
+        "embedding_model": "",
+        "purged_at": now,
+    }
+    if memory.status == Status.ACTIVE:
+        fields.update(
+            status=Status.TOMBSTONED,
+            status_changed_at=now,
+            tombstone_reason=reason or "purged",
+            tombstoned_by=actor,
+            tombstoned_at=now,
+        )
+    with transaction.atomic():
+        for _ in range(MAX_RETRIES):
+            if conditional_update(memory, fields=fields, now=now, expected_version=memory.version):
+                break
+            memory = reload_any(memory)
+            if memory is None:
+                raise NotFound()
+        else:
+            raise Conflict(details={"current_version": memory.version})
+        _erase_revisions(memory)
+        idempotency.forget_records_mentioning(tenant=memory.tenant, memory_id=memory.pk)
+        revision_write(
+            memory=memory,
+            actor=actor,
+            change_type=ChangeType.PURGE,
+            reason=reason,
+            after=snapshot(memory),
+            now=now,
+        )
+    return memory
+
+
+def _erase_revisions(memory: Memory) -> None:
+    patch = json.dumps(PURGED_FIELDS)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            UPDATE memories_memoryrevision SET
+              before = CASE WHEN jsonb_typeof(before) = 'object'
+                            THEN before || %s::jsonb ELSE before END,
+              after = CASE WHEN jsonb_typeof(after) = 'object'
+                           THEN after || %s::jsonb ELSE after END
+            WHERE tenant_id = %s AND memory_id = %s
+            """,
+            [patch, patch, memory.tenant_id, memory.pk],
+        )

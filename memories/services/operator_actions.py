@@ -1,0 +1,246 @@
+"""The console's actions: an operator of the tenant corrects, tombstones, restores, purges,
+approves, merges and tags any memory of that tenant (`actor` = "operator:<email>")."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from functools import partial
+from typing import Any
+
+from django.db import IntegrityError, transaction
+
+from accounts.models import Tenant
+from memories import validation
+from memories.clock import resolve_now
+from memories.ids import is_memory_id
+from memories.models import ChangeType, Memory, ReviewState, Status
+from memories.services.common import clean_reason, scan_secrets
+from memories.services.eviction import cap_lock, evict_over_cap
+from memories.services.lifecycle import purge_content, tombstone
+from memories.services.writes import change, change_guard, reload_any, update_fields
+from memoryhub.errors import Conflict, InvalidInput, NotFound
+
+CORRECTABLE_FIELDS = validation.UPDATE_FIELDS | {"key"}
+
+
+def _operator_get(tenant: Tenant, memory_id: str) -> Memory:
+    memory = (
+        Memory.objects.for_tenant(tenant).select_related("agent").filter(pk=memory_id).first()
+        if is_memory_id(memory_id)
+        else None
+    )
+    if memory is None:
+        raise NotFound()
+    return memory
+
+
+def _not_purged(memory: Memory) -> None:
+    if memory.purged_at is not None:
+        raise InvalidInput("This memory was purged; its content is gone", field="memory_id")
+
+
+def memory_correct(
+    *,
+    tenant: Tenant,
+    memory_id: str,
+    actor: str,
+    changes: dict,
+    expected_version: int,
+    now: datetime | None = None,
+) -> Memory:
+    """An operator's correction (console `Edit` → `Save`): the same validation as a PATCH,
+    compare-and-set against the version the form was loaded with (CONFLICT with
+    `details.current_version` when it moved on), one `correct` revision. Only an active memory
+    is corrected: a tombstoned (or purged), evicted or expired one is a CONFLICT
+    (`details.status`) until it is restored, so an edit begun before a tombstone never rewrites
+    the tombstone."""
+    now = resolve_now(now)
+    changes = {
+        k: v for k, v in changes.items() if k not in ("expected_version", "expected_updated_at")
+    }
+    inp = validation.parse_update(changes, now=now, allowed=CORRECTABLE_FIELDS)
+    scan_secrets(
+        text=changes.get("text"),
+        data=changes.get("data"),
+        tags=changes.get("tags"),
+        key=inp.changes.get("key"),
+    )
+    memory = _operator_get(tenant, memory_id)
+    _correctable(memory)  # first: a purged memory is tombstoned too, a CONFLICT like any other
+    _not_purged(memory)
+    cas = validation.Cas(version=expected_version)
+    if not inp.changes:
+        change_guard(memory, cas)
+        return memory
+    try:
+        return change(
+            memory,
+            fields=lambda current: update_fields(current, inp.changes),
+            actor=actor,
+            change_type=ChangeType.CORRECT,
+            now=now,
+            cas=cas,
+        )
+    except IntegrityError as exc:
+        if "memory_live_key_uniq" in str(exc):
+            raise Conflict("Another live memory holds this key", details={"field": "key"}) from None
+        raise
+
+
+def _correctable(memory: Memory) -> None:
+    # The row as read; a tombstone after this read bumps the version, so the CAS catches it.
+    if memory.status != Status.ACTIVE:
+        by = f" by {memory.tombstoned_by}" if memory.tombstoned_by else ""
+        raise Conflict(
+            f"This memory was {memory.status}{by}; restore it before correcting it",
+            details={"current_version": memory.version, "status": memory.status},
+        )
+
+
+def memory_tombstone(
+    *, tenant: Tenant, memory_id: str, actor: str, reason: str = "", now: datetime | None = None
+) -> Memory:
+    """An operator forgets a memory (kept as a tombstone; no-op when already tombstoned)."""
+    now = resolve_now(now)
+    memory = _operator_get(tenant, memory_id)
+    if memory.status == Status.TOMBSTONED:
+        return memory
+    return tombstone(memory, actor=actor, reason=clean_reason(reason), now=now)
+
+
+def memory_restore(
+    *, tenant: Tenant, memory_id: str, actor: str, now: datetime | None = None
+) -> Memory:
+    """Bring a tombstoned, evicted or expired memory back to `active` (not a purged one).
+
+    An expiry already past is cleared; a live memory holding the same key is a CONFLICT; the
+    owner's cap is enforced afterwards (never evicting the restored memory itself).
+    """
+    now = resolve_now(now)
+    memory = _operator_get(tenant, memory_id)
+    _not_purged(memory)
+    if memory.status == Status.ACTIVE:
+        return memory
+    fields: dict[str, Any] = {
+        "status": Status.ACTIVE,
+        "status_changed_at": now,
+        "tombstone_reason": "",
+        "tombstoned_by": "",
+        "tombstoned_at": None,
+    }
+    if memory.expires_at is not None and memory.expires_at <= now:
+        fields["expires_at"] = None
+    try:
+        with transaction.atomic():
+            cap_lock(tenant, memory.agent)
+            memory = change(
+                memory,
+                fields=fields,
+                actor=actor,
+                change_type=ChangeType.RESTORE,
+                now=now,
+                cas=validation.Cas(version=memory.version),
+            )
+            evict_over_cap(tenant=tenant, agent=memory.agent, now=now, exclude_ids=[memory.pk])
+    except IntegrityError as exc:
+        if "memory_live_key_uniq" in str(exc):
+            raise Conflict("Another live memory holds this key", details={"field": "key"}) from None
+        raise
+    return memory
+
+
+def memory_purge(
+    *, tenant: Tenant, memory_id: str, actor: str, now: datetime | None = None
+) -> Memory:
+    """Right to erasure: remove text, data and embedding from the memory and its revisions."""
+    now = resolve_now(now)
+    memory = _operator_get(tenant, memory_id)
+    if memory.purged_at is not None:
+        return memory
+    return purge_content(memory, actor=actor, reason="purged", now=now)
+
+
+def memory_approve(
+    *, tenant: Tenant, memory_id: str, actor: str, now: datetime | None = None
+) -> Memory:
+    """Review queue `Approve`: `review_state=approved` and `last_confirmed_at` = now."""
+    now = resolve_now(now)
+    memory = _operator_get(tenant, memory_id)
+    _not_purged(memory)
+    return change(
+        memory,
+        fields={"review_state": ReviewState.APPROVED, "last_confirmed_at": now},
+        actor=actor,
+        change_type=ChangeType.APPROVE,
+        now=now,
+        reload=lambda: reload_any(memory),
+    )
+
+
+def memory_merge(
+    *,
+    tenant: Tenant,
+    keep_id: str,
+    merge_ids: list[str],
+    actor: str,
+    now: datetime | None = None,
+) -> Memory:
+    """Keep one memory, tombstone the others with reason "merged into <keep_id>".
+
+    Merging is a review decision: the kept memory is approved too (`review_state=approved`,
+    `last_confirmed_at` = now, an `approve` revision), so it leaves the review queue.
+    """
+    now = resolve_now(now)
+    keep = _operator_get(tenant, keep_id)
+    if keep.status != Status.ACTIVE:
+        raise InvalidInput("The memory to keep must be active", field="keep_id")
+    others = [i for i in dict.fromkeys(merge_ids) if i != keep_id]
+    memories = [_operator_get(tenant, i) for i in others]
+    with transaction.atomic():
+        keep = memory_approve(tenant=tenant, memory_id=keep_id, actor=actor, now=now)
+        for memory in memories:
+            if memory.status == Status.ACTIVE:
+                tombstone(
+                    memory,
+                    actor=actor,
+                    reason=f"merged into {keep_id}",
+                    now=now,
+                    change_type=ChangeType.MERGE,
+                )
+    return keep
+
+
+def memory_add_tag(
+    *, tenant: Tenant, memory_ids: list[str], tag: str, actor: str, now: datetime | None = None
+) -> int:
+    """Bulk `Add tag`: returns how many memories gained the tag (one revision each)."""
+    now = resolve_now(now)
+    tag = validation.normalise_tag(tag)
+    scan_secrets(tags=[tag])
+    ids = [i for i in dict.fromkeys(memory_ids) if is_memory_id(i)]
+    changed = 0
+    with transaction.atomic():
+        rows = (
+            Memory.objects.for_tenant(tenant)
+            .select_related("agent")
+            .filter(pk__in=ids, purged_at__isnull=True)
+            .order_by("id")
+        )
+        for memory in rows:
+            if tag in memory.tags:
+                continue
+            if len(memory.tags) >= validation.MAX_TAGS:
+                raise InvalidInput(
+                    f"{memory.id} has {validation.MAX_TAGS} tags already", field="tag"
+                )
+            change(
+                memory,
+                fields=lambda current: {"tags": list(dict.fromkeys([*current.tags, tag]))},
+                actor=actor,
+                change_type=ChangeType.UPDATE,
+                reason=f"tag {tag} added",
+                now=now,
+                reload=partial(reload_any, memory),
+            )
+            changed += 1
+    return changed

@@ -1,0 +1,282 @@
+"""Store (SPEC §4 Store): a keyed upsert with compare-and-set, or an insert under a dedup policy;
+reports near duplicates and previously corrected (tombstoned) look-alikes; evicts at the cap.
+
+A store has two halves so that `Idempotency-Key` replays (`memories.idempotency.respond`) can
+skip the first and hold their lock around the second only: `memory_store_prepare` needs no
+database (validation, secret scan, embedding), `memory_store_write` is the transaction.
+`memory_store` does both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db import IntegrityError, transaction
+
+from accounts.models import Agent, Tenant
+from accounts.principal import Principal
+from memories import validation
+from memories.clock import resolve_now
+from memories.dedup import Near, Probe, near_duplicates
+from memories.models import ChangeType, Memory, ReviewState, Status
+from memories.revisions import revision_write, snapshot
+from memories.services.common import MAX_RETRIES, embed_text, scan_secrets
+from memories.services.eviction import cap_lock, evict_over_cap
+from memories.services.lifecycle import expire
+from memories.services.writes import change
+from memories.visibility import visible_memories, visible_q
+from memoryhub.errors import Conflict, NotFound, QuotaExceeded
+
+
+@dataclass(frozen=True)
+class StoreResult:
+    """What a store did: `memory` was inserted (`created`), updated, or, under `skip_if_near`,
+    is the near duplicate that made storing unnecessary; `message` says which (`Ok`, `Updated`,
+    `Already remembered`). `memories.serialization.store_response` renders it."""
+
+    memory: Memory
+    created: bool
+    message: str
+    near_duplicates: list[Near] = field(default_factory=list)
+    previously_corrected: list[Near] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class PreparedStore:
+    """A validated store with its embedding, ready to write."""
+
+    principal: Principal
+    inp: validation.StoreInput
+    subject_id: str | None
+    owner: Agent | None
+    embedding: list[float]
+    embedding_model: str
+    content_hash: str
+    size_bytes: int
+    now: datetime
+
+    @property
+    def probe(self) -> Probe:
+        return Probe(
+            content_hash=self.content_hash,
+            embedding=self.embedding,
+            embedding_model=self.embedding_model,
+        )
+
+
+def memory_store(*, principal: Principal, data: dict, now: datetime | None = None) -> StoreResult:
+    """Store a memory (SPEC §4 Store): `memory_store_prepare`, then `memory_store_write`."""
+    return memory_store_write(
+        prepared=memory_store_prepare(principal=principal, data=data, now=now)
+    )
+
+
+def memory_store_prepare(
+    *, principal: Principal, data: Any, now: datetime | None = None
+) -> PreparedStore:
+    """Everything that needs no database: validation, secret scan and the embedding."""
+    principal.require_scope("write")
+    now = resolve_now(now)
+    inp = validation.parse_store(data, agent=principal.agent, now=now)
+    scan_secrets(text=data.get("text"), data=data.get("data"), tags=data.get("tags"), key=inp.key)
+    subject_id = principal.resolve_subject(inp.subject_id)
+    vector, model = embed_text(validation.embedding_text(inp.text, inp.data))
+    return PreparedStore(
+        principal=principal,
+        inp=inp,
+        subject_id=subject_id,
+        owner=None if inp.is_workspace else principal.agent,
+        embedding=vector,
+        embedding_model=model,
+        content_hash=validation.content_hash(inp.text, inp.data),
+        size_bytes=validation.size_bytes(inp.text, inp.data),
+        now=now,
+    )
+
+
+def memory_store_write(*, prepared: PreparedStore) -> StoreResult:
+    """The transactional half of a store: one transaction (a savepoint in the caller's)."""
+    with transaction.atomic():
+        return _store_write(prepared)
+
+
+def _store_write(prepared: PreparedStore) -> StoreResult:
+    inp = prepared.inp
+    corrected = _previously_corrected(prepared)
+    if inp.key:
+        return _upsert(prepared, corrected=corrected)
+
+    near: list[Near] = []
+    if inp.dedup_policy != "insert":
+        near = _near_duplicates(prepared)
+        if near and inp.dedup_policy == "skip_if_near":
+            return StoreResult(
+                memory=near[0][0],
+                created=False,
+                message="Already remembered",
+                near_duplicates=near,
+                previously_corrected=corrected,
+            )
+    memory = _insert(prepared, pending=bool(near))
+    return StoreResult(
+        memory=memory,
+        created=True,
+        message="Ok",
+        near_duplicates=near,
+        previously_corrected=corrected,
+    )
+
+
+def _store_fields(prepared: PreparedStore) -> dict[str, Any]:
+    inp = prepared.inp
+    return {
+        "category": inp.category,
+        "kind": inp.kind,
+        "text": inp.text,
+        "data": inp.data,
+        "tags": inp.tags,
+        "thread_id": inp.thread_id,
+        "importance": inp.importance,
+        "confidence": inp.confidence,
+        "capture_mode": inp.capture_mode,
+        "source_provider": inp.source_provider,
+        "mentions": inp.mentions,
+        "expires_at": inp.expires_at,
+        "last_confirmed_at": inp.last_confirmed_at,
+        "size_bytes": prepared.size_bytes,
+        "content_hash": prepared.content_hash,
+        "embedding": prepared.embedding,
+        "embedding_model": prepared.embedding_model,
+    }
+
+
+def _check_quota(tenant: Tenant, owner: Agent | None) -> None:
+    cap = owner.entry_cap if owner is not None else tenant.workspace_cap
+    if cap <= 0:
+        raise QuotaExceeded(
+            "The entry cap is 0: nothing can be stored",
+            details={"entry_cap" if owner else "workspace_cap": cap},
+        )
+
+
+def _insert(prepared: PreparedStore, *, pending: bool) -> Memory:
+    principal, inp, now = prepared.principal, prepared.inp, prepared.now
+    _check_quota(principal.tenant, prepared.owner)
+    cap_lock(principal.tenant, prepared.owner)  # before the insert touches the counter row
+    review = ReviewState.PENDING if pending or inp.capture_mode == "inferred" else ReviewState.NONE
+    memory = Memory(
+        tenant=principal.tenant,
+        agent=prepared.owner,
+        created_by=principal.actor,
+        key=inp.key,
+        subject_id=prepared.subject_id,
+        created_at=now,
+        updated_at=now,
+        last_accessed_at=now,
+        review_state=review,
+        **_store_fields(prepared),
+    )
+    memory.save(force_insert=True)
+    revision_write(
+        memory=memory,
+        actor=principal.actor,
+        change_type=ChangeType.CREATE,
+        after=snapshot(memory),
+        now=now,
+    )
+    evict_over_cap(tenant=principal.tenant, agent=prepared.owner, now=now, exclude_ids=[memory.pk])
+    return memory
+
+
+def _keyed(tenant: Tenant, owner: Agent | None, subject_id: str | None, key: str) -> Memory | None:
+    """The active row holding a key (it may be past `expires_at`: the unique slot is taken)."""
+    return (
+        Memory.objects.for_tenant(tenant)
+        .select_related("agent")
+        .filter(
+            agent=owner,
+            subject_id=subject_id,
+            key=key,
+            status=Status.ACTIVE,
+        )
+        .first()
+    )
+
+
+def _upsert(prepared: PreparedStore, *, corrected: list[Near]) -> StoreResult:
+    principal, inp, now = prepared.principal, prepared.inp, prepared.now
+    cas = inp.cas
+    tenant = principal.tenant
+    for _ in range(MAX_RETRIES):
+        existing = _keyed(tenant, prepared.owner, prepared.subject_id, inp.key)
+        if existing is not None and existing.expires_at and existing.expires_at <= now:
+            # Invisible already; expire it so the key is free for the new fact.
+            cap_lock(tenant, prepared.owner)
+            expire(existing, actor=principal.actor, reason="expired", now=now)
+            existing = None
+        if existing is None:
+            if cas is not None and not cas.create_only:
+                raise Conflict(details={"current_version": 0})
+            try:
+                with transaction.atomic():
+                    memory = _insert(prepared, pending=False)
+            except IntegrityError as exc:
+                if "memory_live_key_uniq" not in str(exc):
+                    raise
+                if cas is not None:
+                    current = _keyed(tenant, prepared.owner, prepared.subject_id, inp.key)
+                    raise Conflict(
+                        details={"current_version": current.version if current else 0}
+                    ) from None
+                continue  # a concurrent store took the key: update it instead
+            return StoreResult(
+                memory=memory, created=True, message="Ok", previously_corrected=corrected
+            )
+        fields = _store_fields(prepared)
+        if inp.capture_mode == "inferred":
+            fields["review_state"] = ReviewState.PENDING
+        try:
+            memory = change(
+                existing,
+                fields=fields,
+                actor=principal.actor,
+                change_type=ChangeType.UPDATE,
+                now=now,
+                cas=cas,
+                reload=None,
+            )
+        except NotFound:
+            continue  # it was forgotten meanwhile: the key is free again
+        except Conflict:
+            if cas is not None:
+                raise
+            continue
+        return StoreResult(
+            memory=memory, created=False, message="Updated", previously_corrected=corrected
+        )
+    raise Conflict(details={"current_version": None})
+
+
+def _near_duplicates(prepared: PreparedStore) -> list[Near]:
+    """Live memories the agent can see that say the same thing."""
+    principal = prepared.principal
+    rows = visible_memories(
+        tenant=principal.tenant,
+        agent=principal.agent,
+        subject_id=prepared.subject_id,
+        now=prepared.now,
+    )
+    return near_duplicates(rows, [prepared.probe], threshold=principal.agent.dedup_threshold)[0]
+
+
+def _previously_corrected(prepared: PreparedStore) -> list[Near]:
+    """Tombstones the agent can see (content not purged) that said the same thing."""
+    principal = prepared.principal
+    rows = (
+        Memory.objects.for_tenant(principal.tenant)
+        .filter(status=Status.TOMBSTONED, purged_at__isnull=True)
+        .filter(visible_q(agent=principal.agent, subject_id=prepared.subject_id))
+    )
+    return near_duplicates(rows, [prepared.probe], threshold=principal.agent.dedup_threshold)[0]

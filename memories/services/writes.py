@@ -1,0 +1,197 @@
+"""The compare-and-set core: every change to an existing memory is one conditional
+`UPDATE … WHERE id = … AND version = n` plus the one revision it writes, in one transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+
+from memories import validation
+from memories.embeddings import get_embedder
+from memories.models import Category, Memory, Status
+from memories.revisions import revision_write, snapshot
+from memories.services.common import MAX_RETRIES, embed_text
+from memoryhub.errors import Conflict, InvalidInput, NotFound
+
+
+def conditional_update(
+    memory: Memory,
+    *,
+    fields: dict[str, Any],
+    now: datetime,
+    expected_version: int,
+    expected_updated_at: datetime | None = None,
+) -> bool:
+    """The compare-and-set: one UPDATE guarded by the version; applies the values on success."""
+    rows = Memory.objects.for_tenant(memory.tenant_id).filter(
+        pk=memory.pk, version=expected_version
+    )
+    if expected_updated_at is not None:
+        rows = rows.filter(updated_at=expected_updated_at)
+    values = {**fields, "version": expected_version + 1, "updated_at": now}
+    if rows.update(**values) != 1:
+        return False
+    for name, value in values.items():
+        setattr(memory, name, value)
+    return True
+
+
+def current_version(memory_id: str, tenant_id: int) -> int | None:
+    return (
+        Memory.objects.for_tenant(tenant_id)
+        .filter(pk=memory_id)
+        .values_list("version", flat=True)
+        .first()
+    )
+
+
+def change(
+    memory: Memory,
+    *,
+    fields: dict[str, Any] | Callable[[Memory], dict[str, Any]],
+    actor: str,
+    change_type: str,
+    now: datetime,
+    reason: str = "",
+    cas: validation.Cas | None = None,
+    reload: Callable[[], Memory | None] | None = None,
+) -> Memory:
+    """Apply `fields` with compare-and-set and write the one revision of this change.
+
+    `fields` may be a function of the current row (computed before the UPDATE, never under a
+    lock). With `cas` a lost race is a CONFLICT; without it the write re-reads (`reload()`
+    returns the fresh row, or None when it is gone → NOT_FOUND) and tries again.
+    """
+    for _ in range(MAX_RETRIES):
+        if cas is not None:
+            change_guard(memory, cas)
+        values = fields(memory) if callable(fields) else fields
+        before = snapshot(memory)
+        with transaction.atomic():
+            if conditional_update(
+                memory,
+                fields=values,
+                now=now,
+                expected_version=memory.version,
+                expected_updated_at=cas.updated_at if cas else None,
+            ):
+                revision_write(
+                    memory=memory,
+                    actor=actor,
+                    change_type=change_type,
+                    reason=reason,
+                    before=before,
+                    after=snapshot(memory),
+                    now=now,
+                )
+                return memory
+        if cas is not None:
+            current = current_version(memory.pk, memory.tenant_id)
+            if current is None:
+                raise NotFound()
+            raise Conflict(details={"current_version": current})
+        fresh = reload() if reload else None
+        if fresh is None:
+            raise NotFound()
+        memory = fresh
+    raise Conflict(details={"current_version": current_version(memory.pk, memory.tenant_id)})
+
+
+def change_guard(memory: Memory, cas: validation.Cas) -> None:
+    """A precondition checked against the row as read (the UPDATE checks it again)."""
+    if (
+        cas.create_only
+        or (cas.version is not None and cas.version != memory.version)
+        or (cas.updated_at is not None and cas.updated_at != memory.updated_at)
+    ):
+        raise Conflict(details={"current_version": memory.version})
+
+
+def reload_any(memory: Memory) -> Memory | None:
+    """The row as it is now, whatever its status (None when it is gone)."""
+    return (
+        Memory.objects.for_tenant(memory.tenant_id)
+        .select_related("agent")
+        .filter(pk=memory.pk)
+        .first()
+    )
+
+
+def reload_active(memory: Memory) -> Memory | None:
+    """The row as it is now while it is active (None when it is gone or no longer active)."""
+    return (
+        Memory.objects.for_tenant(memory.tenant_id)
+        .select_related("agent")
+        .filter(pk=memory.pk, status=Status.ACTIVE)
+        .first()
+    )
+
+
+def update_fields(memory: Memory, changes: dict[str, Any]) -> dict[str, Any]:
+    """Turn validated changes into column values (re-embedding when the content changed)."""
+    fields = dict(changes)
+    if "category" in fields:
+        new, old = fields["category"], memory.category
+        if (new == Category.WORKSPACE) != (old == Category.WORKSPACE):
+            raise InvalidInput(
+                "A memory cannot move in or out of the workspace; store it anew",
+                field="category",
+            )
+        if new == Category.CONVERSATION and not memory.thread_id:
+            raise InvalidInput("A conversation memory needs a 'thread_id'", field="category")
+    if "text" in fields or "data" in fields:
+        text = fields.pop("text", memory.text)
+        data = fields.pop("data", memory.data)
+        if not text.strip() and data is None:
+            raise InvalidInput("'text' is required unless 'data' is given", field="text")
+        fields.update(content_fields(text, data, previous=memory))
+    return fields
+
+
+def content_fields(text: str, data: dict | None, previous: Memory | None = None) -> dict:
+    """text/data and what derives from them (hash, size, embedding; re-embedded if needed)."""
+    fields: dict[str, Any] = {
+        "text": text,
+        "data": data,
+        "content_hash": validation.content_hash(text, data),
+        "size_bytes": validation.size_bytes(text, data),
+    }
+    basis = validation.embedding_text(text, data)
+    if (
+        previous is not None
+        and previous.embedding is not None
+        and validation.embedding_text(previous.text, previous.data) == basis
+        and previous.embedding_model == get_embedder().model_name
+    ):
+        return fields
+    fields["embedding"], fields["embedding_model"] = _embed_cached(basis)
+    return fields
+
+
+_write_embeddings: ContextVar[dict | None] = ContextVar("write_embeddings", default=None)
+
+
+@contextmanager
+def embeddings_remembered() -> Iterator[None]:
+    """Within this block `content_fields` embeds each text once: a write that lost a race and
+    is recomputed from the fresh row does not embed the same text twice."""
+    token = _write_embeddings.set({})
+    try:
+        yield
+    finally:
+        _write_embeddings.reset(token)
+
+
+def _embed_cached(basis: str) -> tuple[list[float], str]:
+    cache = _write_embeddings.get()
+    if cache is None:
+        return embed_text(basis)
+    if basis not in cache:
+        cache[basis] = embed_text(basis)
+    return cache[basis]
