@@ -169,14 +169,14 @@ def _apply_one(
         )
         return "updated"
     if isinstance(operation, ForgetOp):
-        memory_forget(
+        deleted, _ = memory_forget(
             principal=principal,
             memory_id=operation.memory_id,
             reason=operation.reason,
             expected_version=operation.version,
             now=now,
         )
-        return "forgotten"
+        return "forgotten" if deleted else "invalid"
     if isinstance(operation, ConfirmOp):
         memory_confirm(principal=principal, memory_id=operation.memory_id, now=now)
         return "confirmed"

@@ -40,8 +40,9 @@ from memories.clock import resolve_now
 from memories.formation.apply import apply_operations
 from memories.formation.context import message_window, related_memories, unsummarised
 from memories.formation.llm import LLMClient, LLMError, get_llm, llm_configured
-from memories.formation.operations import operation_json, parse_operations
+from memories.formation.operations import Operation, operation_json, parse_operations
 from memories.models import OPEN_RUN_STATES, ExtractionRun, RunState, Thread
+from memories.secrets_scan import find_secret
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +175,7 @@ def run_execute(
     try:
         _execute(run, llm=llm, now=now)
     except LLMError as exc:
-        _fail(run, exc.error_class, exc.detail, usage=exc.usage, latency_ms=exc.latency_ms)
+        _fail(run, type(exc).__name__, str(exc), usage=exc.usage, latency_ms=exc.latency_ms)
     except Exception as exc:  # noqa: BLE001 - recorded on the run, shown in the console
         log.exception("extraction run %s failed", run.pk)
         _fail(run, type(exc).__name__, str(exc)[:2000])
@@ -207,7 +208,7 @@ def _execute(run: ExtractionRun, *, llm: LLMClient | None, now: datetime) -> Non
             messages=messages,
             memories=related_memories(thread=thread, messages=messages),
         )
-        run.answer = {"operations": [operation_json(op) for op in answer.operations]}
+        run.answer = _storable(answer.operations)
         run.from_seq, run.to_seq = messages[0].seq, messages[-1].seq
         run.model, run.prompt_version = answer.model, answer.prompt_version
         run.prompt_tokens += answer.usage.prompt_tokens
@@ -234,15 +235,29 @@ def _execute(run: ExtractionRun, *, llm: LLMClient | None, now: datetime) -> Non
             return  # finished by another worker meanwhile
         thread = Thread.objects.select_for_update().get(pk=thread.pk)
         outcome = apply_operations(run=run, thread=thread, operations=operations, now=now)
+        outcome.counts["secret_dropped"] += run.answer.get("secret_dropped", 0)
         thread.extracted_seq = max(thread.extracted_seq, run.to_seq)
         thread.memories_added += outcome.added
         thread.memories_updated += outcome.updated
-        _finish(run, thread, counts=outcome.counts, now=now)
+        _finish(run, thread, counts=outcome.as_dict(), now=now)
     _summarise_if_due(run, thread, llm=llm, now=now)
 
 
-def parse_operations_json(answer: dict) -> list:
-    return parse_operations(json.dumps(answer))
+def _storable(operations: list[Operation]) -> dict:
+    """The answer as kept on the run: an operation holding anything secret-shaped is dropped
+    here (counted `secret_dropped`), so no secret is stored, even in the run's record."""
+    kept, dropped = [], 0
+    for operation in operations:
+        raw = operation_json(operation)
+        if find_secret(raw, "operation") is None:
+            kept.append(raw)
+        else:
+            dropped += 1
+    return {"operations": kept, "secret_dropped": dropped}
+
+
+def parse_operations_json(answer: dict) -> list[Operation]:
+    return parse_operations(json.dumps({"operations": answer["operations"]}))
 
 
 def _finish(

@@ -3,6 +3,7 @@ extraction runs that form memories from them (`threads`). Django finds models he
 
 from memories.models.memory import (
     EMBEDDING_DIM,
+    PUBLIC_FIELDS,
     VECTOR_FIELDS,
     CaptureMode,
     Category,
@@ -34,6 +35,7 @@ __all__ = [
     "MAX_MESSAGE_CHARS",
     "MAX_SUMMARY_CHARS",
     "OPEN_RUN_STATES",
+    "PUBLIC_FIELDS",
     "VECTOR_FIELDS",
     "CaptureMode",
     "Category",

@@ -85,6 +85,7 @@ PUBLIC_FIELDS = (
     "size_bytes",
     "agent",
     "source",
+    "evidence",
 )
 
 
