@@ -7,10 +7,13 @@ import pytest
 from memories.secrets_scan import find_secret, normalise, redact
 from tests.memories.secret_corpus import FALSE_POSITIVES, TRUE_POSITIVES, zero_width_split
 
+# ids by index: some corpus values are random per process (xdist workers must agree on ids)
+TP_IDS = [f"{rule}-{index}" for index, (rule, _, _) in enumerate(TRUE_POSITIVES)]
+FP_IDS = [f"fp-{index}" for index in range(len(FALSE_POSITIVES))]
 CONTEXT = "Earlier today the user said:\n{}\nplease remember the rest of this."
 
 
-@pytest.mark.parametrize(("rule", "text", "secret"), TRUE_POSITIVES)
+@pytest.mark.parametrize(("rule", "text", "secret"), TRUE_POSITIVES, ids=TP_IDS)
 def test_every_true_positive_is_redacted_and_the_prose_around_it_kept(rule, text, secret):
     message = CONTEXT.format(text)
     redacted, rules = redact(message)
@@ -22,7 +25,7 @@ def test_every_true_positive_is_redacted_and_the_prose_around_it_kept(rule, text
     assert redacted.endswith("please remember the rest of this.")
 
 
-@pytest.mark.parametrize(("rule", "text", "secret"), TRUE_POSITIVES)
+@pytest.mark.parametrize(("rule", "text", "secret"), TRUE_POSITIVES, ids=TP_IDS)
 def test_a_secret_split_by_invisible_characters_is_redacted_too(rule, text, secret):
     redacted, rules = redact(CONTEXT.format(zero_width_split(text, secret)))
     assert rules
@@ -30,7 +33,7 @@ def test_a_secret_split_by_invisible_characters_is_redacted_too(rule, text, secr
     assert normalise(secret) not in normalise(redacted)
 
 
-@pytest.mark.parametrize("text", FALSE_POSITIVES)
+@pytest.mark.parametrize("text", FALSE_POSITIVES, ids=FP_IDS)
 def test_near_misses_are_left_alone(text):
     assert redact(CONTEXT.format(text)) == (CONTEXT.format(text), [])
 
