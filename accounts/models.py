@@ -28,6 +28,8 @@ class Tenant(models.Model):
     name = models.CharField(max_length=200, blank=True)
     # Live workspace (tenant-wide) memories allowed before the coldest is evicted.
     workspace_cap = models.PositiveIntegerField(default=10000)
+    # LLM tokens extraction may spend per UTC day (0: unlimited); over it runs wait `deferred`.
+    extraction_daily_token_budget = models.PositiveBigIntegerField(default=0)
     created_at = models.DateTimeField(default=timezone.now)
 
     def __str__(self) -> str:
@@ -67,6 +69,18 @@ class Membership(models.Model):
         return f"{self.user} @ {self.tenant} ({self.role})"
 
 
+class Extraction(models.TextChoices):
+    """How an agent's conversations become memories (SPEC §11)."""
+
+    OFF = "off", "Off"
+    REVIEW = "review", "Review"  # every extracted memory waits in the review queue
+    AUTO = "auto", "Auto"  # only those below `review_below` wait
+
+
+def default_extraction_categories() -> list[str]:
+    return ["core", "daily"]
+
+
 class Agent(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="agents")
     slug = models.CharField(max_length=63, validators=[SLUG_VALIDATOR])
@@ -82,6 +96,23 @@ class Agent(models.Model):
     default_ttl = models.DurationField(null=True, blank=True)
     reads_from = models.ManyToManyField(
         "self", symmetrical=False, blank=True, related_name="readers"
+    )
+    # Memory formation from conversations (SPEC §11).
+    extraction = models.CharField(max_length=8, choices=Extraction.choices, default="auto")
+    extraction_idle_seconds = models.PositiveIntegerField(default=120)
+    extraction_min_confidence = models.FloatField(
+        default=0.5, validators=[MinValueValidator(0.0), MaxValueValidator(1.0)]
+    )
+    review_below = models.FloatField(
+        default=0.8, validators=[MinValueValidator(0.0), MaxValueValidator(1.0)]
+    )
+    extraction_categories = ArrayField(
+        models.CharField(max_length=40, validators=[RegexValidator(CATEGORY_RE)]),
+        default=default_extraction_categories,
+        blank=True,
+    )
+    summary_threshold_bytes = models.PositiveIntegerField(
+        default=16000, validators=[MinValueValidator(1000)]
     )
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
@@ -107,6 +138,12 @@ class Agent(models.Model):
             "dedup_threshold": self.dedup_threshold,
             "default_ttl": format_duration(self.default_ttl) if self.default_ttl else None,
             "reads_from": sorted(a.slug for a in self.reads_from.all()),
+            "extraction": self.extraction,
+            "extraction_idle_seconds": self.extraction_idle_seconds,
+            "extraction_min_confidence": self.extraction_min_confidence,
+            "review_below": self.review_below,
+            "extraction_categories": list(self.extraction_categories),
+            "summary_threshold_bytes": self.summary_threshold_bytes,
         }
 
 

@@ -17,6 +17,8 @@ class Principal:
     scopes: frozenset[str] = field(default_factory=lambda: frozenset({"read", "write"}))
     bound_subject: str | None = None
     api_key: ApiKey | None = None
+    # Who revisions name when not the agent itself (`system:extract` forms memories for it).
+    actor_name: str | None = None
 
     # DRF treats request.user as a user object.
     is_authenticated = True
@@ -24,7 +26,7 @@ class Principal:
 
     @property
     def actor(self) -> str:
-        return f"agent:{self.agent.slug}"
+        return self.actor_name or f"agent:{self.agent.slug}"
 
     def has_scope(self, scope: str) -> bool:
         return scope in self.scopes or "admin" in self.scopes

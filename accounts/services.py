@@ -20,6 +20,12 @@ _POLICY_FIELDS = (
     "default_category",
     "dedup_threshold",
     "default_ttl",
+    "extraction",
+    "extraction_idle_seconds",
+    "extraction_min_confidence",
+    "review_below",
+    "extraction_categories",
+    "summary_threshold_bytes",
 )
 
 

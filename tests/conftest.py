@@ -10,6 +10,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from tests.factories import make_agent, make_key, make_operator, make_tenant
+from tests.support.fake_llm import FakeLLM
 
 
 @pytest.fixture
@@ -72,3 +73,16 @@ def reviewer(tenant):
 @pytest.fixture
 def outsider(other_tenant):
     return make_operator(other_tenant, "outsider@globex.test", "owner").user
+
+
+@pytest.fixture
+def fake_llm(settings, monkeypatch):
+    """The OpenAI-compatible stand-in server (tests/support/fake_llm.py), running for the test.
+
+    MEMORYHUB_LLM_URL points at it, and the client's retry waits are recorded in
+    `fake_llm.sleeps` instead of slept.
+    """
+    with FakeLLM.running() as server:
+        settings.MEMORYHUB_LLM_URL = server.url
+        monkeypatch.setattr("memories.formation.llm.backoff_sleep", server.sleeps.append)
+        yield server

@@ -52,9 +52,13 @@ def memory_update(
     if_match: str | None = None,
     subject_id: str | None = None,
     now: datetime | None = None,
+    evidence: dict | None = None,
 ) -> Memory:
     """PATCH a memory (SPEC §4 Change): only the given fields; CAS via `expected_version`,
-    `expected_updated_at` or `If-Match`. Shared memories are read-only (403)."""
+    `expected_updated_at` or `If-Match`. Shared memories are read-only (403).
+
+    `evidence` is not an agent's field: extraction (SPEC §11) records with its update the
+    messages it came from."""
     principal.require_scope("write")
     now = resolve_now(now)
     inp = validation.parse_update(data, now=now, if_match=if_match)  # secrets scanned too
@@ -78,7 +82,10 @@ def memory_update(
     with embeddings_remembered():
         return change(
             memory,
-            fields=lambda current: update_fields(current, inp.changes),
+            fields=lambda current: (
+                update_fields(current, inp.changes)
+                | ({"evidence": evidence} if evidence is not None else {})
+            ),
             actor=principal.actor,
             change_type=ChangeType.UPDATE,
             now=now,

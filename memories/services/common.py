@@ -23,17 +23,22 @@ MAX_REASON_CHARS = 1000
 
 def embed_text(value: str) -> tuple[list[float], str]:
     """One embedding and the model name; any backend failure becomes EMBEDDING_ERROR."""
+    return embed_texts([value])[0]
+
+
+def embed_texts(values: list[str]) -> list[tuple[list[float], str]]:
+    """Embeddings of several texts in one backend call (one forward pass), with the model."""
     try:
         embedder = get_embedder()
-        vector = list(embedder.embed([value])[0])
+        vectors = [list(vector) for vector in embedder.embed(values)]
     except EmbeddingError:
         raise
     except Exception as exc:  # noqa: BLE001 - a backend may fail in any way; never half-write
         logger.warning("embedding backend failed: %s", type(exc).__name__)
         raise EmbeddingError() from exc
-    if len(vector) != EMBEDDING_DIM:
+    if len(vectors) != len(values) or any(len(v) != EMBEDDING_DIM for v in vectors):
         raise EmbeddingError(details={"reason": "wrong dimension"})
-    return vector, embedder.model_name
+    return [(vector, embedder.model_name) for vector in vectors]
 
 
 def advisory_lock(name: str) -> None:

@@ -44,9 +44,11 @@ def memory_forget(
     reason: str = "",
     purge: bool = False,
     now: datetime | None = None,
+    expected_version: int | None = None,
 ) -> tuple[bool, str | None]:
     """Forget by id or key: tombstone (kept for `previously_corrected`), or with `purge`
     (admin scope) erase text, data and embedding from the memory and its revisions.
+    With `expected_version` the tombstone is compare-and-set (CONFLICT if it moved on).
 
     Returns (deleted, memory_id): by id, an unknown or invisible id is 404 and one already
     forgotten answers (False, id); by key, no such key answers (False, None).
@@ -92,7 +94,8 @@ def memory_forget(
                     purge_content(target, actor=principal.actor, reason=reason, now=now)
                     deleted = True
             elif _is_live(target, now):
-                tombstone(target, actor=principal.actor, reason=reason, now=now)
+                cas = None if expected_version is None else validation.Cas(version=expected_version)
+                tombstone(target, actor=principal.actor, reason=reason, now=now, cas=cas)
                 deleted = True
     return deleted, memory.pk
 
@@ -140,6 +143,7 @@ def tombstone(
     reason: str,
     now: datetime,
     change_type: str = ChangeType.TOMBSTONE,
+    cas: validation.Cas | None = None,
 ) -> Memory:
     """Forget: status `tombstoned` with who, when and why (the content stays, for
     `previously_corrected` and a restore)."""
@@ -156,6 +160,7 @@ def tombstone(
         change_type=change_type,
         reason=reason,
         now=now,
+        cas=cas,
         reload=lambda: reload_any(memory),
     )
 

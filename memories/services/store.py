@@ -22,10 +22,10 @@ from memories.clock import resolve_now
 from memories.dedup import Near, Probe, near_duplicates
 from memories.models import ChangeType, Memory, ReviewState, Status
 from memories.revisions import revision_write, snapshot
-from memories.services.common import MAX_RETRIES, embed_text
+from memories.services.common import MAX_RETRIES
 from memories.services.eviction import cap_lock, evict_over_cap
 from memories.services.lifecycle import expire
-from memories.services.writes import change
+from memories.services.writes import change, embedding_for
 from memories.visibility import visible_memories, visible_q
 from memoryhub.errors import Conflict, NotFound, QuotaExceeded
 
@@ -41,6 +41,18 @@ class StoreResult:
     message: str
     near_duplicates: list[Near] = field(default_factory=list)
     previously_corrected: list[Near] = field(default_factory=list)
+    # A formed memory near a tombstone is not stored (`memory` is then that tombstone).
+    blocked_by_correction: bool = False
+
+
+@dataclass(frozen=True)
+class Formation:
+    """A store of a fact extracted from a conversation (SPEC §11), not an agent's own: it
+    carries its `evidence`, waits for review only when `pending` says so (the agent's
+    `review_below` / `extraction: review`), and never re-adds what was tombstoned."""
+
+    evidence: dict[str, Any]
+    pending: bool
 
 
 @dataclass(frozen=True)
@@ -56,6 +68,7 @@ class PreparedStore:
     content_hash: str
     size_bytes: int
     now: datetime
+    formation: Formation | None = None
 
     @property
     def probe(self) -> Probe:
@@ -74,14 +87,18 @@ def memory_store(*, principal: Principal, data: dict, now: datetime | None = Non
 
 
 def memory_store_prepare(
-    *, principal: Principal, data: Any, now: datetime | None = None
+    *,
+    principal: Principal,
+    data: Any,
+    now: datetime | None = None,
+    formation: Formation | None = None,
 ) -> PreparedStore:
     """Everything that needs no database: validation, secret scan and the embedding."""
     principal.require_scope("write")
     now = resolve_now(now)
     inp = validation.parse_store(data, agent=principal.agent, now=now)  # secrets scanned too
     subject_id = principal.resolve_subject(inp.subject_id)
-    vector, model = embed_text(validation.embedding_text(inp.text, inp.data))
+    vector, model = embedding_for(validation.embedding_text(inp.text, inp.data))
     return PreparedStore(
         principal=principal,
         inp=inp,
@@ -92,6 +109,7 @@ def memory_store_prepare(
         content_hash=validation.content_hash(inp.text, inp.data),
         size_bytes=validation.size_bytes(inp.text, inp.data),
         now=now,
+        formation=formation,
     )
 
 
@@ -104,6 +122,14 @@ def memory_store_write(*, prepared: PreparedStore) -> StoreResult:
 def _store_write(prepared: PreparedStore) -> StoreResult:
     inp = prepared.inp
     corrected = _previously_corrected(prepared)
+    if corrected and prepared.formation is not None:
+        return StoreResult(
+            memory=corrected[0][0],
+            created=False,
+            message="Previously corrected",
+            previously_corrected=corrected,
+            blocked_by_correction=True,
+        )
     if inp.key:
         return _upsert(prepared, corrected=corrected)
 
@@ -164,7 +190,11 @@ def _insert(prepared: PreparedStore, *, pending: bool) -> Memory:
     principal, inp, now = prepared.principal, prepared.inp, prepared.now
     _check_quota(principal.tenant, prepared.owner)
     cap_lock(principal.tenant, prepared.owner)  # before the insert touches the counter row
-    review = ReviewState.PENDING if pending or inp.capture_mode == "inferred" else ReviewState.NONE
+    if prepared.formation is not None:  # SPEC §11: pending by the agent's review policy only
+        pending = prepared.formation.pending
+    elif inp.capture_mode == "inferred":
+        pending = True
+    review = ReviewState.PENDING if pending else ReviewState.NONE
     memory = Memory(
         tenant=principal.tenant,
         agent=prepared.owner,
@@ -175,6 +205,7 @@ def _insert(prepared: PreparedStore, *, pending: bool) -> Memory:
         updated_at=now,
         last_accessed_at=now,
         review_state=review,
+        evidence=prepared.formation.evidence if prepared.formation else None,
         **_store_fields(prepared),
     )
     memory.save(force_insert=True)
@@ -234,7 +265,11 @@ def _upsert(prepared: PreparedStore, *, corrected: list[Near]) -> StoreResult:
                 memory=memory, created=True, message="Ok", previously_corrected=corrected
             )
         fields = _store_fields(prepared)
-        if inp.capture_mode == "inferred":
+        if prepared.formation is not None:
+            fields["evidence"] = prepared.formation.evidence
+            if prepared.formation.pending:
+                fields["review_state"] = ReviewState.PENDING
+        elif inp.capture_mode == "inferred":
             fields["review_state"] = ReviewState.PENDING
         try:
             memory = change(

@@ -16,7 +16,7 @@ from memories import validation
 from memories.embeddings import get_embedder
 from memories.models import Category, Memory, Status
 from memories.revisions import revision_write, snapshot
-from memories.services.common import MAX_RETRIES, embed_text
+from memories.services.common import MAX_RETRIES, embed_text, embed_texts
 from memoryhub.errors import Conflict, InvalidInput, NotFound
 
 
@@ -209,7 +209,7 @@ def content_fields(text: str, data: dict | None, previous: Memory | None = None)
         and previous.embedding_model == get_embedder().model_name
     ):
         return fields
-    fields["embedding"], fields["embedding_model"] = _embed_cached(basis)
+    fields["embedding"], fields["embedding_model"] = embedding_for(basis)
     return fields
 
 
@@ -219,7 +219,11 @@ _write_embeddings: ContextVar[dict | None] = ContextVar("write_embeddings", defa
 @contextmanager
 def embeddings_remembered() -> Iterator[None]:
     """Within this block `content_fields` embeds each text once: a write that lost a race and
-    is recomputed from the fresh row does not embed the same text twice."""
+    is recomputed from the fresh row does not embed the same text twice. Nested blocks share
+    the outermost one's memory (an extraction run seeds it for all its writes)."""
+    if _write_embeddings.get() is not None:
+        yield
+        return
     token = _write_embeddings.set({})
     try:
         yield
@@ -227,7 +231,19 @@ def embeddings_remembered() -> Iterator[None]:
         _write_embeddings.reset(token)
 
 
-def _embed_cached(basis: str) -> tuple[list[float], str]:
+def embeddings_seed(texts: list[str]) -> None:
+    """Embed `texts` in one backend call and remember them for this `embeddings_remembered`
+    block, so the writes after it never embed one by one (nor under a row lock)."""
+    cache = _write_embeddings.get()
+    if cache is None:
+        raise RuntimeError("embeddings_seed needs an embeddings_remembered() block")
+    todo = list(dict.fromkeys(t for t in texts if t not in cache))
+    if todo:
+        cache.update(zip(todo, embed_texts(todo), strict=True))
+
+
+def embedding_for(basis: str) -> tuple[list[float], str]:
+    """The embedding of `basis`: remembered in an `embeddings_remembered` block, else computed."""
     cache = _write_embeddings.get()
     if cache is None:
         return embed_text(basis)

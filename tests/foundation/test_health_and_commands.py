@@ -112,6 +112,15 @@ def test_agent_policy_prints_the_resulting_policy():
         "7d",
         "--reads-from",
         "helper",
+        "--extraction",
+        "review",
+        "--extraction-idle-seconds",
+        "30",
+        "--review-below",
+        "0.9",
+        "--extraction-categories",
+        "core",
+        "prefs",
     )
     assert json.loads(output) == {
         "tenant": "t1",
@@ -122,8 +131,18 @@ def test_agent_policy_prints_the_resulting_policy():
         "dedup_threshold": 0.8,
         "default_ttl": "7d",
         "reads_from": ["helper"],
+        "extraction": "review",
+        "extraction_idle_seconds": 30,
+        "extraction_min_confidence": 0.5,
+        "review_below": 0.9,
+        "extraction_categories": ["core", "prefs"],
+        "summary_threshold_bytes": 16000,
     }
     assert Agent.objects.get(slug="a1").default_ttl.days == 7
+    with pytest.raises(CommandError):
+        run("agent_policy", "--tenant", "t1", "--agent", "a1", "--review-below", "2")
+    with pytest.raises(CommandError):
+        run("agent_policy", "--tenant", "t1", "--agent", "a1", "--extraction-categories", "Bad!")
     with pytest.raises(CommandError):
         run("agent_policy", "--tenant", "t1", "--agent", "a1", "--reads-from", "ghost")
     with pytest.raises(CommandError):

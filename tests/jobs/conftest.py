@@ -89,12 +89,13 @@ def command_env() -> dict[str, str]:
     return env
 
 
-def start_command(*args: str) -> subprocess.Popen:
-    """Start `manage.py <args>` in a subprocess on this test database (commit data first)."""
+def start_command(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """Start `manage.py <args>` in a subprocess on this test database (commit data first);
+    `env` adds environment variables."""
     return subprocess.Popen(
         [sys.executable, "manage.py", *args],
         cwd=BASE_DIR,
-        env=command_env(),
+        env=command_env() | (env or {}),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

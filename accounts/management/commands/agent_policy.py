@@ -20,6 +20,12 @@ class Command(BaseCommand):
         parser.add_argument("--dedup-threshold", type=float)
         parser.add_argument("--default-ttl", help="e.g. 7d; 'none' clears it")
         parser.add_argument("--reads-from", nargs="*", default=None, metavar="SLUG")
+        parser.add_argument("--extraction", choices=["off", "review", "auto"])
+        parser.add_argument("--extraction-idle-seconds", type=int)
+        parser.add_argument("--extraction-min-confidence", type=float)
+        parser.add_argument("--review-below", type=float)
+        parser.add_argument("--extraction-categories", nargs="+", metavar="CATEGORY")
+        parser.add_argument("--summary-threshold-bytes", type=int)
 
     def handle(self, *args, **opts):
         tenant = Tenant.objects.filter(slug=opts["tenant"]).first()
@@ -34,6 +40,12 @@ class Command(BaseCommand):
             ("hydration_budget", "hydration_budget_bytes"),
             ("default_category", "default_category"),
             ("dedup_threshold", "dedup_threshold"),
+            ("extraction", "extraction"),
+            ("extraction_idle_seconds", "extraction_idle_seconds"),
+            ("extraction_min_confidence", "extraction_min_confidence"),
+            ("review_below", "review_below"),
+            ("extraction_categories", "extraction_categories"),
+            ("summary_threshold_bytes", "summary_threshold_bytes"),
         ):
             if opts[option] is not None:
                 policy[field] = opts[option]

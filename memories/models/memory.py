@@ -85,6 +85,7 @@ PUBLIC_FIELDS = (
     "size_bytes",
     "agent",
     "source",
+    "evidence",
 )
 
 
@@ -144,6 +145,8 @@ class Memory(models.Model):
     tombstoned_by = models.CharField(max_length=255, blank=True, default="")
     tombstoned_at = models.DateTimeField(null=True, blank=True)
     purged_at = models.DateTimeField(null=True, blank=True)
+    # A memory formed from a conversation (SPEC §11): {"thread_id", "messages": [seq…], "run_id"}.
+    evidence = models.JSONField(null=True, blank=True)
 
     objects = MemoryQuerySet.as_manager()
 

@@ -1,0 +1,85 @@
+"""What one extraction run shows the model (SPEC §11): the messages after the watermark, the
+rolling summary, and the agent's most related live memories."""
+
+from __future__ import annotations
+
+from memories.embeddings import get_embedder
+from memories.formation.llm import PromptMemory, PromptMessage
+from memories.models import Category, Memory, Message, Thread
+from memories.retrieval.params import MAX_QUERY_CHARS
+from memories.retrieval.ranking import ranked_ids
+from memories.visibility import visible_memories
+
+RELATED_LIMIT = 12
+
+
+def _prompt_messages(rows) -> list[PromptMessage]:
+    return [
+        PromptMessage(
+            seq=m.seq, role=m.role, content=m.content, name=m.name, created_at=m.created_at
+        )
+        for m in rows
+    ]
+
+
+def message_window(thread: Thread) -> list[PromptMessage]:
+    """The messages after the watermark, oldest first, as many as fit the agent's summary
+    threshold (at least one): a long backlog is extracted window by window."""
+    limit = thread.agent.summary_threshold_bytes
+    rows, size = [], 0
+    pending = (
+        Message.objects.for_tenant(thread.tenant_id)
+        .filter(thread=thread, seq__gt=thread.extracted_seq)
+        .order_by("seq")
+        .iterator(chunk_size=100)
+    )
+    for message in pending:
+        size += len(message.content.encode())
+        if rows and size > limit:
+            break
+        rows.append(message)
+    return _prompt_messages(rows)
+
+
+def unsummarised(thread: Thread) -> list[PromptMessage]:
+    """Extracted messages not yet folded into the summary."""
+    return _prompt_messages(
+        Message.objects.for_tenant(thread.tenant_id)
+        .filter(thread=thread, seq__gt=thread.summarized_seq, seq__lte=thread.extracted_seq)
+        .order_by("seq")
+    )
+
+
+def related_memories(*, thread: Thread, messages: list[PromptMessage]) -> list[PromptMemory]:
+    """The agent's own live memories (and the workspace's) for the thread's subject that the
+    hybrid search ranks highest against the new messages: what the model may update, forget or
+    confirm. Read without touching `last_accessed_at` (extraction is not an agent's read)."""
+    query = "\n".join(m.content for m in messages if m.role == "user") or "\n".join(
+        m.content for m in messages
+    )
+    query = query[-MAX_QUERY_CHARS:]
+    scope = visible_memories(
+        tenant=thread.tenant, agent=thread.agent, subject_id=thread.subject_id, include_shared=False
+    ).exclude(category=Category.CONVERSATION)
+    embedder = get_embedder()
+    vector = embedder.embed([query])[0]
+    ids = [
+        memory_id
+        for memory_id, _ in ranked_ids(
+            scope,
+            query=query,
+            vector=vector,
+            mode="hybrid",
+            limit=RELATED_LIMIT,
+            model=embedder.model_name,
+        )
+    ]
+    rows = (
+        Memory.objects.for_tenant(thread.tenant_id)
+        .only("id", "key", "version", "category", "text")
+        .in_bulk(ids)
+    )
+    return [
+        PromptMemory(memory_id=m.id, key=m.key, version=m.version, category=m.category, text=m.text)
+        for m in (rows[i] for i in ids if i in rows)
+    ]

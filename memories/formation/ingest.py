@@ -1,0 +1,225 @@
+"""Conversations in (SPEC §11): threads and their messages, stored after secret redaction.
+
+`thread_messages_add` is the one write path for messages (REST and MCP `memory_ingest`); the
+reads (`thread_get`, `thread_messages`) are the agent's view of its own threads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+
+from accounts.models import Extraction
+from accounts.principal import Principal
+from memories import validation
+from memories.clock import resolve_now
+from memories.formation.llm import llm_configured
+from memories.models import MAX_MESSAGE_CHARS, Message, Role, Thread
+from memories.secrets_scan import redact, scan_secrets
+from memories.serialization import iso
+from memoryhub.errors import InvalidInput, NotFound
+
+MAX_BATCH = 100
+INGEST_FIELDS = frozenset({"messages", "subject_id", "extract"})
+MESSAGE_FIELDS = frozenset({"role", "content", "name", "created_at"})
+EXTRACT_CHOICES = ("auto", "now", "off")
+DISABLED_REASON = "No LLM is configured (MEMORYHUB_LLM_URL is not set); messages are kept"
+
+
+@dataclass
+class MessageInput:
+    role: str
+    content: str  # redacted
+    name: str | None
+    created_at: datetime | None  # as given; None: the time of ingestion
+    redactions: list[str]
+    dedup_hash: str
+
+
+@dataclass
+class IngestResult:
+    thread: Thread
+    accepted: int
+    duplicates: int
+    redacted: int
+    extraction: dict[str, Any] = field(default_factory=dict)
+
+
+def _dedup_hash(role: str, content: str, created_at: Any) -> str:
+    """What makes a resent message a duplicate: role, content as received and `created_at` as
+    given (normalised). Hashed from the received text so a resent message with a pasted secret
+    is still recognised; the hash is all that is kept of the original."""
+    stamp = iso(created_at) if created_at is not None else ""
+    raw = "\x1f".join((role, content, stamp or ""))
+    return hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def parse_message(value: Any, index: int) -> MessageInput:
+    where = f"messages[{index}]"
+    if not isinstance(value, dict):
+        raise InvalidInput(f"'{where}' must be an object", field=where)
+    unknown = sorted(k for k in value if k not in MESSAGE_FIELDS)
+    if unknown:
+        raise InvalidInput(f"Unknown field '{unknown[0][:60]}'", field=f"{where}.{unknown[0][:60]}")
+    role = value.get("role")
+    if role not in Role.values:
+        raise InvalidInput(
+            f"'{where}.role' must be one of {', '.join(Role.values)}", field=f"{where}.role"
+        )
+    content = value.get("content")
+    if not isinstance(content, str) or not content.strip():
+        raise InvalidInput(
+            f"'{where}.content' must be a non-empty string", field=f"{where}.content"
+        )
+    if len(content) > MAX_MESSAGE_CHARS:
+        raise InvalidInput(
+            f"'{where}.content' is longer than {MAX_MESSAGE_CHARS} characters",
+            field=f"{where}.content",
+        )
+    name = validation.short_string(value.get("name"), f"{where}.name", 255)
+    created_at = None
+    if value.get("created_at") is not None:
+        created_at = validation.parse_timestamp(value["created_at"], f"{where}.created_at")
+    dedup_hash = _dedup_hash(role, content, created_at)
+    content, rules = redact(content)
+    if name is not None:
+        name, name_rules = redact(name)
+        rules = list(dict.fromkeys(rules + name_rules))
+    return MessageInput(role, content, name, created_at, rules, dedup_hash)
+
+
+def _thread_locked(principal: Principal, thread_id: str, subject_id: str | None, now) -> Thread:
+    """The thread, created on first use, locked for this transaction (seqs are assigned under
+    the lock, so concurrent batches of one thread queue up and seqs stay dense)."""
+    Thread.objects.bulk_create(
+        [
+            Thread(
+                tenant=principal.tenant,
+                agent=principal.agent,
+                thread_id=thread_id,
+                subject_id=subject_id,
+                created_at=now,
+                updated_at=now,
+            )
+        ],
+        ignore_conflicts=True,
+    )
+    return _thread_qs(principal, thread_id, subject_id).select_for_update().get()
+
+
+def _thread_qs(principal: Principal, thread_id: str, subject_id: str | None):
+    qs = Thread.objects.for_tenant(principal.tenant).filter(
+        agent=principal.agent, thread_id=thread_id
+    )
+    if subject_id is None:
+        return qs.filter(subject_id__isnull=True)
+    return qs.filter(subject_id=subject_id)
+
+
+def thread_messages_add(
+    *, principal: Principal, thread_id: str, data: Any, now: datetime | None = None
+) -> IngestResult:
+    """Store a batch of messages (1–100) in a thread, skipping ones it already holds.
+
+    Secret spans are replaced by `[redacted:<rule>]` before anything is stored. With `extract`
+    `auto` the thread is due for extraction once idle for the agent's
+    `extraction_idle_seconds`; `now` queues a run at once; `off` schedules nothing.
+    """
+    from memories.formation.runs import run_request  # runs imports this module's readers
+
+    principal.require_scope("write")
+    now = resolve_now(now)
+    data = validation.require_object(data)
+    validation.reject_unknown(data, INGEST_FIELDS)
+    thread_id = validation.identifier(thread_id, "thread_id")
+    if thread_id is None:
+        raise InvalidInput("'thread_id' is required", field="thread_id")
+    subject_id = principal.resolve_subject(
+        validation.identifier(data.get("subject_id"), "subject_id")
+    )
+    scan_secrets({"thread_id": thread_id, "subject_id": subject_id})
+    extract = validation.choice(data.get("extract"), "extract", EXTRACT_CHOICES, "auto")
+    raw = data.get("messages")
+    if not isinstance(raw, list) or not 1 <= len(raw) <= MAX_BATCH:
+        raise InvalidInput(f"'messages' must be a list of 1–{MAX_BATCH} messages", field="messages")
+    messages = [parse_message(value, index) for index, value in enumerate(raw)]
+
+    with transaction.atomic():
+        thread = _thread_locked(principal, thread_id, subject_id, now)
+        known = set(
+            Message.objects.for_tenant(principal.tenant)
+            .filter(thread=thread, dedup_hash__in=[m.dedup_hash for m in messages])
+            .values_list("dedup_hash", flat=True)
+        )
+        rows = []
+        for message in messages:
+            if message.dedup_hash in known:
+                continue
+            known.add(message.dedup_hash)
+            rows.append(
+                Message(
+                    tenant=principal.tenant,
+                    thread=thread,
+                    seq=thread.last_seq + len(rows) + 1,
+                    role=message.role,
+                    content=message.content,
+                    name=message.name,
+                    created_at=message.created_at or now,
+                    redactions=message.redactions,
+                    dedup_hash=message.dedup_hash,
+                )
+            )
+        Message.objects.bulk_create(rows)
+        if rows:
+            thread.last_seq += len(rows)
+            thread.message_count += len(rows)
+            thread.last_message_at = now
+        thread.updated_at = now
+        extraction = _extraction_after_ingest(principal, thread, extract, now)
+        thread.save()
+        if extraction["state"] == "queued":
+            run_request(thread=thread, trigger="now", now=now)
+    return IngestResult(
+        thread=thread,
+        accepted=len(rows),
+        duplicates=len(messages) - len(rows),
+        redacted=sum(1 for row in rows if row.redactions),
+        extraction=extraction,
+    )
+
+
+def _extraction_after_ingest(
+    principal: Principal, thread: Thread, extract: str, now: datetime
+) -> dict[str, Any]:
+    """What happens next to the thread's new messages; sets `thread.extraction_due_at`."""
+    if not llm_configured():
+        return {"state": "disabled", "reason": DISABLED_REASON}
+    if principal.agent.extraction == Extraction.OFF:
+        return {"state": "off", "reason": "Extraction is off for this agent"}
+    if extract == "off":
+        return {"state": "off"}
+    if thread.pending_messages == 0:
+        return {"state": "off", "reason": "No messages wait for extraction"}
+    if extract == "now":
+        thread.extraction_due_at = None
+        return {"state": "queued"}
+    thread.extraction_due_at = now + timedelta(seconds=principal.agent.extraction_idle_seconds)
+    return {"state": "scheduled", "due_at": iso(thread.extraction_due_at)}
+
+
+# --- reads -----------------------------------------------------------------------------------
+
+
+def thread_get(*, principal: Principal, thread_id: str, subject_id: str | None = None) -> Thread:
+    """The agent's thread for the subject; another agent's, subject's or tenant's is NOT_FOUND."""
+    principal.require_scope("read")
+    thread_id = validation.identifier(thread_id, "thread_id")
+    subject_id = principal.resolve_subject(validation.identifier(subject_id, "subject_id"))
+    thread = _thread_qs(principal, thread_id, subject_id).first() if thread_id else None
+    if thread is None:
+        raise NotFound("No such thread")
+    return thread

@@ -1,0 +1,168 @@
+"""The versioned prompt files of memory formation, and how a thread is rendered into them.
+
+A prompt lives in `prompts/<name>.v<n>.md` (package data), read once per process. Its wording
+is never edited in place: a new version is a new file, and `EXTRACT_PROMPT` /
+`SUMMARIZE_PROMPT` name the one in use, which every answer records as its `prompt_version`.
+
+In the rendered thread each message appears as `[<seq>] <role>: <content>` and each related
+memory as `(<memory_id> v<version> <category>) <text>` (SPEC §11). Lines after the first of a
+message (or memory) are indented, so a message cannot pass for the start of another one.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.resources
+import json
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from string import Template
+from typing import Any
+
+__all__ = [
+    "EXTRACT_PROMPT",
+    "SUMMARIZE_PROMPT",
+    "Prompt",
+    "PromptMemory",
+    "PromptMessage",
+    "extraction_messages",
+    "load_prompt",
+    "summary_messages",
+]
+
+EXTRACT_PROMPT = "extract.v1"
+SUMMARIZE_PROMPT = "summarize.v1"
+
+
+@dataclass(frozen=True, slots=True)
+class PromptMessage:
+    """One stored message of the thread, as the model sees it.
+
+    `created_at`, when given, places the message under a day line (`--- 2025-05-08 (Thursday)
+    ---`), which is how the model resolves "yesterday" into an `occurred_at`.
+    """
+
+    seq: int
+    role: str
+    content: str
+    name: str | None = None
+    created_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PromptMemory:
+    """A live memory related to the new messages, which the model may update, forget or confirm."""
+
+    memory_id: str
+    key: str | None
+    version: int
+    category: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """One prompt file: the system message, the user message template, the schema addendum."""
+
+    version: str
+    system: str
+    user: Template
+    schema: Template
+
+
+_SECTION = re.compile(r"^<!-- (system|user|schema) -->[ \t]*\n", re.MULTILINE)
+# The user section's placeholders differ per prompt; `substitute` names any that goes unfilled.
+_PLACEHOLDERS: dict[str, set[str]] = {"system": set(), "schema": {"schema"}}
+
+
+@functools.cache
+def load_prompt(version: str) -> Prompt:
+    """Read `prompts/<version>.md` once; a file missing a section or placeholder fails loudly."""
+    source = importlib.resources.files("memories.formation").joinpath(f"prompts/{version}.md")
+    text = source.read_text(encoding="utf-8")
+    # What precedes the first marker is the file's own note to maintainers, never sent.
+    parts = _SECTION.split(text)[1:]
+    sections = {parts[i]: parts[i + 1].strip() for i in range(0, len(parts), 2)}
+    if set(sections) != {"system", "user", "schema"}:
+        raise ValueError(f"prompt {version}: needs exactly the sections system, user and schema")
+    for name, expected in _PLACEHOLDERS.items():
+        found = set(Template(sections[name]).get_identifiers())
+        if found != expected:
+            raise ValueError(f"prompt {version}: unexpected placeholders in {name}: {found}")
+    return Prompt(
+        version=version,
+        system=Template(sections["system"]).substitute(),  # turns $$ into $
+        user=Template(sections["user"]),
+        schema=Template(sections["schema"]),
+    )
+
+
+def extraction_messages(
+    *,
+    summary: str,
+    messages: list[PromptMessage],
+    memories: list[PromptMemory],
+    schema: dict[str, Any] | None,
+) -> list[dict[str, str]]:
+    """The chat messages of an extraction request.
+
+    `schema` is given when the server does not enforce it (`json_object`, `prompt`), so that
+    the model reads the exact shape instead.
+    """
+    return _chat(
+        load_prompt(EXTRACT_PROMPT),
+        schema=schema,
+        summary=summary.strip() or "(none: this is the start of the conversation)",
+        memories="\n".join(_render_memory(m) for m in memories) or "(none)",
+        messages=_render_messages(messages),
+    )
+
+
+def summary_messages(
+    *, summary: str, messages: list[PromptMessage], schema: dict[str, Any] | None
+) -> list[dict[str, str]]:
+    """The chat messages of a rolling-summary request (see `extraction_messages`)."""
+    return _chat(
+        load_prompt(SUMMARIZE_PROMPT),
+        schema=schema,
+        summary=summary.strip() or "(none yet)",
+        messages=_render_messages(messages),
+    )
+
+
+def _chat(prompt: Prompt, *, schema: dict[str, Any] | None, **values: str) -> list[dict[str, str]]:
+    system = prompt.system
+    if schema is not None:
+        system += "\n\n" + prompt.schema.substitute(schema=json.dumps(schema, indent=1))
+    # The static instructions lead and the thread follows, so that servers which cache prompt
+    # prefixes (OpenAI, vLLM) reuse the system message across threads.
+    return [
+        {"role": "system", "content": system},
+        {"role": "user", "content": prompt.user.substitute(**values)},
+    ]
+
+
+def _render_messages(messages: list[PromptMessage]) -> str:
+    lines: list[str] = []
+    day = None
+    for message in messages:
+        if message.created_at is not None:
+            moment = message.created_at
+            if moment.tzinfo is not None:
+                moment = moment.astimezone(UTC)
+            if moment.date() != day:
+                day = moment.date()
+                lines.append(f"--- {day.isoformat()} ({day.strftime('%A')}) ---")
+        speaker = f"{message.role} ({message.name})" if message.name else message.role
+        lines.append(f"[{message.seq}] {speaker}: {_indent_rest(message.content)}")
+    return "\n".join(lines) or "(none)"
+
+
+def _render_memory(memory: PromptMemory) -> str:
+    line = f"({memory.memory_id} v{memory.version} {memory.category}) {_indent_rest(memory.text)}"
+    return f"{line} [key: {memory.key}]" if memory.key else line
+
+
+def _indent_rest(text: str) -> str:
+    return text.strip("\n").replace("\n", "\n    ")

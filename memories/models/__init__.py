@@ -1,0 +1,58 @@
+"""The memories app's models: memories and their history (`memory`), conversations and the
+extraction runs that form memories from them (`threads`). Django finds models here."""
+
+from memories.models.memory import (
+    EMBEDDING_DIM,
+    PUBLIC_FIELDS,
+    VECTOR_FIELDS,
+    CaptureMode,
+    Category,
+    ChangeType,
+    IdempotencyRecord,
+    JobRun,
+    JobRunQuerySet,
+    Memory,
+    MemoryQuerySet,
+    MemoryRevision,
+    OwnerCount,
+    PruneRun,
+    ReviewState,
+    Status,
+)
+from memories.models.threads import (
+    MAX_MESSAGE_CHARS,
+    MAX_SUMMARY_CHARS,
+    OPEN_RUN_STATES,
+    ExtractionRun,
+    Message,
+    Role,
+    RunState,
+    Thread,
+)
+
+__all__ = [
+    "EMBEDDING_DIM",
+    "MAX_MESSAGE_CHARS",
+    "MAX_SUMMARY_CHARS",
+    "OPEN_RUN_STATES",
+    "PUBLIC_FIELDS",
+    "VECTOR_FIELDS",
+    "CaptureMode",
+    "Category",
+    "ChangeType",
+    "ExtractionRun",
+    "IdempotencyRecord",
+    "JobRun",
+    "JobRunQuerySet",
+    "Memory",
+    "MemoryQuerySet",
+    "MemoryRevision",
+    "Message",
+    "OwnerCount",
+    "PruneRun",
+    "ReviewState",
+    "Role",
+    "RunState",
+    "Status",
+    "Thread",
+]
