@@ -19,7 +19,8 @@ from memories import validation
 from memories.clock import resolve_now
 from memories.formation.llm import llm_configured
 from memories.models import MAX_MESSAGE_CHARS, Message, Role, Thread
-from memories.secrets_scan import redact, scan_secrets
+from memories.redaction import redact
+from memories.secrets_scan import scan_secrets
 from memories.serialization import iso
 from memoryhub.errors import InvalidInput, NotFound
 

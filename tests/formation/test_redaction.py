@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from memories.secrets_scan import find_secret, normalise, redact
+from memories.redaction import redact
+from memories.secrets_scan import find_secret, normalise
 from tests.memories.secret_corpus import FALSE_POSITIVES, TRUE_POSITIVES, zero_width_split
 
 # ids by index: some corpus values are random per process (xdist workers must agree on ids)

@@ -118,7 +118,7 @@ def test_the_migration_turns_stored_keys_into_the_digests_lookups_use(api_client
         "/api/v1/memories", {"text": "Ann"}, format="json", HTTP_IDEMPOTENCY_KEY="before-0013"
     )
     IdempotencyRecord.objects.update(key_digest="before-0013")  # as 0012 left it
-    migration = importlib.import_module("memories.migrations.0013_idempotency_key_digests")
+    migration = importlib.import_module("memories.migrations.0016_idempotency_key_digests")
     migration.digest_keys(apps, None)
     assert IdempotencyRecord.objects.get().key_digest == idempotency.key_digest(
         tenant.pk, "before-0013"

@@ -4,7 +4,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
     """`IdempotencyRecord.key` becomes `key_digest` (0013 replaces the clear keys by digests)."""
 
-    dependencies = [("memories", "0011_revision_version_unique")]
+    dependencies = [("memories", "0014_extraction_schedule")]
 
     operations = [
         migrations.RemoveConstraint(

@@ -32,6 +32,6 @@ def drop_records(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("memories", "0012_idempotency_key_digest_rename")]
+    dependencies = [("memories", "0015_idempotency_key_digest_rename")]
 
     operations = [migrations.RunPython(digest_keys, drop_records)]

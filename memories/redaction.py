@@ -1,0 +1,115 @@
+"""Secret redaction for conversation messages (SPEC §11): a transcript is not rejected for a
+pasted token; each secret span is replaced by `[redacted:<rule>]` before anything is stored,
+logged or sent to a model. Detection is `memories.secrets_scan` (the same rules that reject
+secrets everywhere else)."""
+
+from __future__ import annotations
+
+import re
+
+from memories.secrets_scan import secret_rule
+
+_PEM_BEGIN_RE = re.compile(r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----")
+_PEM_END_RE = re.compile(r"-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----")
+# PuTTY key files: from the header line through the `Private-MAC` line, else through the N
+# lines that `Private-Lines: N` announces.
+_PUTTY_BEGIN_RE = re.compile(r"PuTTY-User-Key-File-\d+:")
+_PUTTY_MAC_RE = re.compile(r"Private-MAC:[^\n]*")
+_PUTTY_LINES_RE = re.compile(r"Private-Lines:[ \t]*(\d{1,4})[^\n]*")
+
+
+def _pem_end(text: str, at: int) -> int:
+    end = _PEM_END_RE.search(text, at)
+    return end.end() if end else len(text)
+
+
+def _putty_end(text: str, at: int) -> int:
+    mac = _PUTTY_MAC_RE.search(text, at)
+    if mac:
+        return mac.end()
+    lines = _PUTTY_LINES_RE.search(text, at)
+    if not lines:
+        return len(text)
+    end = lines.end()
+    for _ in range(int(lines.group(1))):
+        newline = text.find("\n", end + 1)
+        end = len(text) if newline == -1 else newline
+    return end
+
+
+_TOKEN_RE = re.compile(r"\S+")
+_MAX_WINDOW = 6  # tokens: the longest secret phrase (`Authorization: Bearer …`, `a = b`)
+
+
+def _redacted(rule: str) -> str:
+    return f"[redacted:{rule}]"
+
+
+def _redact_blocks(text: str, rules: list[str]) -> str:
+    """A private-key block goes whole, header to footer (or to the end of the text)."""
+    for begin_re, block_end, rule in (
+        (_PEM_BEGIN_RE, _pem_end, "private_key"),
+        (_PUTTY_BEGIN_RE, _putty_end, "ssh_private_key"),
+    ):
+        out, at = [], 0
+        for begin in begin_re.finditer(text):
+            if begin.start() < at:
+                continue
+            out += [text[at : begin.start()], _redacted(rule)]
+            rules.append(rule)
+            at = block_end(text, begin.end())
+        out.append(text[at:])
+        text = "".join(out)
+    return text
+
+
+def _secret_in(text: str, tokens: list[re.Match[str]], first: int, last: int) -> str | None:
+    return secret_rule(text[tokens[first].start() : tokens[last].end()])
+
+
+def _redact_tokens(text: str, rules: list[str]) -> str:
+    """Every whitespace-delimited token that holds a secret is replaced; then a secret that
+    needs several tokens (`password = …`, `Bearer …`) replaces the shortest run that holds it."""
+    for width in range(1, _MAX_WINDOW + 1):
+        tokens = list(_TOKEN_RE.finditer(text))
+        spans: list[tuple[int, int, str]] = []
+        index = 0
+        while index + width <= len(tokens):
+            last = index + width - 1
+            rule = _secret_in(text, tokens, index, last)
+            if rule is None:
+                index += 1
+                continue
+            first = index  # shrink from the left: `my password = x` redacts `password = x`
+            while first < last and _secret_in(text, tokens, first + 1, last) is not None:
+                first += 1
+            spans.append((tokens[first].start(), tokens[last].end(), rule))
+            index = last + 1
+        out, at = [], 0
+        for start, end, rule in spans:
+            out += [text[at:start], _redacted(rule)]
+            rules.append(rule)
+            at = end
+        out.append(text[at:])
+        text = "".join(out)
+        if secret_rule(text) is None:
+            break
+    return text
+
+
+def redact(text: str) -> tuple[str, list[str]]:
+    """`text` with every secret span replaced by `[redacted:<rule>]`, and the rules that fired.
+
+    Spans are found on whitespace-delimited tokens (a private-key block goes whole); the
+    result is scanned again, and if anything secret-shaped still remains (a secret spread
+    over many tokens or lines) the whole text is replaced: nothing secret ever survives.
+    """
+    if secret_rule(text) is None:
+        return text, []
+    rules: list[str] = []
+    redacted = _redact_tokens(_redact_blocks(text, rules), rules)
+    leftover = secret_rule(redacted)
+    if leftover is not None:
+        rules.append(leftover)
+        redacted = _redacted(leftover)
+    return redacted, list(dict.fromkeys(rules))
