@@ -27,6 +27,7 @@ from memories.console.forms import (
 )
 from memories.console.memories import parse_filters
 from memories.export import export_filename, export_markdown
+from memories.formation.runs import tokens_used_today
 from memories.ids import is_memory_id
 from memories.jsonl import ImportLineError, export_jsonl, import_jsonl
 from memories.models import JobRun, Status
@@ -276,6 +277,8 @@ def jobs(request: HttpRequest) -> HttpResponse:
         "schedules": list(Schedule.objects.order_by("name")),
         "runs": _job_runs(request.tenant),
         "job_names": JOB_NAMES,
+        "extraction_runs": sel.recent_runs(tenant=request.tenant),
+        "tokens_today": tokens_used_today(request.tenant.pk, resolve_now()),
     }
     return render(request, "console/jobs.html", context, fragment="job-runs")
 

@@ -2,6 +2,7 @@ from django.urls import path
 
 from memories.console import memories as m
 from memories.console import pages as p
+from memories.console import threads as t
 
 app_name = "console"
 
@@ -16,6 +17,9 @@ urlpatterns = [
     path("memories/<str:memory_id>/purge/", m.memory_purge, name="memory-purge"),
     path("memories/<str:memory_id>/approve/", m.memory_approve, name="memory-approve"),
     path("memories/<str:memory_id>/merge/", m.memory_merge, name="memory-merge"),
+    path("threads/", t.thread_list, name="threads"),
+    path("threads/<int:thread_pk>/", t.thread_detail, name="thread"),
+    path("threads/<int:thread_pk>/extract/", t.thread_extract, name="thread-extract"),
     path("review/", m.review_queue, name="review"),
     path("tombstones/", m.tombstones, name="tombstones"),
     path("activity/", m.activity, name="activity"),
