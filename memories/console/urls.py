@@ -28,6 +28,7 @@ urlpatterns = [
     path("export/jsonl/", p.export_jsonl_view, name="export-jsonl"),
     path("export/import/", p.import_view, name="import"),
     path("agents/", p.agent_list, name="agents"),
+    path("extraction-budget/", p.extraction_budget, name="extraction-budget"),
     path("agents/<slug:slug>/", p.agent_detail, name="agent"),
     path("agents/<slug:slug>/keys/", p.key_create, name="key-create"),
     path("keys/<int:key_id>/revoke/", p.key_revoke, name="key-revoke"),

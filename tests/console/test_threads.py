@@ -450,7 +450,7 @@ def test_evidence_for_reads_every_memory_in_one_query(
     assert [m.content for m in evidence[later.pk].messages] == ["msg 0-1"]
 
 
-# --- Jobs page ---------------------------------------------------------------
+# --- Jobs page, policy, budget ---------------------------------------------------------------
 
 
 def test_jobs_page_lists_the_tenants_extraction_runs(
@@ -466,3 +466,84 @@ def test_jobs_page_lists_the_tenants_extraction_runs(
     assert '<span class="mono">LLMUnavailable</span>: 503 thrice' in section
     assert "globex-thread" not in body and "Spy" not in body
     assert "Tokens spent today (UTC): <strong>550</strong>" in section
+
+
+def test_agent_policy_edits_the_extraction_fields(login, admin_user, agent):
+    client = login(admin_user)
+    page = client.get(f"/console/agents/{agent.slug}/").content.decode()
+    for label in (
+        "Extraction",
+        "Extract after idle (seconds)",
+        "Review below",
+        "Minimum confidence",
+    ):
+        assert f">{label}</label>" in page
+    data = {
+        "entry_cap": 50,
+        "hydration_budget_bytes": 4000,
+        "default_category": "daily",
+        "dedup_threshold": 0.8,
+        "extraction": "review",
+        "extraction_idle_seconds": 30,
+        "extraction_min_confidence": 0.4,
+        "review_below": 0.9,
+        "extraction_categories": "Core, preferences, core",
+        "summary_threshold_bytes": 8000,
+    }
+    response = client.post(f"/console/agents/{agent.slug}/", data)
+    assert response.status_code == 302
+    agent.refresh_from_db()
+    policy = agent.policy()
+    assert (policy["extraction"], policy["extraction_idle_seconds"]) == ("review", 30)
+    assert (policy["extraction_min_confidence"], policy["review_below"]) == (0.4, 0.9)
+    assert policy["extraction_categories"] == ["core", "preferences"]
+    assert policy["summary_threshold_bytes"] == 8000
+    # Fields left out keep their values; bad ones are refused on the form.
+    del data["extraction"], data["review_below"]
+    response = client.post(
+        f"/console/agents/{agent.slug}/",
+        {**data, "extraction_categories": "", "summary_threshold_bytes": 10},
+    )
+    assert response.status_code == 422
+    body = response.content.decode()
+    assert "Name at least one category, or turn extraction off." in body
+    assert "greater than or equal to 1000" in body
+    agent.refresh_from_db()
+    assert (agent.extraction, agent.review_below, agent.summary_threshold_bytes) == (
+        "review",
+        0.9,
+        8000,
+    )
+
+
+def test_admin_sets_the_daily_extraction_budget(login, admin_user, reviewer_client, tenant):
+    response = reviewer_client.post("/console/extraction-budget/", {"tokens": 5})
+    assert response.status_code == 403
+    client = login(admin_user)
+    page = client.get("/console/agents/").content.decode()
+    assert 'id="extraction-budget"' in page and ">Save budget</button>" in page
+    response = client.post("/console/extraction-budget/", {"tokens": 250000})
+    assert response.status_code == 302 and response["Location"] == "/console/agents/"
+    tenant.refresh_from_db()
+    assert tenant.extraction_daily_token_budget == 250000
+    assert b"Daily extraction budget: 250000 tokens." in client.get("/console/agents/").content
+    response = client.post("/console/extraction-budget/", {"tokens": -1})
+    assert response.status_code == 302
+    assert b"Budget not saved" in client.get("/console/agents/").content
+    tenant.refresh_from_db()
+    assert tenant.extraction_daily_token_budget == 250000
+    assert (
+        "250000 LLM tokens per UTC day" in reviewer_client.get("/console/agents/").content.decode()
+    )
+
+
+def test_tenant_extraction_budget_update_refuses_nonsense(tenant):
+    from accounts.services import tenant_extraction_budget_update
+    from memoryhub.errors import InvalidInput
+
+    for bad in (-1, 1.5, "10", True):
+        with pytest.raises(InvalidInput):
+            tenant_extraction_budget_update(tenant=tenant, tokens=bad)
+    assert (
+        tenant_extraction_budget_update(tenant=tenant, tokens=0).extraction_daily_token_budget == 0
+    )
