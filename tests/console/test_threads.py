@@ -354,6 +354,9 @@ def test_run_extraction_when_the_agent_has_extraction_off(login, tenant, agent, 
 def test_run_extraction_with_nothing_waiting_says_so(reviewer_client, agent, fake_llm):
     thread = ingest(agent, "hello")
     Thread.objects.filter(pk=thread.pk).update(extracted_seq=1)
+    page = reviewer_client.get(f"/console/threads/{thread.pk}/").content.decode()
+    assert ">Run extraction</button>" not in page
+    assert "Every message has been through an extraction." in page
     response = reviewer_client.post(f"/console/threads/{thread.pk}/extract/", **HX)
     assert response.status_code == 409 and "Nothing to extract" in response.content.decode()
     assert not ExtractionRun.objects.exists()
