@@ -34,6 +34,19 @@ def tenant_get_or_create(*, slug: str, name: str = "") -> Tenant:
     return tenant
 
 
+def tenant_extraction_budget_update(*, tenant: Tenant, tokens: int) -> Tenant:
+    """Set the LLM tokens memory formation may spend per UTC day, all agents of the tenant
+    together (0: no limit). Over it, extraction runs wait `deferred` until the day turns."""
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
+        raise InvalidInput(
+            "'extraction_daily_token_budget' must be a whole number of tokens, 0 or more",
+            field="extraction_daily_token_budget",
+        )
+    Tenant.objects.filter(pk=tenant.pk).update(extraction_daily_token_budget=tokens)
+    tenant.extraction_daily_token_budget = tokens
+    return tenant
+
+
 def agent_get_or_create(*, tenant: Tenant, slug: str, name: str = "") -> Agent:
     agent, _ = Agent.objects.get_or_create(
         tenant=tenant, slug=slug, defaults={"name": name or slug}

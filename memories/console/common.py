@@ -72,6 +72,12 @@ def render_markdown(text: str) -> SafeString:
     return mark_safe(clean)  # noqa: S308 - sanitised by nh3 just above
 
 
+def clean_param(value: str | None) -> str:
+    """A filter value from the query string, safe to compare in SQL."""
+    # PostgreSQL text cannot hold NUL; a pasted one must not turn a filter into a 500.
+    return (value or "").replace("\x00", "").strip()[:255]
+
+
 def role_flags(request: HttpRequest) -> dict[str, bool]:
     membership = getattr(request, "membership", None)
     if membership is None:

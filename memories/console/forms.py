@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import Any
 
 from django import forms
 from django.contrib.auth import get_user_model
 
-from accounts.models import Agent, Scope
+from accounts.models import CATEGORY_RE, Agent, Extraction, Scope
 from memories import validation
 from memories.secrets_scan import scan_secrets
 from memoryhub.durations import format_duration, parse_duration
 from memoryhub.errors import InvalidInput, SecretRejected
+
+CATEGORY_PATTERN = re.compile(CATEGORY_RE)
 
 
 def normalise_newlines(text: str) -> str:
@@ -210,6 +213,53 @@ class AgentPolicyForm(forms.Form):
     reads_from = forms.MultipleChoiceField(
         required=False, widget=forms.CheckboxSelectMultiple, label="Reads from"
     )
+    # Memory formation (SPEC §11). Optional in a post: a field left out keeps its value, so a
+    # client that only knows the fields above changes nothing else.
+    extraction = forms.ChoiceField(
+        choices=Extraction.choices,
+        required=False,
+        label="Extraction",
+        help_text="off: conversations are only stored · review: every extracted memory waits "
+        "for review · auto: only those below “Review below” wait",
+    )
+    extraction_idle_seconds = forms.IntegerField(
+        min_value=0, required=False, label="Extract after idle (seconds)"
+    )
+    extraction_min_confidence = forms.FloatField(
+        min_value=0,
+        max_value=1,
+        required=False,
+        label="Minimum confidence",
+        help_text="An extracted operation less confident than this is dropped",
+    )
+    review_below = forms.FloatField(
+        min_value=0,
+        max_value=1,
+        required=False,
+        label="Review below",
+        help_text="An extracted memory less confident than this waits in the review queue",
+    )
+    extraction_categories = forms.CharField(
+        max_length=500,
+        required=False,
+        label="Extraction categories",
+        help_text="Comma-separated: the categories extraction may add to",
+    )
+    summary_threshold_bytes = forms.IntegerField(
+        min_value=1000,
+        required=False,
+        label="Summary threshold (bytes)",
+        help_text="Older messages are summarised once the unsummarised ones exceed this",
+    )
+
+    EXTRACTION_FIELDS = (
+        "extraction",
+        "extraction_idle_seconds",
+        "extraction_min_confidence",
+        "review_below",
+        "extraction_categories",
+        "summary_threshold_bytes",
+    )
 
     def __init__(self, *args, agent: Agent, others: list[Agent], **kwargs):
         kwargs.setdefault(
@@ -221,10 +271,45 @@ class AgentPolicyForm(forms.Form):
                 "dedup_threshold": agent.dedup_threshold,
                 "default_ttl": agent.default_ttl,
                 "reads_from": [a.slug for a in agent.reads_from.all()],
+                "extraction": agent.extraction,
+                "extraction_idle_seconds": agent.extraction_idle_seconds,
+                "extraction_min_confidence": agent.extraction_min_confidence,
+                "review_below": agent.review_below,
+                "extraction_categories": ", ".join(agent.extraction_categories),
+                "summary_threshold_bytes": agent.summary_threshold_bytes,
             },
         )
         super().__init__(*args, **kwargs)
         self.fields["reads_from"].choices = [(a.slug, a.slug) for a in others]
+
+    def clean_extraction_categories(self) -> list[str]:
+        raw = self.cleaned_data["extraction_categories"]
+        categories = list(dict.fromkeys(c.strip().lower() for c in raw.split(",") if c.strip()))
+        bad = [c for c in categories if not CATEGORY_PATTERN.fullmatch(c)]
+        if bad:
+            raise forms.ValidationError(f"“{bad[0]}” is not a category (a-z, 0-9, _ and -).")
+        return categories
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        for name in self.EXTRACTION_FIELDS:
+            if name not in self.data:
+                data.pop(name, None)  # left out of the post: unchanged
+            elif name in data and data[name] in (None, "", []):
+                self.add_error(
+                    name,
+                    "Name at least one category, or turn extraction off."
+                    if name == "extraction_categories"
+                    else "This field is required.",
+                )
+        return data
+
+    def groups(self) -> list[tuple[str, list]]:
+        """The fields as the page shows them: the memory policy, then formation's."""
+        return [
+            ("Memories", [f for f in self if f.name not in self.EXTRACTION_FIELDS]),
+            ("Memory formation", [f for f in self if f.name in self.EXTRACTION_FIELDS]),
+        ]
 
 
 class ApiKeyCreateForm(SecretScannedForm):
@@ -238,6 +323,14 @@ class ApiKeyCreateForm(SecretScannedForm):
     )
     subject_id = forms.CharField(max_length=255, required=False, label="Bound subject")
     expires_in = DurationField(required=False, label="Expires in", help_text="e.g. 30d")
+
+
+class ExtractionBudgetForm(forms.Form):
+    tokens = forms.IntegerField(
+        min_value=0,
+        label="Daily token budget",
+        help_text="LLM tokens extraction may spend per UTC day, all agents together; 0: no limit",
+    )
 
 
 class ImportForm(forms.Form):

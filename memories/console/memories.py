@@ -15,6 +15,7 @@ from accounts.console import operator_actor, require_role
 from accounts.models import Role
 from memories.console import selectors as sel
 from memories.console.common import (
+    clean_param,
     done,
     refuse_on_form,
     render,
@@ -40,14 +41,9 @@ EXPIRY_CHOICES = [("24h", "Within 24 h"), ("7d", "Within 7 days"), ("never", "Ne
 BACK_LABELS = {"review": "Review queue", "tombstones": "Tombstones", "memories": "Memories"}
 
 
-def _clean(value: str | None) -> str:
-    # PostgreSQL text cannot hold NUL; a pasted one must not turn a filter into a 500.
-    return (value or "").replace("\x00", "").strip()[:255]
-
-
 def parse_filters(params) -> dict:
-    filters = {name: _clean(params.get(name)) for name in sel.FILTER_FIELDS}
-    filters["tags"] = [_clean(t).lower() for t in params.getlist("tag") if _clean(t)]
+    filters = {name: clean_param(params.get(name)) for name in sel.FILTER_FIELDS}
+    filters["tags"] = [clean_param(t).lower() for t in params.getlist("tag") if clean_param(t)]
     return filters
 
 
@@ -110,6 +106,7 @@ def _detail_context(
             revision_view(r) for r in sel.revisions_for(tenant=request.tenant, memory=memory)
         ],
         "near_duplicates": near,
+        "evidence": sel.evidence_for(tenant=request.tenant, memories=[memory]).get(memory.pk),
         "editing": editing,
         "form": form,
         "conflict": conflict,
@@ -374,7 +371,11 @@ def memory_bulk(request: HttpRequest) -> HttpResponse:
 def review_queue(request: HttpRequest) -> HttpResponse:
     page = sel.review_page(tenant=request.tenant, cursor=request.GET.get("cursor"))
     near = sel.near_duplicates(tenant=request.tenant, memory_ids=[m.pk for m in page.items])
-    rows = [{"memory": m, "near": near.get(m.pk, [])} for m in page.items]
+    evidence = sel.evidence_for(tenant=request.tenant, memories=page.items)
+    rows = [
+        {"memory": m, "near": near.get(m.pk, []), "evidence": evidence.get(m.pk)}
+        for m in page.items
+    ]
     context = {"section": "review", "page": page, "rows": rows, "tombstone_form": TombstoneForm()}
     return render(request, "console/review.html", context, fragment="review-list")
 

@@ -22,11 +22,13 @@ from memories.console.forms import (
     AgentCreateForm,
     AgentPolicyForm,
     ApiKeyCreateForm,
+    ExtractionBudgetForm,
     ImportForm,
     MemberForm,
 )
 from memories.console.memories import parse_filters
 from memories.export import export_filename, export_markdown
+from memories.formation.runs import tokens_used_today
 from memories.ids import is_memory_id
 from memories.jsonl import ImportLineError, export_jsonl, import_jsonl
 from memories.models import JobRun, Status
@@ -161,8 +163,35 @@ def agent_list(request: HttpRequest) -> HttpResponse:
             return done(
                 request, f"Agent {agent.slug} created.", reverse("console:agent", args=[agent.slug])
             )
-    context = {"section": "agents", "agents": agents, "form": form}
+    context = {
+        "section": "agents",
+        "agents": agents,
+        "form": form,
+        "budget_form": ExtractionBudgetForm(
+            initial={"tokens": request.tenant.extraction_daily_token_budget}
+        ),
+    }
     return render(request, "console/agents.html", context, status=422 if form.errors else 200)
+
+
+@require_role(Role.ADMIN)
+@require_POST
+@service_errors(back=lambda: reverse("console:agents"))
+def extraction_budget(request: HttpRequest) -> HttpResponse:
+    """The tenant's daily token budget for memory formation (shown on the Agents page)."""
+    form = ExtractionBudgetForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, f"Budget not saved: {form.errors['tokens'][0]}")
+        return redirect(reverse("console:agents"))
+    account_services.tenant_extraction_budget_update(
+        tenant=request.tenant, tokens=form.cleaned_data["tokens"]
+    )
+    tokens = form.cleaned_data["tokens"]
+    return done(
+        request,
+        f"Daily extraction budget: {tokens} tokens." if tokens else "No daily extraction budget.",
+        reverse("console:agents"),
+    )
 
 
 def _agent(request: HttpRequest, slug: str) -> Agent:
@@ -276,6 +305,8 @@ def jobs(request: HttpRequest) -> HttpResponse:
         "schedules": list(Schedule.objects.order_by("name")),
         "runs": _job_runs(request.tenant),
         "job_names": JOB_NAMES,
+        "extraction_runs": sel.recent_runs(tenant=request.tenant),
+        "tokens_today": tokens_used_today(request.tenant.pk, resolve_now()),
     }
     return render(request, "console/jobs.html", context, fragment="job-runs")
 

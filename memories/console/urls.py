@@ -2,6 +2,7 @@ from django.urls import path
 
 from memories.console import memories as m
 from memories.console import pages as p
+from memories.console import threads as t
 
 app_name = "console"
 
@@ -16,6 +17,9 @@ urlpatterns = [
     path("memories/<str:memory_id>/purge/", m.memory_purge, name="memory-purge"),
     path("memories/<str:memory_id>/approve/", m.memory_approve, name="memory-approve"),
     path("memories/<str:memory_id>/merge/", m.memory_merge, name="memory-merge"),
+    path("threads/", t.thread_list, name="threads"),
+    path("threads/<int:thread_pk>/", t.thread_detail, name="thread"),
+    path("threads/<int:thread_pk>/extract/", t.thread_extract, name="thread-extract"),
     path("review/", m.review_queue, name="review"),
     path("tombstones/", m.tombstones, name="tombstones"),
     path("activity/", m.activity, name="activity"),
@@ -24,6 +28,7 @@ urlpatterns = [
     path("export/jsonl/", p.export_jsonl_view, name="export-jsonl"),
     path("export/import/", p.import_view, name="import"),
     path("agents/", p.agent_list, name="agents"),
+    path("extraction-budget/", p.extraction_budget, name="extraction-budget"),
     path("agents/<slug:slug>/", p.agent_detail, name="agent"),
     path("agents/<slug:slug>/keys/", p.key_create, name="key-create"),
     path("keys/<int:key_id>/revoke/", p.key_revoke, name="key-revoke"),

@@ -6,6 +6,8 @@ import pytest
 from django.test import Client
 
 from accounts.principal import Principal
+from memories.formation.ingest import thread_messages_add
+from memories.models import Thread
 from memories.services.store import memory_store
 from tests.factories import make_operator
 
@@ -22,6 +24,26 @@ def store(agent, text: str, **fields):
 @pytest.fixture
 def store_memory():
     return store
+
+
+def ingest(agent, *contents: str, thread_id: str = "t-1", subject_id: str | None = None, **extra):
+    """Hand `agent`'s conversation to MemoryHub as the API would (user and assistant taking
+    turns); returns the thread. Nothing is extracted unless `extract` says so."""
+    principal = Principal(tenant=agent.tenant, agent=agent, scopes=frozenset({"read", "write"}))
+    messages = [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": content}
+        for i, content in enumerate(contents)
+    ]
+    data = {"messages": messages, "extract": "off", **extra}
+    if subject_id is not None:
+        data["subject_id"] = subject_id
+    result = thread_messages_add(principal=principal, thread_id=thread_id, data=data)
+    return Thread.objects.get(pk=result.thread.pk)
+
+
+@pytest.fixture
+def make_thread():
+    return ingest
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from django.urls import URLPattern, reverse
 from accounts.console import SESSION_TENANT_KEY
 from accounts.models import Agent, ApiKey, Membership
 from memories.console import urls as console_urls
-from memories.models import Memory, Status
+from memories.models import ExtractionRun, Memory, Status
 from tests.factories import make_agent, make_key, make_operator
 
 pytestmark = pytest.mark.django_db
@@ -72,12 +72,16 @@ def test_login_page_signs_an_operator_in(client, owner):
 
 @pytest.mark.parametrize("pattern", ROUTES)
 def test_viewer_post_to_every_console_route_is_403_and_changes_nothing(
-    viewer_client, agent, store_memory, pattern
+    viewer_client, agent, store_memory, make_thread, pattern
 ):
     memory = store_memory(agent, "A fact a viewer must not change")
     other = store_memory(agent, "A near-duplicate a viewer must not merge")
     key, _ = make_key(agent)
-    url = _url(pattern, {"memory_id": memory.pk, "slug": agent.slug, "key_id": key.pk})
+    thread = make_thread(agent, "A conversation a viewer must not extract")
+    url = _url(
+        pattern,
+        {"memory_id": memory.pk, "slug": agent.slug, "key_id": key.pk, "thread_pk": thread.pk},
+    )
     data = {**PAYLOAD, "ids": [memory.pk], "merge": [other.pk]}
     response = viewer_client.post(url, data)
     assert response.status_code == 403, url
@@ -91,6 +95,9 @@ def test_viewer_post_to_every_console_route_is_403_and_changes_nothing(
     assert ApiKey.objects.get(pk=key.pk).revoked_at is None
     assert not Agent.objects.filter(slug="new-agent").exists()
     assert not Membership.objects.filter(user__username="x@acme.test").exists()
+    assert not ExtractionRun.objects.exists()
+    agent.tenant.refresh_from_db()
+    assert agent.tenant.extraction_daily_token_budget == 0
 
 
 def test_reviewer_may_correct_but_not_purge_or_manage(reviewer_client, agent, store_memory):
@@ -113,8 +120,9 @@ def test_reviewer_may_correct_but_not_purge_or_manage(reviewer_client, agent, st
     assert reviewer_client.get(reverse("console:members")).status_code == 403
 
 
-def test_viewer_reads_every_page(viewer_client, agent, store_memory):
+def test_viewer_reads_every_page(viewer_client, agent, store_memory, make_thread):
     memory = store_memory(agent, "Readable")
+    thread = make_thread(agent, "A readable conversation")
     for url in [
         "/console/",
         "/console/memories/",
@@ -126,24 +134,35 @@ def test_viewer_reads_every_page(viewer_client, agent, store_memory):
         "/console/agents/",
         f"/console/agents/{agent.slug}/",
         "/console/jobs/",
+        "/console/threads/",
+        f"/console/threads/{thread.pk}/",
     ]:
         response = viewer_client.get(url)
         assert response.status_code == 200, url
         # A viewer sees no write controls.
         assert b">Tombstone</button>" not in response.content, url
         assert b">Create key</button>" not in response.content, url
+        assert b">Run extraction</button>" not in response.content, url
+        assert b">Save budget</button>" not in response.content, url
 
 
 @pytest.mark.parametrize("pattern", ADDRESSED)
 def test_another_tenants_objects_are_404_on_every_addressed_route(
-    owner_client, agent, other_tenant, store_memory, pattern
+    owner_client, agent, other_tenant, store_memory, make_thread, pattern
 ):
     foreign_agent = make_agent(other_tenant, "spy-bot")
     foreign = store_memory(foreign_agent, "Globex secret plan")
     near = store_memory(foreign_agent, "Globex secret plan, again")
     foreign_key, _ = make_key(foreign_agent)
+    foreign_thread = make_thread(foreign_agent, "Globex secret conversation")
     url = _url(
-        pattern, {"memory_id": foreign.pk, "slug": foreign_agent.slug, "key_id": foreign_key.pk}
+        pattern,
+        {
+            "memory_id": foreign.pk,
+            "slug": foreign_agent.slug,
+            "key_id": foreign_key.pk,
+            "thread_pk": foreign_thread.pk,
+        },
     )
     get = owner_client.get(url)
     assert get.status_code in (404, 405), url  # 405: a POST-only action, whatever the id
@@ -156,6 +175,7 @@ def test_another_tenants_objects_are_404_on_every_addressed_route(
     assert ApiKey.objects.get(pk=foreign_key.pk).revoked_at is None
     foreign_agent.refresh_from_db()
     assert foreign_agent.entry_cap != 5
+    assert not ExtractionRun.objects.filter(thread=foreign_thread).exists()
 
 
 def test_another_tenants_memories_are_invisible_to_lists_and_bulk(

@@ -326,3 +326,85 @@ def test_create_and_revoke_an_api_key(new_page, owner, agent):
     expect(page.locator(f'[data-key-row="{key.prefix}"]')).to_contain_text("revoked")
     key.refresh_from_db()
     assert key.revoked_at is not None
+
+
+def test_run_extraction_then_approve_the_memory_next_to_its_evidence(
+    new_page, owner, agent, fake_llm
+):
+    from memories.formation.llm import get_llm
+    from memories.models import ExtractionRun, RunState
+    from tests.console.conftest import ingest
+
+    token = "ghp_" + "aB3dE6gH9jK2mN5pQ8sT1vW4yZ7bC0eF3hJ6"
+    thread = ingest(
+        agent,
+        f"I'm vegetarian. Also, here is my token {token}",
+        "Noted, I'll keep that in mind.",
+        thread_id="chat-2026-05-01",
+        subject_id="user-7",
+    )
+    # Less confident than the agent's review_below (0.8): the memory waits for review.
+    fake_llm.queue_json(
+        {
+            "operations": [
+                {
+                    "op": "add",
+                    "text": "The user is vegetarian",
+                    "key": None,
+                    "category": "core",
+                    "kind": "preference",
+                    "tags": ["diet"],
+                    "confidence": 0.7,
+                    "mentions": [],
+                    "occurred_at": None,
+                    "evidence": [1],
+                }
+            ]
+        },
+        usage=(640, 32),
+    )
+    page = new_page()
+    page.get_by_role("link", name="Threads").click()
+    row = page.locator('[data-thread-row="chat-2026-05-01"]')
+    expect(row).to_contain_text("user-7")
+    expect(row.locator("[data-thread-state]")).to_have_text("pending")
+    row.get_by_role("link", name="chat-2026-05-01").click()
+    expect(page.get_by_role("heading", name="Thread chat-2026-05-01")).to_be_visible()
+    first = page.locator('[data-message-seq="1"]')
+    expect(first.locator("[data-redacted]")).to_have_text("redacted: github_token")
+    expect(first).to_contain_text("[redacted:github_token]")
+
+    # The openai SDK takes seconds to import the first time: pay that here, not inside the
+    # request the browser waits on (the live server shares this process and its settings).
+    get_llm()
+    page.get_by_role("button", name="Run extraction").click()
+    run = page.locator("[data-run]").first
+    expect(run.locator("[data-run-state]")).to_have_text("done", timeout=20_000)
+    expect(run).to_contain_text("640 / 32")
+    expect(run.get_by_role("link", name="The user is vegetarian")).to_be_visible()
+    expect(page.locator("[data-flash]")).to_contain_text("done")
+    shot(page, "thread-detail")
+    assert token not in page.content()
+    extraction = ExtractionRun.objects.get(thread=thread)
+    assert (extraction.state, extraction.trigger) == (RunState.DONE, "console")
+
+    page.get_by_role("link", name="Review queue").click()
+    item = page.locator("[data-review-row]", has_text="The user is vegetarian")
+    evidence = item.locator("[data-evidence]")
+    expect(evidence).to_contain_text("I'm vegetarian.")
+    expect(evidence.locator("[data-redacted]")).to_have_text("redacted: github_token")
+    expect(evidence).not_to_contain_text("Noted, I'll keep that in mind.")
+    expect(evidence.get_by_role("link", name="thread chat-2026-05-01")).to_have_attribute(
+        "href", f"/console/threads/{thread.pk}/"
+    )
+    shot(page, "review-evidence")
+    expect(item).to_have_class("review-item card is-current")
+    page.keyboard.press("a")
+    expect(page.locator("[data-review-row]")).to_have_count(0)
+    memory = Memory.objects.get(text="The user is vegetarian")
+    assert memory.review_state == ReviewState.APPROVED
+    assert memory.evidence == {
+        "thread_id": "chat-2026-05-01",
+        "messages": [1],
+        "run_id": extraction.pk,
+    }

@@ -162,6 +162,17 @@ def test_keyset_pagination_walks_every_memory_once(owner_client, agent, store_me
     assert response.status_code == 200
 
 
+def test_next_page_links_lead_to_the_next_page(owner_client, agent, store_memory):
+    for i in range(sel.PAGE_SIZE + 3):
+        store_memory(agent, f"paged fact {i}")
+    page = owner_client.get("/console/memories/?status=live").content.decode()
+    link = re.search(r'href="([^"]*cursor=[^"]*)"', page).group(1).replace("&amp;", "&")
+    # `{% querystring %}` writes the "?" itself: "??cursor=" would read as no cursor at all.
+    assert link.startswith("?") and not link.startswith("??") and "status=live" in link
+    second = owner_client.get(f"/console/memories/{link}").content.decode()
+    assert second.count('name="ids"') == 3
+
+
 def test_tombstones_page_walks_every_tombstone_once_when_some_lack_a_change_time(
     owner_client, agent, store_memory
 ):
