@@ -176,6 +176,8 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("MEMORYHUB_MAX_BODY_BYTES", 1_048_576)
 MAX_TEXT_CHARS = env_int("MAX_TEXT_CHARS", 16000)
 MEMORYHUB_MAX_DATA_BYTES = env_int("MEMORYHUB_MAX_DATA_BYTES", 65536)
 MEMORYHUB_RETENTION_DAYS = env_int("MEMORYHUB_RETENTION_DAYS", 30)
+# Messages of a thread ended this many days ago are deleted by `purge_retention` (SPEC §11).
+MEMORYHUB_MESSAGE_RETENTION_DAYS = env_int("MEMORYHUB_MESSAGE_RETENTION_DAYS", 30)
 MEMORYHUB_RATE_LIMIT_PER_MINUTE = env_int("MEMORYHUB_RATE_LIMIT_PER_MINUTE", 0)  # 0 = off
 
 # --- Embeddings -------------------------------------------------------------------------------

@@ -185,6 +185,9 @@ def thread_messages_add(
             thread.last_seq += len(rows)
             thread.message_count += len(rows)
             thread.last_message_at = now
+            # New messages reopen an ended thread: the conversation goes on, and retention
+            # (which counts from `ended_at`) must not take them.
+            thread.ended_at = None
         thread.updated_at = now
         extraction = _extraction_after_ingest(principal, thread, extract, now)
         thread.save()
