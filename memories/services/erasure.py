@@ -12,8 +12,8 @@ Both need the `admin` scope: either one removes data of every agent of the tenan
 the caller's. A key bound to a subject may erase only that subject.
 
 The threads go first: a thread is locked and emptied in bounded batches, and an extraction run
-that is still working on one finds it gone (or emptied) and applies nothing, so no memory of the
-subject is formed after its memories were erased. Memories then go in bounded batches, one
+still working on one finds its run deleted or failed and applies nothing, so no memory of the
+subject is formed from its conversations after its memories were erased. Memories then go in bounded batches, one
 transaction each; running the erasure again finishes what an interrupted one left and counts
 only what it changed.
 """
@@ -29,7 +29,15 @@ from django.db.models import F
 from accounts.principal import Principal
 from memories import validation
 from memories.clock import resolve_now
-from memories.models import ExtractionRun, Memory, Message, Status, Thread
+from memories.models import (
+    OPEN_RUN_STATES,
+    ExtractionRun,
+    Memory,
+    Message,
+    RunState,
+    Status,
+    Thread,
+)
 from memories.services.lifecycle import purge_content, tombstone
 from memoryhub.errors import InvalidInput, NotFound
 
@@ -92,18 +100,16 @@ def subject_erase(
 def _erase_thread(
     tenant_id: int, thread_pk: int, purge: bool, now: datetime, batch_size: int
 ) -> tuple[int, int]:
-    """Delete a thread's messages, `batch_size` per transaction, then the thread itself (purge)
-    or its summary and pending state. Returns (messages deleted, 1 if the thread was there)."""
+    """Delete a thread's messages, `batch_size` per transaction, then the thread itself with its
+    runs (purge), or its summary and pending state. An open run is failed: a worker still
+    asking the model finds it no longer `running` and applies nothing. Returns (messages
+    deleted, 1 if the thread was there)."""
     deleted = 0
     while True:
         with transaction.atomic():
-            if purge:
-                # An extraction run's apply locks its run, then its thread: the same order here.
-                list(
-                    ExtractionRun.objects.for_tenant(tenant_id)
-                    .filter(thread_id=thread_pk)
-                    .select_for_update()
-                )
+            # A run's apply locks the run, then its thread: the same order here.
+            runs = ExtractionRun.objects.for_tenant(tenant_id).filter(thread_id=thread_pk)
+            list(runs.select_for_update())
             thread = (
                 Thread.objects.for_tenant(tenant_id)
                 .filter(pk=thread_pk)
@@ -125,18 +131,24 @@ def _erase_thread(
             if len(batch) == batch_size:
                 continue  # more to come, in the next transaction
             if purge:
-                ExtractionRun.objects.for_tenant(tenant_id).filter(thread=thread).delete()
+                runs.delete()
                 thread.delete()
-            else:
-                # Nothing is left to extract or summarise: the watermarks move to the end.
-                Thread.objects.filter(pk=thread.pk).update(
-                    message_count=0,
-                    summary="",
-                    summarized_seq=F("last_seq"),
-                    extracted_seq=F("last_seq"),
-                    extraction_due_at=None,
-                    updated_at=now,
-                )
+                return deleted, 1
+            runs.filter(state__in=OPEN_RUN_STATES).update(
+                state=RunState.FAILED,
+                error_class="SubjectErased",
+                error_message="The subject was erased: its messages are gone",
+                finished_at=now,
+            )
+            # Nothing is left to extract or summarise: the watermarks move to the end.
+            Thread.objects.filter(pk=thread.pk).update(
+                message_count=0,
+                summary="",
+                summarized_seq=F("last_seq"),
+                extracted_seq=F("last_seq"),
+                extraction_due_at=None,
+                updated_at=now,
+            )
             return deleted, 1
 
 

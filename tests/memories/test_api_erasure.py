@@ -7,7 +7,7 @@ import pytest
 
 from accounts.principal import Principal
 from memories.formation.ingest import thread_messages_add
-from memories.formation.runs import run_request
+from memories.formation.runs import run_execute, run_request
 from memories.models import (
     ExtractionRun,
     IdempotencyRecord,
@@ -153,6 +153,10 @@ def test_without_purge_memories_are_tombstoned_and_messages_deleted(key_client, 
         assert (thread.message_count, thread.summary, thread.pending_messages) == (0, "", 0)
         assert thread.last_seq > 0  # seqs go on from where they were
     assert not Message.objects.filter(thread__subject_id="u1", tenant=agent.tenant).exists()
+    # The run queued on one of them will apply nothing.
+    run = ExtractionRun.objects.get()
+    assert (run.state, run.error_class) == ("failed", "SubjectErased")
+    assert run_execute(run.pk) is None
     untouched(ids["u2"] + ids["none"] + ids["globex"], threads["u2"] + threads["globex"])
     # The memories are tombstoned already; a purge now erases them.
     again = admin.delete("/api/v1/subjects/u1?purge=true").json()
