@@ -3,8 +3,9 @@ tenant holds about one end user, across all of its agents.
 
 - `purge=True` (the right to erasure): every memory of the subject is purged exactly as
   `memory_forget(purge=True)` purges one (`lifecycle.purge_content`: text, data, embedding gone,
-  also from its revisions and stored responses; ids, hashes and timestamps stay), and its
-  threads are deleted with their messages and extraction runs.
+  also from its revisions and stored responses; ids, hashes and timestamps stay), so is the
+  history of its memories that retention deleted already, and its threads are deleted with
+  their messages and extraction runs.
 - `purge=False`: its live memories are tombstoned (restorable by an operator) and its messages
   deleted; the threads stay, emptied (no messages, no summary, nothing pending).
 
@@ -38,7 +39,7 @@ from memories.models import (
     Status,
     Thread,
 )
-from memories.services.lifecycle import purge_content, tombstone
+from memories.services.lifecycle import erase_orphaned_revisions, purge_content, tombstone
 from memoryhub.errors import InvalidInput, NotFound
 
 BATCH_SIZE = 500
@@ -92,6 +93,8 @@ def subject_erase(
         memories += _erase_memories(
             tenant.pk, memory_ids[start : start + batch_size], purge, principal.actor, now
         )
+    if purge:
+        erase_orphaned_revisions(tenant_id=tenant.pk, subject_id=subject)
     return ErasureResult(
         subject_id=subject, memories=memories, threads=threads, messages=messages, purged=purge
     )

@@ -233,17 +233,36 @@ def purge_content(memory: Memory, *, actor: str, reason: str, now: datetime) -> 
     return memory
 
 
+# Erases PURGED_FIELDS from the before/after snapshots of the revisions a WHERE picks; its two
+# parameters are the patch (json.dumps(PURGED_FIELDS)).
+_ERASE_REVISIONS = """
+UPDATE memories_memoryrevision r SET
+  before = CASE WHEN jsonb_typeof(r.before) = 'object' THEN r.before || %s::jsonb ELSE r.before END,
+  after = CASE WHEN jsonb_typeof(r.after) = 'object' THEN r.after || %s::jsonb ELSE r.after END
+"""
+
+
 def _erase_revisions(memory: Memory) -> None:
     patch = json.dumps(PURGED_FIELDS)
     with connection.cursor() as cursor:
         cursor.execute(
-            """
-            UPDATE memories_memoryrevision SET
-              before = CASE WHEN jsonb_typeof(before) = 'object'
-                            THEN before || %s::jsonb ELSE before END,
-              after = CASE WHEN jsonb_typeof(after) = 'object'
-                           THEN after || %s::jsonb ELSE after END
-            WHERE tenant_id = %s AND memory_id = %s
-            """,
+            _ERASE_REVISIONS + "WHERE r.tenant_id = %s AND r.memory_id = %s",
             [patch, patch, memory.tenant_id, memory.pk],
         )
+
+
+def erase_orphaned_revisions(*, tenant_id: int, subject_id: str) -> int:
+    """Purge's erasure for the history of a subject's memories that retention has deleted
+    already (their revisions outlive them, content included). Returns the revisions changed."""
+    patch = json.dumps(PURGED_FIELDS)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _ERASE_REVISIONS
+            + """
+            WHERE r.tenant_id = %s
+              AND (r.before ->> 'subject_id' = %s OR r.after ->> 'subject_id' = %s)
+              AND NOT EXISTS (SELECT 1 FROM memories_memory m WHERE m.id = r.memory_id)
+            """,
+            [patch, patch, tenant_id, subject_id, subject_id],
+        )
+        return cursor.rowcount

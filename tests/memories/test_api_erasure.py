@@ -92,6 +92,10 @@ def test_purge_erases_the_subject_across_the_tenants_agents_and_nothing_else(
         HTTP_IDEMPOTENCY_KEY="k1",
     ).json()["memory_id"]
     ids["u1"].append(replayable)
+    # A memory retention deleted already: its history (content included) outlives it.
+    gone = store(key_client(agent), text="Alice's old address", subject_id="u1")
+    Memory.objects.filter(pk=gone).delete()
+    assert "old address" in str(list(MemoryRevision.objects.filter(memory_id=gone).values()))
 
     response = admin.delete("/api/v1/subjects/u1?purge=true")
 
@@ -113,8 +117,10 @@ def test_purge_erases_the_subject_across_the_tenants_agents_and_nothing_else(
             None,
         )
         assert memory.embedding is None
-    history = str(list(MemoryRevision.objects.filter(memory_id__in=ids["u1"]).values()))
+    history = str(list(MemoryRevision.objects.filter(memory_id__in=[*ids["u1"], gone]).values()))
     assert "Alice" not in history and "peanuts" not in history
+    others = str(list(MemoryRevision.objects.exclude(memory_id__in=[*ids["u1"], gone]).values()))
+    assert "Bob likes tea" in others and FACT in others  # u2's, and globex's u1
     assert not IdempotencyRecord.objects.filter(key="k1").exists()
     assert not Thread.objects.filter(pk__in=[t.pk for t in threads["u1"]]).exists()
     assert not Message.objects.filter(thread_id__in=[t.pk for t in threads["u1"]]).exists()
