@@ -11,11 +11,11 @@ from accounts.services import api_key_revoke
 
 @admin.register(Tenant)
 class TenantAdmin(admin.ModelAdmin):
-    """Name and workspace cap are editable. Tenants come from `create_api_key` /
+    """Name, workspace cap and daily extraction token budget are editable. Tenants come from `create_api_key` /
     `create_operator` (no add here), and deleting one would cascade over every memory and
     revision without a purge record (no delete either)."""
 
-    list_display = ("slug", "name", "workspace_cap", "created_at")
+    list_display = ("slug", "name", "workspace_cap", "extraction_daily_token_budget", "created_at")
     search_fields = ("slug", "name")
     readonly_fields = ("slug", "created_at")
 

@@ -52,12 +52,20 @@ def idempotent_response(
     return Response(outcome.body, status=outcome.status)
 
 
-def _forget_options(request: Request) -> tuple[str, bool]:
+def _forget(request: Request, **target: str) -> Response:
+    """DELETE by id or by key: `reason` from the query or the body, `purge` from the query."""
     reason = request.query_params.get("reason")
     if reason is None and isinstance(request.data, dict):
         reason = request.data.get("reason")
     purge = validation.parse_bool(request.query_params.get("purge"), "purge", default=False)
-    return reason or "", purge
+    deleted, forgotten_id = lifecycle.memory_forget(
+        principal=request.user,
+        subject_id=query_subject(request),
+        reason=reason or "",
+        purge=purge,
+        **target,
+    )
+    return Response({"ok": True, "deleted": deleted, "memory_id": forgotten_id})
 
 
 class AgentAPIView(APIView):
@@ -205,15 +213,7 @@ class MemoryDetailView(AgentAPIView):
         responses={200: schema.ForgetResponseSerializer, **schema.WRITE_ERRORS},
     )
     def delete(self, request, memory_id: str):
-        reason, purge = _forget_options(request)
-        deleted, forgotten_id = lifecycle.memory_forget(
-            principal=request.user,
-            memory_id=memory_id,
-            subject_id=query_subject(request),
-            reason=reason,
-            purge=purge,
-        )
-        return Response({"ok": True, "deleted": deleted, "memory_id": forgotten_id})
+        return _forget(request, memory_id=memory_id)
 
 
 class MemoryConfirmView(AgentAPIView):
@@ -273,15 +273,7 @@ class MemoryByKeyView(AgentAPIView):
         responses={200: schema.ForgetResponseSerializer, **schema.WRITE_ERRORS},
     )
     def delete(self, request, key: str):
-        reason, purge = _forget_options(request)
-        deleted, forgotten_id = lifecycle.memory_forget(
-            principal=request.user,
-            key=key,
-            subject_id=query_subject(request),
-            reason=reason,
-            purge=purge,
-        )
-        return Response({"ok": True, "deleted": deleted, "memory_id": forgotten_id})
+        return _forget(request, key=key)
 
 
 class KeysView(AgentAPIView):

@@ -6,8 +6,7 @@ import json
 from urllib.parse import urlencode
 
 from django.contrib import messages
-from django.db import transaction
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.urls import reverse
 from django.views.decorators.http import require_POST
@@ -26,7 +25,8 @@ from memories.console.common import (
 )
 from memories.console.forms import CorrectionForm, TombstoneForm
 from memories.models import CaptureMode, ChangeType, ReviewState, Status
-from memoryhub.errors import Conflict, DomainError, NotFound
+from memories.services import operator_actions
+from memoryhub.errors import Conflict, DomainError
 
 STATUS_CHOICES = (
     [("active", "Active"), ("live", "Live (not expired)")]
@@ -49,13 +49,6 @@ def parse_filters(params) -> dict:
     filters = {name: _clean(params.get(name)) for name in sel.FILTER_FIELDS}
     filters["tags"] = [_clean(t).lower() for t in params.getlist("tag") if _clean(t)]
     return filters
-
-
-def _services():
-    # imported late: the console loads without the write side
-    from memories.services import operator_actions
-
-    return operator_actions
 
 
 # --- list ------------------------------------------------------------------------------------
@@ -158,7 +151,7 @@ def memory_save(request: HttpRequest, memory_id: str) -> HttpResponse:
     try:
         # Called without changes too: the service alone says whether the memory may still be
         # corrected (active, and at the version the form was loaded with).
-        memory = _services().memory_correct(
+        memory = operator_actions.memory_correct(
             tenant=request.tenant,
             memory_id=memory.pk,
             actor=operator_actor(request),
@@ -263,7 +256,7 @@ def memory_tombstone(request: HttpRequest, memory_id: str) -> HttpResponse:
     return _action(
         request,
         memory_id,
-        lambda m: _services().memory_tombstone(
+        lambda m: operator_actions.memory_tombstone(
             tenant=request.tenant, memory_id=m.pk, actor=operator_actor(request), reason=reason
         ),
         "Tombstoned.",
@@ -277,7 +270,7 @@ def memory_restore(request: HttpRequest, memory_id: str) -> HttpResponse:
     return _action(
         request,
         memory_id,
-        lambda m: _services().memory_restore(
+        lambda m: operator_actions.memory_restore(
             tenant=request.tenant, memory_id=m.pk, actor=operator_actor(request)
         ),
         "Restored.",
@@ -291,7 +284,7 @@ def memory_purge(request: HttpRequest, memory_id: str) -> HttpResponse:
     return _action(
         request,
         memory_id,
-        lambda m: _services().memory_purge(
+        lambda m: operator_actions.memory_purge(
             tenant=request.tenant, memory_id=m.pk, actor=operator_actor(request)
         ),
         "Purged: text, data and embedding are erased.",
@@ -305,7 +298,7 @@ def memory_approve(request: HttpRequest, memory_id: str) -> HttpResponse:
     return _action(
         request,
         memory_id,
-        lambda m: _services().memory_approve(
+        lambda m: operator_actions.memory_approve(
             tenant=request.tenant, memory_id=m.pk, actor=operator_actor(request)
         ),
         "Approved.",
@@ -325,7 +318,7 @@ def memory_merge(request: HttpRequest, memory_id: str) -> HttpResponse:
     return _action(
         request,
         memory_id,
-        lambda m: _services().memory_merge(
+        lambda m: operator_actions.memory_merge(
             tenant=request.tenant, keep_id=m.pk, merge_ids=merge_ids, actor=operator_actor(request)
         ),
         f"Merged {len(merge_ids)} into this memory.",
@@ -335,8 +328,13 @@ def memory_merge(request: HttpRequest, memory_id: str) -> HttpResponse:
 # --- bulk ------------------------------------------------------------------------------------
 
 
+def _memories_url(*args, **kwargs) -> str:
+    return reverse("console:memories")
+
+
 @require_role(Role.REVIEWER)
 @require_POST
+@service_errors(back=_memories_url)
 def memory_bulk(request: HttpRequest) -> HttpResponse:
     """`Tombstone selected` / `Add tag` over the checked rows (one transaction)."""
     ids = list(dict.fromkeys(request.POST.getlist("ids")))
@@ -345,32 +343,26 @@ def memory_bulk(request: HttpRequest) -> HttpResponse:
     if not ids:
         messages.error(request, "Select at least one memory.")
         return redirect(safe_next(request, fallback))
-    services, actor = _services(), operator_actor(request)
-    try:
-        if action == "tombstone":
-            reason = (request.POST.get("reason") or "").strip()[:500]
-            with transaction.atomic():
-                for memory_id in ids:
-                    services.memory_tombstone(
-                        tenant=request.tenant, memory_id=memory_id, actor=actor, reason=reason
-                    )
-            message = f"Tombstoned {len(ids)} {'memory' if len(ids) == 1 else 'memories'}."
-        elif action == "tag":
-            tag = (request.POST.get("tag") or "").strip()
-            if not tag:
-                messages.error(request, "Enter a tag to add.")
-                return redirect(safe_next(request, fallback))
-            changed = services.memory_add_tag(
-                tenant=request.tenant, memory_ids=ids, tag=tag, actor=actor
-            )
-            message = f"Tagged {changed} {'memory' if changed == 1 else 'memories'}."
-        else:
-            messages.error(request, "Unknown action.")
+    actor = operator_actor(request)
+    if action == "tombstone":
+        count = operator_actions.memory_bulk_tombstone(
+            tenant=request.tenant,
+            memory_ids=ids,
+            actor=actor,
+            reason=(request.POST.get("reason") or "").strip()[:500],
+        )
+        message = f"Tombstoned {count} {'memory' if count == 1 else 'memories'}."
+    elif action == "tag":
+        tag = (request.POST.get("tag") or "").strip()
+        if not tag:
+            messages.error(request, "Enter a tag to add.")
             return redirect(safe_next(request, fallback))
-    except NotFound as exc:
-        raise Http404 from exc
-    except DomainError as exc:
-        messages.error(request, exc.message)
+        changed = operator_actions.memory_add_tag(
+            tenant=request.tenant, memory_ids=ids, tag=tag, actor=actor
+        )
+        message = f"Tagged {changed} {'memory' if changed == 1 else 'memories'}."
+    else:
+        messages.error(request, "Unknown action.")
         return redirect(safe_next(request, fallback))
     return done(request, message, fallback)
 

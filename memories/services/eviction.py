@@ -20,9 +20,8 @@ from django.db.models import BooleanField, ExpressionWrapper, OrderBy, Q
 from accounts.models import Agent, Tenant
 from memories.clock import resolve_now
 from memories.models import Category, ChangeType, Memory, OwnerCount, Status
-from memories.revisions import revision_write, snapshot
 from memories.services.common import advisory_lock
-from memories.services.writes import conditional_update
+from memories.services.writes import status_change
 
 CAP_ACTOR = "system:cap"
 
@@ -121,20 +120,12 @@ def evict_over_cap(
         .select_for_update(skip_locked=True, of=("self",))[:excess]
     )
     for memory in victims:
-        before = snapshot(memory)
-        conditional_update(
+        status_change(
             memory,
-            fields={"status": Status.EVICTED, "status_changed_at": now},
-            now=now,
-            expected_version=memory.version,
-        )
-        revision_write(
-            memory=memory,
+            status=Status.EVICTED,
             actor=actor,
             change_type=ChangeType.EVICT,
             reason=cap_reason(workspace=agent is None, cap=cap),
-            before=before,
-            after=snapshot(memory),
             now=now,
         )
     return len(victims)

@@ -20,7 +20,13 @@ from memories.models import Category, ChangeType, Memory, Status
 from memories.revisions import revision_write, snapshot
 from memories.services.changes import writable
 from memories.services.common import MAX_RETRIES, clean_reason
-from memories.services.writes import change, conditional_update, reload_active, reload_any
+from memories.services.writes import (
+    change,
+    conditional_update,
+    reload_active,
+    reload_any,
+    status_change,
+)
 from memories.visibility import owned_q
 from memoryhub.errors import Conflict, InvalidInput, NotFound
 
@@ -132,23 +138,14 @@ def thread_end(
     with transaction.atomic():
         threads_close(principal=principal, thread_id=thread_id, subject_id=subject, now=now)
         for memory in rows.order_by("id").select_for_update():
-            before = snapshot(memory)
-            if conditional_update(
+            removed += status_change(
                 memory,
-                fields={"status": Status.EXPIRED, "status_changed_at": now},
+                status=Status.EXPIRED,
+                actor=principal.actor,
+                change_type=ChangeType.EXPIRE,
+                reason="thread ended",
                 now=now,
-                expected_version=memory.version,
-            ):
-                revision_write(
-                    memory=memory,
-                    actor=principal.actor,
-                    change_type=ChangeType.EXPIRE,
-                    reason="thread ended",
-                    before=before,
-                    after=snapshot(memory),
-                    now=now,
-                )
-                removed += 1
+            )
     return removed
 
 

@@ -108,6 +108,27 @@ def memory_tombstone(
     return tombstone(memory, actor=actor, reason=clean_reason(reason), now=now)
 
 
+def memory_bulk_tombstone(
+    *,
+    tenant: Tenant,
+    memory_ids: list[str],
+    actor: str,
+    reason: str = "",
+    now: datetime | None = None,
+) -> int:
+    """`Tombstone selected`: every listed memory or none (one transaction; an id the tenant
+    does not hold is NOT_FOUND). Returns how many were listed."""
+    now = resolve_now(now)
+    reason = clean_reason(reason)
+    ids = list(dict.fromkeys(memory_ids))
+    with transaction.atomic():
+        for memory_id in ids:
+            memory_tombstone(
+                tenant=tenant, memory_id=memory_id, actor=actor, reason=reason, now=now
+            )
+    return len(ids)
+
+
 def memory_restore(
     *, tenant: Tenant, memory_id: str, actor: str, now: datetime | None = None
 ) -> Memory:

@@ -42,6 +42,53 @@ def conditional_update(
     return True
 
 
+def _write_once(
+    memory: Memory,
+    *,
+    values: dict[str, Any],
+    actor: str,
+    change_type: str,
+    reason: str,
+    now: datetime,
+    expected_updated_at: datetime | None = None,
+) -> bool:
+    """One attempt: the compare-and-set at the row's version and, when it wins, the change's
+    one revision. False when the row moved on."""
+    before = snapshot(memory)
+    if not conditional_update(
+        memory,
+        fields=values,
+        now=now,
+        expected_version=memory.version,
+        expected_updated_at=expected_updated_at,
+    ):
+        return False
+    revision_write(
+        memory=memory,
+        actor=actor,
+        change_type=change_type,
+        reason=reason,
+        before=before,
+        after=snapshot(memory),
+        now=now,
+    )
+    return True
+
+
+def status_change(
+    memory: Memory, *, status: str, actor: str, change_type: str, reason: str, now: datetime
+) -> bool:
+    """Move a row this transaction has locked to `status` (eviction, thread end)."""
+    return _write_once(
+        memory,
+        values={"status": status, "status_changed_at": now},
+        actor=actor,
+        change_type=change_type,
+        reason=reason,
+        now=now,
+    )
+
+
 def current_version(memory_id: str, tenant_id: int) -> int | None:
     return (
         Memory.objects.for_tenant(tenant_id)
@@ -72,24 +119,16 @@ def change(
         if cas is not None:
             change_guard(memory, cas)
         values = fields(memory) if callable(fields) else fields
-        before = snapshot(memory)
         with transaction.atomic():
-            if conditional_update(
+            if _write_once(
                 memory,
-                fields=values,
+                values=values,
+                actor=actor,
+                change_type=change_type,
+                reason=reason,
                 now=now,
-                expected_version=memory.version,
                 expected_updated_at=cas.updated_at if cas else None,
             ):
-                revision_write(
-                    memory=memory,
-                    actor=actor,
-                    change_type=change_type,
-                    reason=reason,
-                    before=before,
-                    after=snapshot(memory),
-                    now=now,
-                )
                 return memory
         if cas is not None:
             current = current_version(memory.pk, memory.tenant_id)

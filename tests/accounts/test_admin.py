@@ -132,7 +132,13 @@ def test_tenants_are_read_mostly(superuser_client, tenant):
     assert superuser_client.post(delete_url, {"post": "yes"}).status_code == 403
     change_url = reverse("admin:accounts_tenant_change", args=[tenant.pk])
     response = superuser_client.post(
-        change_url, {"name": "Acme Inc.", "workspace_cap": "50", "slug": "renamed"}
+        change_url,
+        {
+            "name": "Acme Inc.",
+            "workspace_cap": "50",
+            "extraction_daily_token_budget": "0",
+            "slug": "renamed",
+        },
     )
     assert response.status_code == 302, response.content
     assert Tenant.objects.values_list("slug", "name", "workspace_cap").get() == (

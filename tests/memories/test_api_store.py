@@ -71,6 +71,7 @@ def test_store_returns_the_whole_memory_object(api_client, agent):
             "size_bytes": len(b"Prefers email over phone.") + len(b'{"channel":"email"}'),
             "agent": "support-bot",
             "source": "own",
+            "evidence": None,
         },
     }
     assert memory.embedding is not None and len(memory.embedding) == 384

@@ -15,6 +15,7 @@ from memories.services.lifecycle import thread_end
 from memories.services.operator_actions import (
     memory_add_tag,
     memory_approve,
+    memory_bulk_tombstone,
     memory_correct,
     memory_merge,
     memory_purge,
@@ -23,6 +24,7 @@ from memories.services.operator_actions import (
 )
 from memories.services.store import memory_store, memory_store_prepare, memory_store_write
 from memoryhub.errors import Conflict, InvalidInput, NotFound, SecretRejected
+from tests.factories import make_agent
 
 T0 = datetime(2026, 5, 1, 9, 0, tzinfo=UTC)
 OPERATOR = "operator:owner@acme.test"
@@ -141,6 +143,24 @@ def test_operator_actions_stay_in_their_tenant(principal, other_tenant):
         with pytest.raises(NotFound):
             action(tenant=other_tenant, memory_id=memory.id, actor=OPERATOR)
     assert Memory.objects.get().version == 1
+
+
+@pytest.mark.django_db
+def test_bulk_tombstone_is_all_or_none(principal, tenant, other_tenant):
+    a, b = store(principal, 0, text="alpha fact"), store(principal, 1, text="bravo fact")
+    foreign = store(Principal(tenant=other_tenant, agent=make_agent(other_tenant)), 2, text="c")
+    with pytest.raises(NotFound):
+        memory_bulk_tombstone(
+            tenant=tenant, memory_ids=[a.id, foreign.id], actor=OPERATOR, reason="clean"
+        )
+    assert set(Memory.objects.values_list("status", flat=True)) == {"active"}
+    count = memory_bulk_tombstone(
+        tenant=tenant, memory_ids=[a.id, b.id, a.id], actor=OPERATOR, reason="clean"
+    )
+    assert count == 2
+    assert list(
+        Memory.objects.filter(tenant=tenant).values_list("status", "tombstone_reason").distinct()
+    ) == [("tombstoned", "clean")]
 
 
 @pytest.mark.django_db

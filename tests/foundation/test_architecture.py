@@ -1,0 +1,97 @@
+"""The house rules that keep the layout honest (docs/ARCHITECTURE.md): small modules, and no
+import cycles between the application's modules."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("accounts", "memories", "memoryhub")
+MAX_LINES = 600
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            if "migrations" in path.parts:
+                continue
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            found[name] = path
+    return found
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _module_level_imports(path: Path, modules: dict[str, Path]) -> set[str]:
+    """The application modules `path` imports when it is imported (not in functions, not under
+    TYPE_CHECKING): the edges that can form a cycle at import time."""
+    tree = ast.parse(path.read_text())
+    targets: set[str] = set()
+    nodes = list(tree.body)
+    while nodes:
+        node = nodes.pop()
+        if isinstance(node, ast.If) and not _is_type_checking(node):
+            nodes.extend(node.body + node.orelse)
+        elif isinstance(node, ast.Try):
+            nodes.extend(node.body + node.orelse + node.finalbody)
+        elif isinstance(node, ast.Import):
+            targets.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            targets.add(node.module)
+            targets.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return {t for t in targets if t in modules}
+
+
+def test_no_application_module_is_over_600_lines():
+    long = {
+        name: n
+        for name, path in _modules().items()
+        if (n := len(path.read_text().splitlines())) > MAX_LINES
+    }
+    assert long == {}
+
+
+def test_no_import_cycles():
+    modules = _modules()
+    graph = {name: _module_level_imports(path, modules) - {name} for name, path in modules.items()}
+    # A package's __init__ is imported with each submodule; an edge into a submodule also
+    # runs its package's __init__ (and those are docstring-only or pure re-exports here).
+    state: dict[str, int] = {}
+    cycles: list[list[str]] = []
+
+    def visit(name: str, stack: list[str]) -> None:
+        state[name] = 1
+        for target in sorted(graph[name]):
+            if state.get(target) == 1:
+                cycles.append(stack[stack.index(target) :] + [target])
+            elif target not in state:
+                visit(target, [*stack, target])
+        state[name] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+    assert cycles == []
+
+
+def test_the_cycle_check_sees_a_cycle(tmp_path, monkeypatch):
+    """The check above would fail on a real cycle (it is not vacuous)."""
+    for package in PACKAGES:
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text("")
+    (tmp_path / "memories" / "a.py").write_text("from memories import b\n")
+    (tmp_path / "memories" / "b.py").write_text("from memories.a import x\n")
+    monkeypatch.setattr(__import__(__name__, fromlist=["ROOT"]), "ROOT", tmp_path)
+    try:
+        test_no_import_cycles()
+    except AssertionError:
+        return
+    raise AssertionError("a cycle between memories.a and memories.b went unnoticed")
