@@ -7,7 +7,7 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 
 from memories import validation
-from memories.api import schema
+from memories.api import conversation_schema, schema
 from memories.api.views import AgentAPIView
 from memories.services import erasure
 
@@ -25,9 +25,9 @@ class SubjectView(AgentAPIView):
             "this call changed: running it again answers zeros."
         ),
         summary="Erase a subject (right to erasure)",
-        parameters=[schema.SUBJECT_PATH_PARAM, schema.PURGE_PARAM],
+        parameters=[conversation_schema.SUBJECT_PATH_PARAM, conversation_schema.PURGE_PARAM],
         request=None,
-        responses={200: schema.ErasureResponseSerializer, **schema.WRITE_ERRORS},
+        responses={200: conversation_schema.ErasureResponseSerializer, **schema.WRITE_ERRORS},
     )
     def delete(self, request, subject_id: str):
         purge = validation.parse_bool(request.query_params.get("purge"), "purge", default=False)

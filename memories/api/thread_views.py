@@ -9,7 +9,7 @@ from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.parsers import BaseParser, JSONParser
 from rest_framework.response import Response
 
-from memories.api import schema
+from memories.api import conversation_schema, schema
 from memories.api.views import AgentAPIView, idempotent_response, query_subject
 from memories.formation import ingest, threads
 from memories.serialization import ingest_response, message_json, thread_json
@@ -50,9 +50,11 @@ class ThreadMessagesView(AgentAPIView):
         ),
         summary="Add messages to a thread (memories are formed in the background)",
         parameters=[schema.THREAD_PARAM, schema.IDEMPOTENCY_PARAM],
-        request=schema.IngestRequestSerializer,
+        request=conversation_schema.IngestRequestSerializer,
         responses={
-            202: OpenApiResponse(schema.IngestResponseSerializer, description="Accepted"),
+            202: OpenApiResponse(
+                conversation_schema.IngestResponseSerializer, description="Accepted"
+            ),
             **schema.WRITE_ERRORS,
         },
     )
@@ -74,8 +76,8 @@ class ThreadMessagesView(AgentAPIView):
             f"`next_cursor` for the next page. {THREAD_NOT_FOUND}"
         ),
         summary="Page a thread's messages",
-        parameters=[schema.THREAD_PARAM, schema.MessagesQuerySerializer],
-        responses={200: schema.MessagesResponseSerializer, **schema.READ_ERRORS},
+        parameters=[schema.THREAD_PARAM, conversation_schema.MessagesQuerySerializer],
+        responses={200: conversation_schema.MessagesResponseSerializer, **schema.READ_ERRORS},
     )
     def get(self, request, thread_id: str):
         params = request.query_params
@@ -107,7 +109,7 @@ class ThreadDetailView(AgentAPIView):
         ),
         summary="A thread and its extraction state",
         parameters=[schema.THREAD_PARAM, schema.SUBJECT_PARAM],
-        responses={200: schema.ThreadResponseSerializer, **schema.READ_ERRORS},
+        responses={200: conversation_schema.ThreadResponseSerializer, **schema.READ_ERRORS},
     )
     def get(self, request, thread_id: str):
         status = threads.thread_status(
@@ -129,7 +131,9 @@ class ThreadExtractView(AgentAPIView):
         parameters=[schema.THREAD_PARAM, schema.SUBJECT_PARAM, schema.IDEMPOTENCY_PARAM],
         request=None,
         responses={
-            202: OpenApiResponse(schema.ExtractResponseSerializer, description="Accepted"),
+            202: OpenApiResponse(
+                conversation_schema.ExtractResponseSerializer, description="Accepted"
+            ),
             **schema.WRITE_ERRORS,
         },
     )
