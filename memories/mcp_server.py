@@ -32,11 +32,19 @@ from rest_framework.exceptions import Throttled
 from accounts.authentication import authenticate_key, bearer_token
 from accounts.principal import Principal
 from memories import idempotency, selectors, validation
+from memories.formation import ingest
 from memories.ratelimit import KeyRateThrottle
 from memories.retrieval import hydrate, search
-from memories.serialization import memory_json, store_response
+from memories.serialization import ingest_response, memory_json, store_response
 from memories.services import lifecycle, store
-from memoryhub.errors import DomainError, InvalidInput, envelope, error_for_exception
+from memoryhub.errors import (
+    DomainError,
+    InvalidInput,
+    PayloadTooLarge,
+    envelope,
+    error_for_exception,
+)
+from memoryhub.middleware import body_limit
 
 MCP_PATH = "/mcp"
 PRINCIPAL_SCOPE_KEY = "memoryhub.principal"
@@ -55,6 +63,9 @@ the last write); `conversation` only for this run (needs `thread_id`, removed wh
 ends); `workspace` facts shared with every agent of the team; `archival` long-tail detail that
 is never preloaded, only found by search. Never store secrets (keys, tokens, passwords): they
 are rejected.
+Besides storing facts yourself, you may hand over the conversation with `memory_ingest`:
+MemoryHub then forms memories from it in the background. Store explicitly what you need at
+once; ingest so that the rest is not lost.
 """
 
 # The arguments of the tool call being run, as sent (see the module docstring).
@@ -346,6 +357,50 @@ async def memory_hydrate(
     return await _call(hydrate.memory_hydrate, principal=principal, data=args)
 
 
+@mcp.tool(
+    description=(
+        "Hand MemoryHub the conversation itself; it forms memories from it in the background "
+        "(no wait on your turn) and keeps what lasts: facts about the user, preferences, "
+        "decisions, corrections of what it knew. Send the turns as they happen, or the whole "
+        "conversation again at the end: messages it already holds (same role, content and "
+        "created_at) are skipped, so give each message its created_at to resend safely. "
+        "Use memory_store instead for a fact you must be able to rely on at once or under a "
+        "stable key; use memory_ingest so that nothing worth remembering is lost. Secrets in "
+        "messages are redacted before anything is stored. `extract`: auto (default: once the "
+        "thread is idle), now, or off (store only). Returns accepted, duplicates, redacted and "
+        "the extraction state (scheduled, queued, off, or disabled when no model is set up)."
+    )
+)
+async def memory_ingest(
+    ctx: Context,
+    thread_id: Annotated[str, Field(description="This conversation's id (yours, opaque)")],
+    messages: Annotated[
+        list[dict[str, Any]],
+        Field(
+            description="1-100 messages, oldest first: {role: user | assistant | system | tool, "
+            "content: text up to 32,000 characters, name?: speaker, created_at?: ISO 8601}"
+        ),
+    ],
+    subject_id: SubjectId = None,
+    extract: Literal["auto", "now", "off"] | None = None,
+) -> dict[str, Any]:
+    principal, args = _principal(ctx), _arguments()
+    data = {name: value for name, value in args.items() if name != "thread_id"}
+
+    def run():
+        return idempotency.respond(
+            principal=principal,
+            operation="thread_messages",
+            payload=args,
+            key=None,
+            action=lambda _: ingest_response(
+                ingest.thread_messages_add(principal=principal, thread_id=thread_id, data=data)
+            ),
+        ).body
+
+    return await _call(run)
+
+
 # Unknown arguments are refused (INVALID_INPUT): say so in every tool's schema.
 for _tool in mcp._tool_manager.list_tools():
     _tool.parameters["additionalProperties"] = False
@@ -426,6 +481,11 @@ async def mcp_application(scope, receive, send):
         await _mcp_app()(scope, receive, send)
         return
     headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+    length, limit = headers.get("content-length", ""), body_limit(MCP_PATH)
+    if length.isdigit() and int(length) > limit:
+        err = PayloadTooLarge(details={"limit_bytes": limit})
+        await _send_json(send, err.status, envelope(err.code, err.message, err.details), [])
+        return
     try:
         principal = await sync_to_async(_authenticate, thread_sensitive=False)(
             bearer_token(headers.get("authorization"))

@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING, Any
 from django.db import models
 
 from accounts.models import Agent
-from memories.models import PUBLIC_FIELDS, Memory
+from memories.models import PUBLIC_FIELDS, Memory, Message, Thread
 from memories.visibility import source_label
 
 if TYPE_CHECKING:
+    from memories.formation.ingest import IngestResult
     from memories.services.store import StoreResult
 
 # Written from the owner and the viewer, not from a column of their own: `agent` is the owner's
@@ -144,3 +145,41 @@ def memory_json_sql(table: str = "m", owner: str = "o") -> str:
         for i, name in enumerate(PUBLIC_FIELDS)
     ]
     return "(" + " || ".join(parts) + " || '}')"
+
+
+# --- conversations (SPEC §11) ------------------------------------------------------------------
+
+
+def ingest_response(result: IngestResult) -> tuple[int, dict[str, Any]]:
+    """`POST /threads/{id}/messages` and MCP `memory_ingest`: 202 and the SPEC body."""
+    return 202, {
+        "ok": True,
+        "thread_id": result.thread.thread_id,
+        "accepted": result.accepted,
+        "duplicates": result.duplicates,
+        "redacted": result.redacted,
+        "extraction": result.extraction,
+    }
+
+
+def thread_json(thread: Thread, extraction: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "thread_id": thread.thread_id,
+        "subject_id": thread.subject_id,
+        "message_count": thread.message_count,
+        "summary": thread.summary,
+        "last_message_at": iso(thread.last_message_at),
+        "ended_at": iso(thread.ended_at),
+        "extraction": extraction,
+    }
+
+
+def message_json(message: Message) -> dict[str, Any]:
+    return {
+        "seq": message.seq,
+        "role": message.role,
+        "content": message.content,
+        "name": message.name,
+        "created_at": iso(message.created_at),
+        "redactions": list(message.redactions),
+    }

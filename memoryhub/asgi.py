@@ -9,7 +9,8 @@ connections live as long as the threads; `MEMORYHUB_WEB_THREADS` sizes it. Strea
 
 WSGI knows a request body's length only from `Content-Length`; a chunked body (no length) would
 reach Django empty. Such a body is read here first, up to `MEMORYHUB_MAX_BODY_BYTES` (413
-beyond, as for a declared length), and handed on with its length.
+beyond, as for a declared length; a conversation's messages may be larger: `body_limit`),
+and handed on with its length.
 
 The MCP app's lifespan (its session manager) runs with the server's; Django has no lifespan
 handler, so lifespan events go to the MCP app only.
@@ -29,13 +30,14 @@ from django.conf import settings  # noqa: E402  (after setup)
 
 from memories.mcp_server import MCP_PATH, mcp_application  # noqa: E402  (needs Django set up)
 from memoryhub.errors import PayloadTooLarge, envelope  # noqa: E402
+from memoryhub.middleware import body_limit  # noqa: E402
 from memoryhub.renderers import FastJSONRenderer  # noqa: E402
 
 django_wsgi_pool = WSGIMiddleware(django_wsgi, workers=settings.MEMORYHUB_WEB_THREADS)
 
 
-async def _send_too_large(send) -> None:
-    err = PayloadTooLarge(details={"limit_bytes": settings.DATA_UPLOAD_MAX_MEMORY_SIZE})
+async def _send_too_large(send, limit: int) -> None:
+    err = PayloadTooLarge(details={"limit_bytes": limit})
     body = FastJSONRenderer().render(envelope(err.code, err.message, err.details))
     headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
     await send({"type": "http.response.start", "status": err.status, "headers": headers})
@@ -52,13 +54,14 @@ async def django_application(scope, receive, send):
         await django_wsgi_pool(scope, receive, send)  # no body at all
         return
     body = bytearray()
+    limit = body_limit(scope.get("path", ""))
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
             return
         body += message.get("body", b"")
-        if len(body) > settings.DATA_UPLOAD_MAX_MEMORY_SIZE:
-            await _send_too_large(send)
+        if len(body) > limit:
+            await _send_too_large(send, limit)
             return
         if not message.get("more_body", False):
             break

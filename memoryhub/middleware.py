@@ -6,6 +6,9 @@ own; an agent must always get the envelope of SPEC §4 instead.
 
 from __future__ import annotations
 
+import re
+
+from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse
 
@@ -18,10 +21,21 @@ from memoryhub.errors import (
 )
 
 API_PREFIXES = ("/api/", "/healthz")
+# `POST /api/v1/threads/{thread_id}/messages` takes up to 100 messages of 32,000 characters.
+MESSAGES_PATH = re.compile(r"^/api/v1/threads/.+/messages/?$", re.DOTALL)
 
 
 def is_api_path(path: str) -> bool:
     return path.startswith(API_PREFIXES)
+
+
+def body_limit(path: str) -> int:
+    """The largest request body `path` accepts, in bytes: `MEMORYHUB_MAX_BODY_BYTES`, and the
+    larger `MEMORYHUB_MAX_MESSAGES_BODY_BYTES` for a conversation's messages (and `/mcp`,
+    whose `memory_ingest` carries the same batch)."""
+    if MESSAGES_PATH.match(path) or path.rstrip("/") == "/mcp":
+        return max(settings.MEMORYHUB_MAX_MESSAGES_BODY_BYTES, settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+    return settings.DATA_UPLOAD_MAX_MEMORY_SIZE
 
 
 class ApiErrorMiddleware:
@@ -31,12 +45,9 @@ class ApiErrorMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse:
         if is_api_path(request.path):
             length = request.META.get("CONTENT_LENGTH")
-            from django.conf import settings
-
-            if length and length.isdigit() and int(length) > settings.DATA_UPLOAD_MAX_MEMORY_SIZE:
-                return json_error_response(
-                    PayloadTooLarge(details={"limit_bytes": settings.DATA_UPLOAD_MAX_MEMORY_SIZE})
-                )
+            limit = body_limit(request.path)
+            if length and length.isdigit() and int(length) > limit:
+                return json_error_response(PayloadTooLarge(details={"limit_bytes": limit}))
         response = self.get_response(request)
         if (
             is_api_path(request.path)

@@ -173,9 +173,17 @@ SPECTACULAR_SETTINGS = {
 }
 # Request bodies above this many bytes are refused with 413 PAYLOAD_TOO_LARGE.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("MEMORYHUB_MAX_BODY_BYTES", 1_048_576)
+# ...except a conversation's messages (`POST /api/v1/threads/{id}/messages`, MCP `memory_ingest`):
+# 100 messages of 32,000 characters fit however a client writes them, even as `\uXXXX\uXXXX`
+# escapes of characters outside the BMP (12 bytes each), plus 1 MiB for the JSON around them.
+MEMORYHUB_MAX_MESSAGES_BODY_BYTES = env_int(
+    "MEMORYHUB_MAX_MESSAGES_BODY_BYTES", 100 * 32_000 * 12 + 1_048_576
+)
 MAX_TEXT_CHARS = env_int("MAX_TEXT_CHARS", 16000)
 MEMORYHUB_MAX_DATA_BYTES = env_int("MEMORYHUB_MAX_DATA_BYTES", 65536)
 MEMORYHUB_RETENTION_DAYS = env_int("MEMORYHUB_RETENTION_DAYS", 30)
+# Messages of a thread ended this many days ago are deleted by `purge_retention` (SPEC §11).
+MEMORYHUB_MESSAGE_RETENTION_DAYS = env_int("MEMORYHUB_MESSAGE_RETENTION_DAYS", 30)
 MEMORYHUB_RATE_LIMIT_PER_MINUTE = env_int("MEMORYHUB_RATE_LIMIT_PER_MINUTE", 0)  # 0 = off
 
 # --- Embeddings -------------------------------------------------------------------------------

@@ -149,6 +149,12 @@ class MentionOutSerializer(serializers.Serializer):
     type = serializers.CharField()
 
 
+class EvidenceSerializer(serializers.Serializer):
+    thread_id = serializers.CharField()
+    messages = serializers.ListField(child=serializers.IntegerField(min_value=1))
+    run_id = serializers.IntegerField()
+
+
 class MemorySerializer(serializers.Serializer):
     id = serializers.CharField(help_text="`mem_` + ULID")
     key = serializers.CharField(allow_null=True)
@@ -174,6 +180,11 @@ class MemorySerializer(serializers.Serializer):
     size_bytes = serializers.IntegerField(min_value=0)
     agent = serializers.CharField(allow_null=True, help_text="Owner slug; null for workspace")
     source = serializers.CharField(help_text="`own`, `workspace` or `shared:<agent-slug>`")
+    evidence = EvidenceSerializer(
+        allow_null=True,
+        help_text="For a memory formed from a conversation: the messages it came from; null "
+        "for explicit stores",
+    )
 
 
 # --- requests ---------------------------------------------------------------------------------

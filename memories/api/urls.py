@@ -3,6 +3,13 @@ from django.urls import path
 from memories.api import views
 from memories.api.export import ExportMarkdownView
 from memories.api.retrieval_views import HydrateView, SearchView
+from memories.api.subject_views import SubjectView
+from memories.api.thread_views import (
+    ThreadDetailView,
+    ThreadEndView,
+    ThreadExtractView,
+    ThreadMessagesView,
+)
 
 urlpatterns = [
     path("whoami", views.WhoAmIView.as_view(), name="api-whoami"),
@@ -18,5 +25,16 @@ urlpatterns = [
     path("search", SearchView.as_view(), name="api-search"),
     path("hydrate", HydrateView.as_view(), name="api-hydrate"),
     path("export.md", ExportMarkdownView.as_view(), name="api-export-md"),
-    path("threads/<path:thread_id>/end", views.ThreadEndView.as_view(), name="api-thread-end"),
+    # `<path:thread_id>` takes slashes too: the suffixed routes must come before the bare one.
+    path(
+        "threads/<path:thread_id>/messages",
+        ThreadMessagesView.as_view(),
+        name="api-thread-messages",
+    ),
+    path(
+        "threads/<path:thread_id>/extract", ThreadExtractView.as_view(), name="api-thread-extract"
+    ),
+    path("threads/<path:thread_id>/end", ThreadEndView.as_view(), name="api-thread-end"),
+    path("threads/<path:thread_id>", ThreadDetailView.as_view(), name="api-thread"),
+    path("subjects/<path:subject_id>", SubjectView.as_view(), name="api-subject"),
 ]

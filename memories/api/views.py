@@ -20,7 +20,7 @@ from memories.serialization import memory_json, store_response
 from memories.services import changes, lifecycle, store
 
 
-def _subject(request: Request) -> str | None:
+def query_subject(request: Request) -> str | None:
     return request.query_params.get("subject_id") or None
 
 
@@ -33,7 +33,7 @@ def _with_etag(response: Response, memory) -> Response:
     return response
 
 
-def _idempotent(
+def idempotent_response(
     request: Request,
     operation: str,
     payload: Any,
@@ -60,7 +60,7 @@ def _forget(request: Request, **target: str) -> Response:
     purge = validation.parse_bool(request.query_params.get("purge"), "purge", default=False)
     deleted, forgotten_id = lifecycle.memory_forget(
         principal=request.user,
-        subject_id=_subject(request),
+        subject_id=query_subject(request),
         reason=reason or "",
         purge=purge,
         **target,
@@ -151,7 +151,7 @@ class MemoriesView(AgentAPIView):
     )
     def post(self, request):
         principal, data = request.user, request.data
-        return _idempotent(
+        return idempotent_response(
             request,
             "store",
             data,
@@ -175,7 +175,7 @@ class MemoryDetailView(AgentAPIView):
     )
     def get(self, request, memory_id: str):
         memory = selectors.memory_get(
-            principal=request.user, memory_id=memory_id, subject_id=_subject(request)
+            principal=request.user, memory_id=memory_id, subject_id=query_subject(request)
         )
         return _with_etag(Response(_memory_body(request, memory)), memory)
 
@@ -197,7 +197,7 @@ class MemoryDetailView(AgentAPIView):
             memory_id=memory_id,
             data=request.data,
             if_match=request.headers.get("If-Match"),
-            subject_id=_subject(request),
+            subject_id=query_subject(request),
         )
         return _with_etag(Response(_memory_body(request, memory)), memory)
 
@@ -230,7 +230,7 @@ class MemoryConfirmView(AgentAPIView):
         responses={200: schema.MemoryResponseSerializer, **schema.WRITE_ERRORS},
     )
     def post(self, request, memory_id: str):
-        subject_id = _subject(request)
+        subject_id = query_subject(request)
 
         def action(_) -> tuple[int, dict]:
             memory = changes.memory_confirm(
@@ -239,7 +239,7 @@ class MemoryConfirmView(AgentAPIView):
             return 200, _memory_body(request, memory)
 
         payload = {"memory_id": memory_id, "subject_id": subject_id}
-        return _idempotent(request, "confirm", payload, action)
+        return idempotent_response(request, "confirm", payload, action)
 
 
 class MemoryByKeyView(AgentAPIView):
@@ -256,7 +256,7 @@ class MemoryByKeyView(AgentAPIView):
     )
     def get(self, request, key: str):
         memory = selectors.memory_recall(
-            principal=request.user, key=key, subject_id=_subject(request)
+            principal=request.user, key=key, subject_id=query_subject(request)
         )
         if memory is None:
             return Response({"ok": True, "memory": None})
@@ -291,28 +291,7 @@ class KeysView(AgentAPIView):
     def get(self, request):
         keys = selectors.memory_keys(
             principal=request.user,
-            subject_id=_subject(request),
+            subject_id=query_subject(request),
             category=request.query_params.get("category") or None,
         )
         return Response({"ok": True, "keys": keys})
-
-
-class ThreadEndView(AgentAPIView):
-    @extend_schema(
-        operation_id="threads_end",
-        description=(
-            "Ends a run: the thread's `conversation` memories are marked expired (one revision "
-            "each, reason `thread ended`); a subject-bound key ends only its subject's. "
-            "`removed` counts them."
-        ),
-        summary="End a thread: its conversation memories are removed",
-        parameters=[schema.THREAD_PARAM, schema.IDEMPOTENCY_PARAM],
-        request=None,
-        responses={200: schema.ThreadEndResponseSerializer, **schema.WRITE_ERRORS},
-    )
-    def post(self, request, thread_id: str):
-        def action(_) -> tuple[int, dict]:
-            removed = lifecycle.thread_end(principal=request.user, thread_id=thread_id)
-            return 200, {"ok": True, "removed": removed}
-
-        return _idempotent(request, "thread_end", {"thread_id": thread_id}, action)

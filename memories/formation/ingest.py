@@ -15,7 +15,7 @@ from django.db import transaction
 
 from accounts.models import Extraction
 from accounts.principal import Principal
-from memories import validation
+from memories import cursors, validation
 from memories.clock import resolve_now
 from memories.formation.llm import llm_configured
 from memories.models import MAX_MESSAGE_CHARS, Message, Role, Thread
@@ -25,6 +25,8 @@ from memories.serialization import iso
 from memoryhub.errors import InvalidInput, NotFound
 
 MAX_BATCH = 100
+MESSAGE_PAGE, MAX_MESSAGE_PAGE = 50, 200
+MAX_SEQ = 2**31 - 1  # the seq column is a PostgreSQL integer
 INGEST_FIELDS = frozenset({"messages", "subject_id", "extract"})
 MESSAGE_FIELDS = frozenset({"role", "content", "name", "created_at"})
 EXTRACT_CHOICES = ("auto", "now", "off")
@@ -179,6 +181,9 @@ def thread_messages_add(
             thread.last_seq += len(rows)
             thread.message_count += len(rows)
             thread.last_message_at = now
+            # New messages reopen an ended thread: the conversation goes on, and retention
+            # (which counts from `ended_at`) must not take them.
+            thread.ended_at = None
         thread.updated_at = now
         extraction = _extraction_after_ingest(principal, thread, extract, now)
         thread.save()
@@ -215,12 +220,53 @@ def _extraction_after_ingest(
 # --- reads -----------------------------------------------------------------------------------
 
 
-def thread_get(*, principal: Principal, thread_id: str, subject_id: str | None = None) -> Thread:
-    """The agent's thread for the subject; another agent's, subject's or tenant's is NOT_FOUND."""
-    principal.require_scope("read")
+def thread_find(*, principal: Principal, thread_id: str, subject_id: str | None = None) -> Thread:
+    """The agent's thread for the subject, whatever the key's scopes (callers check them);
+    another agent's, subject's or tenant's thread is NOT_FOUND, like a missing one."""
     thread_id = validation.identifier(thread_id, "thread_id")
     subject_id = principal.resolve_subject(validation.identifier(subject_id, "subject_id"))
     thread = _thread_qs(principal, thread_id, subject_id).first() if thread_id else None
     if thread is None:
         raise NotFound("No such thread")
     return thread
+
+
+def thread_get(*, principal: Principal, thread_id: str, subject_id: str | None = None) -> Thread:
+    """The agent's thread for the subject; another agent's, subject's or tenant's is NOT_FOUND."""
+    principal.require_scope("read")
+    return thread_find(principal=principal, thread_id=thread_id, subject_id=subject_id)
+
+
+def thread_messages(
+    *,
+    principal: Principal,
+    thread_id: str,
+    subject_id: str | None = None,
+    cursor: str | None = None,
+    limit: Any = None,
+) -> tuple[list[Message], str | None]:
+    """One page of the thread's messages in `seq` order, and the next page's cursor (None on
+    the last page). The cursor names the last seq returned; seqs only grow, so a walk returns
+    every message once, and messages added during it come on later pages."""
+    thread = thread_get(principal=principal, thread_id=thread_id, subject_id=subject_id)
+    limit = validation.parse_limit(limit, default=MESSAGE_PAGE, maximum=MAX_MESSAGE_PAGE)
+    after = _seq_cursor(cursor) if cursor else 0
+    rows = list(
+        Message.objects.for_tenant(principal.tenant)
+        .filter(thread=thread, seq__gt=after)
+        .order_by("seq")[: limit + 1]
+    )
+    if len(rows) <= limit:
+        return rows, None
+    rows = rows[:limit]
+    return rows, cursors.encode([rows[-1].seq])
+
+
+def _seq_cursor(cursor: str) -> int:
+    try:
+        (seq,) = cursors.decode(cursor)
+        if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq <= MAX_SEQ:
+            raise ValueError
+    except (ValueError, TypeError):
+        raise InvalidInput("'cursor' is not a cursor this API returned", field="cursor") from None
+    return seq

@@ -6,6 +6,11 @@
   where the memory went; earlier revisions stay (the history outlives the row, as designed in
   `MemoryRevision`). Erasing content from history is the operator's `Purge`, not retention.
 - Idempotency records older than 24 h are deleted (their replay window is over).
+- Messages of threads ended at least `message_days` (settings.MEMORYHUB_MESSAGE_RETENTION_DAYS,
+  default 30) before now are deleted (SPEC §11); the thread stays with its summary and counts,
+  its message count goes down, and its watermarks move to its last message (what is gone
+  cannot be extracted). A thread that got new messages since was reopened by them (its
+  `ended_at` is cleared) and keeps them.
 
 Batches are one statement each (`FOR UPDATE SKIP LOCKED`, re-checked in the DELETE), walked
 tenant by tenant so the scan follows `memory_inactive_idx`, which leads with the tenant. A
@@ -69,6 +74,42 @@ revisions AS (
 SELECT (SELECT count(*) FROM picked), (SELECT count(*) FROM revisions)
 """
 
+# Threads are locked (SKIP LOCKED) before their messages go: an ingest into one of them holds
+# the same lock, so it either reopens the thread first or adds its messages after the batch.
+ENDED = "t.ended_at <= %(cutoff)s AND t.message_count > 0"
+DELETE_MESSAGES = f"""
+WITH threads AS (
+    SELECT t.id FROM memories_thread t
+    WHERE t.tenant_id = %(tenant_id)s AND {ENDED}
+    ORDER BY t.ended_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+picked AS (
+    SELECT m.id FROM memories_message m
+    WHERE m.tenant_id = %(tenant_id)s AND m.thread_id = ANY (ARRAY(SELECT id FROM threads))
+    LIMIT %(limit)s
+),
+gone AS (
+    DELETE FROM memories_message m
+    WHERE m.id = ANY (ARRAY(SELECT id FROM picked))
+    RETURNING m.thread_id
+),
+counted AS (
+    SELECT thread_id, count(*) AS n FROM gone GROUP BY thread_id
+),
+emptied AS (
+    UPDATE memories_thread t SET
+        message_count = greatest(t.message_count - c.n, 0),
+        extracted_seq = t.last_seq,
+        summarized_seq = t.last_seq,
+        extraction_due_at = NULL
+    FROM counted c
+    WHERE t.id = c.thread_id
+)
+SELECT (SELECT count(*) FROM picked), (SELECT count(*) FROM gone)
+"""
+
 DELETE_IDEMPOTENCY = f"""
 WITH picked AS (
     SELECT m.id FROM memories_idempotencyrecord m
@@ -113,13 +154,15 @@ def purge_retention(
     *,
     now: datetime | None = None,
     days: int | None = None,
+    message_days: int | None = None,
     dry_run: bool = False,
     batch_size: int = DEFAULT_BATCH_SIZE,
     tenant_id: int | None = None,
     per_tenant: TenantCounts | None = None,
     progress: Progress | None = None,
 ) -> dict[str, int]:
-    """Delete memories retired `days` ago or more and idempotency records past 24 h.
+    """Delete memories retired `days` ago or more, idempotency records past 24 h and the
+    messages of threads ended `message_days` ago or more.
 
     `tenant_id` limits the run to one tenant; `per_tenant` collects each tenant's share.
     """
@@ -132,6 +175,9 @@ def purge_retention(
         "reason": f"retention: {days} days after leaving active",
     }
     idempotency_params = {"cutoff": now - IDEMPOTENCY_TTL, "scope_tenant_id": tenant_id}
+    if message_days is None:
+        message_days = settings.MEMORYHUB_MESSAGE_RETENTION_DAYS
+    message_params = {"cutoff": now - timedelta(days=message_days)}
     if dry_run:
         counts = {}
         for key, sql, params in (
@@ -149,9 +195,17 @@ def purge_retention(
             counts[key] = sum(n for _, n in by_tenant)
             if per_tenant is not None:
                 per_tenant.add(key, by_tenant)
+        by_tenant = fetch_all(
+            "SELECT m.tenant_id, sum(m.message_count)::bigint FROM memories_thread m "
+            f"WHERE m.ended_at <= %(cutoff)s AND {TENANT_SCOPE} GROUP BY m.tenant_id",
+            dict(message_params, scope_tenant_id=tenant_id),
+        )
+        counts["messages_deleted"] = sum(n for _, n in by_tenant)
+        if per_tenant is not None:
+            per_tenant.add("messages_deleted", by_tenant)
         report(progress, f"purge_retention (dry run): would delete {counts}")
         return counts
-    deleted = 0
+    deleted = messages = 0
     for (each_tenant,) in fetch_all(
         "SELECT id FROM accounts_tenant WHERE %(scope)s::bigint IS NULL OR id = %(scope)s "
         "ORDER BY id",
@@ -165,10 +219,20 @@ def purge_retention(
             label=f"memories of tenant {each_tenant}",
         )
         deleted += removed
+        gone = _drain(
+            DELETE_MESSAGES,
+            dict(message_params, tenant_id=each_tenant),
+            batch_size=batch_size,
+            progress=progress,
+            label=f"messages of ended threads of tenant {each_tenant}",
+        )
+        messages += gone
         if per_tenant is not None:
             per_tenant.add("memories_deleted", [(each_tenant, removed)])
+            per_tenant.add("messages_deleted", [(each_tenant, gone)])
     return {
         "memories_deleted": deleted,
+        "messages_deleted": messages,
         "idempotency_deleted": _drain(
             DELETE_IDEMPOTENCY,
             idempotency_params,

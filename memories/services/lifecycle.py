@@ -104,26 +104,41 @@ def _is_live(memory: Memory, now: datetime) -> bool:
     return memory.status == Status.ACTIVE and (memory.expires_at is None or memory.expires_at > now)
 
 
-def thread_end(*, principal: Principal, thread_id: str, now: datetime | None = None) -> int:
-    """End a run: its `conversation` memories are marked expired (one revision each).
+def thread_end(
+    *,
+    principal: Principal,
+    thread_id: str,
+    subject_id: str | None = None,
+    now: datetime | None = None,
+) -> int:
+    """End a run: its `conversation` memories are marked expired (one revision each), and its
+    stored thread (SPEC §11) gets a last extraction of its pending messages, queued first in
+    the same transaction, and `ended_at` (from which message retention counts).
 
-    A key bound to a subject ends only that subject's (and subject-less) memories of the thread.
+    A subject (`subject_id`, or the key's bound one) narrows it to that subject's thread and its
+    subject's (and subject-less) memories; without one every subject's are ended. Returns how
+    many memories were removed.
     """
+    # formation.runs → formation.apply → this module: imported here to break the cycle.
+    from memories.formation.threads import threads_close
+
     principal.require_scope("write")
     now = resolve_now(now)
     scan_secrets({"thread_id": thread_id})
     thread_id = validation.identifier(thread_id, "thread_id")
     if thread_id is None:
         raise InvalidInput("'thread_id' is required", field="thread_id")
+    subject = principal.resolve_subject(validation.identifier(subject_id, "subject_id"))
     rows = (
         Memory.objects.for_tenant(principal.tenant)
         .filter(agent=principal.agent, category=Category.CONVERSATION, thread_id=thread_id)
         .filter(status=Status.ACTIVE)
     )
-    if principal.bound_subject is not None:
-        rows = rows.filter(Q(subject_id__isnull=True) | Q(subject_id=principal.bound_subject))
+    if subject is not None:
+        rows = rows.filter(Q(subject_id__isnull=True) | Q(subject_id=subject))
     removed = 0
     with transaction.atomic():
+        threads_close(principal=principal, thread_id=thread_id, subject_id=subject, now=now)
         for memory in rows.order_by("id").select_for_update():
             removed += status_change(
                 memory,
@@ -217,17 +232,36 @@ def purge_content(memory: Memory, *, actor: str, reason: str, now: datetime) -> 
     return memory
 
 
+# Erases PURGED_FIELDS from the before/after snapshots of the revisions a WHERE picks; its two
+# parameters are the patch (json.dumps(PURGED_FIELDS)).
+_ERASE_REVISIONS = """
+UPDATE memories_memoryrevision r SET
+  before = CASE WHEN jsonb_typeof(r.before) = 'object' THEN r.before || %s::jsonb ELSE r.before END,
+  after = CASE WHEN jsonb_typeof(r.after) = 'object' THEN r.after || %s::jsonb ELSE r.after END
+"""
+
+
 def _erase_revisions(memory: Memory) -> None:
     patch = json.dumps(PURGED_FIELDS)
     with connection.cursor() as cursor:
         cursor.execute(
-            """
-            UPDATE memories_memoryrevision SET
-              before = CASE WHEN jsonb_typeof(before) = 'object'
-                            THEN before || %s::jsonb ELSE before END,
-              after = CASE WHEN jsonb_typeof(after) = 'object'
-                           THEN after || %s::jsonb ELSE after END
-            WHERE tenant_id = %s AND memory_id = %s
-            """,
+            _ERASE_REVISIONS + "WHERE r.tenant_id = %s AND r.memory_id = %s",
             [patch, patch, memory.tenant_id, memory.pk],
         )
+
+
+def erase_orphaned_revisions(*, tenant_id: int, subject_id: str) -> int:
+    """Purge's erasure for the history of a subject's memories that retention has deleted
+    already (their revisions outlive them, content included). Returns the revisions changed."""
+    patch = json.dumps(PURGED_FIELDS)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _ERASE_REVISIONS
+            + """
+            WHERE r.tenant_id = %s
+              AND (r.before ->> 'subject_id' = %s OR r.after ->> 'subject_id' = %s)
+              AND NOT EXISTS (SELECT 1 FROM memories_memory m WHERE m.id = r.memory_id)
+            """,
+            [patch, patch, tenant_id, subject_id, subject_id],
+        )
+        return cursor.rowcount

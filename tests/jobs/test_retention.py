@@ -9,8 +9,11 @@ import pytest
 from django.core.management import call_command
 from django.test import override_settings
 
+from accounts.principal import Principal
+from memories.formation.ingest import thread_messages_add
 from memories.jobs.retention import purge_retention
-from memories.models import IdempotencyRecord, JobRun, Memory, MemoryRevision
+from memories.models import IdempotencyRecord, JobRun, Memory, MemoryRevision, Message, Thread
+from tests.factories import make_agent
 from tests.jobs.conftest import NOW, add_memories, ago, last_json_line
 
 pytestmark = pytest.mark.django_db
@@ -39,7 +42,7 @@ def test_retired_memories_past_retention_are_deleted(tenant, agent):
 
     counts = purge_retention(now=NOW)
 
-    assert counts == {"memories_deleted": 4, "idempotency_deleted": 0}
+    assert counts == {"memories_deleted": 4, "idempotency_deleted": 0, "messages_deleted": 0}
     assert [exists(m) for m in old] == [False, False, False]
     assert (exists(recent), exists(at_cutoff), exists(restored)) == (True, False, True)
     revision = MemoryRevision.objects.get(memory_id=old[0].pk)
@@ -61,7 +64,11 @@ def test_days_option_and_setting_choose_the_period(tenant, agent):
     out = StringIO()
     call_command("purge_retention", "--now", NOW.isoformat(), "--days", "7", stdout=out)
 
-    assert last_json_line(out.getvalue()) == {"memories_deleted": 1, "idempotency_deleted": 0}
+    assert last_json_line(out.getvalue()) == {
+        "memories_deleted": 1,
+        "idempotency_deleted": 0,
+        "messages_deleted": 0,
+    }
     assert not exists(memory)
     run = JobRun.objects.get(job="purge_retention", dry_run=False)
     assert (run.trigger, run.status, run.counts["memories_deleted"]) == ("command", "ok", 1)
@@ -84,7 +91,7 @@ def test_idempotency_records_older_than_24_hours_are_deleted(tenant, other_tenan
 
     counts = purge_retention(now=NOW, batch_size=2)
 
-    assert counts == {"memories_deleted": 0, "idempotency_deleted": 4}
+    assert counts == {"memories_deleted": 0, "idempotency_deleted": 4, "messages_deleted": 0}
     assert list(IdempotencyRecord.objects.values_list("pk", flat=True)) == [fresh.pk]
 
 
@@ -95,7 +102,11 @@ def test_dry_run_counts_and_deletes_nothing(tenant, agent):
     out = StringIO()
     call_command("purge_retention", "--now", NOW.isoformat(), "--dry-run", stdout=out)
 
-    assert last_json_line(out.getvalue()) == {"memories_deleted": 2, "idempotency_deleted": 0}
+    assert last_json_line(out.getvalue()) == {
+        "memories_deleted": 2,
+        "idempotency_deleted": 0,
+        "messages_deleted": 0,
+    }
     assert Memory.objects.count() == 2
 
 
@@ -109,3 +120,99 @@ def test_large_purge_goes_in_batches(tenant, agent):
     assert purge_retention(now=NOW, batch_size=4, progress=lines.append)["memories_deleted"] == 11
     assert len(lines) == 3
     assert not Memory.objects.exists()
+
+
+# --- messages of ended threads (SPEC §11) ------------------------------------------------------
+
+
+def conversation(agent, thread_id: str, n: int, *, ended_days_ago: int | None, subject=None):
+    """A thread of `n` messages (seqs 1..n, none extracted yet), ended that many days ago."""
+    principal = Principal(tenant=agent.tenant, agent=agent)
+    thread_messages_add(
+        principal=principal,
+        thread_id=thread_id,
+        data={
+            "messages": [{"role": "user", "content": f"{thread_id} says {i}"} for i in range(n)],
+            "subject_id": subject,
+            "extract": "off",
+        },
+        now=ago(days=90),
+    )
+    ended_at = None if ended_days_ago is None else ago(days=ended_days_ago)
+    Thread.objects.filter(agent=agent, thread_id=thread_id).update(ended_at=ended_at)
+    return Thread.objects.get(agent=agent, thread_id=thread_id)
+
+
+def message_counts(*threads) -> list[tuple[int, int]]:
+    """(stored messages, message_count) of each thread."""
+    return [
+        (Message.objects.filter(thread=t).count(), Thread.objects.get(pk=t.pk).message_count)
+        for t in threads
+    ]
+
+
+def test_messages_of_threads_ended_past_retention_are_deleted_in_batches(tenant, agent):
+    old = conversation(agent, "old", 5, ended_days_ago=31)
+    at_cutoff = conversation(agent, "at-cutoff", 2, ended_days_ago=30)
+    recent = conversation(agent, "recent", 3, ended_days_ago=29)
+    open_thread = conversation(agent, "open", 3, ended_days_ago=None)
+    lines: list[str] = []
+
+    counts = purge_retention(now=NOW, batch_size=2, progress=lines.append)
+
+    assert counts == {"memories_deleted": 0, "idempotency_deleted": 0, "messages_deleted": 7}
+    assert len(lines) == 4  # 7 messages, 2 a batch
+    assert message_counts(old, at_cutoff, recent, open_thread) == [(0, 0), (0, 0), (3, 3), (3, 3)]
+    # The thread stays, and what is gone is no longer waiting for extraction.
+    old.refresh_from_db()
+    assert (old.last_seq, old.extracted_seq, old.summarized_seq, old.pending_messages) == (
+        5,
+        5,
+        5,
+        0,
+    )
+    assert old.extraction_due_at is None
+    assert purge_retention(now=NOW)["messages_deleted"] == 0
+
+
+def test_message_retention_setting_option_dry_run_and_tenant_scope(tenant, agent, other_tenant):
+    mine = conversation(agent, "t", 2, ended_days_ago=10)
+    theirs = conversation(make_agent(other_tenant, "globex-bot"), "t", 3, ended_days_ago=10)
+
+    assert purge_retention(now=NOW)["messages_deleted"] == 0  # default: 30 days
+    out = StringIO()
+    call_command(
+        "purge_retention", "--now", NOW.isoformat(), "--message-days", "7", "--dry-run", stdout=out
+    )
+    assert last_json_line(out.getvalue())["messages_deleted"] == 5
+    assert message_counts(mine, theirs) == [(2, 2), (3, 3)]
+
+    with override_settings(MEMORYHUB_MESSAGE_RETENTION_DAYS=7):
+        call_command(
+            "purge_retention", "--now", NOW.isoformat(), "--tenant", tenant.slug, stdout=out
+        )
+    assert last_json_line(out.getvalue()) == {
+        "memories_deleted": 0,
+        "idempotency_deleted": 0,
+        "messages_deleted": 2,
+    }
+    assert message_counts(mine, theirs) == [(0, 0), (3, 3)]
+    # --now: the same rule as of another time.
+    assert purge_retention(now=ago(days=5), message_days=7)["messages_deleted"] == 0
+    assert purge_retention(now=ago(days=3), message_days=7)["messages_deleted"] == 3
+
+
+def test_new_messages_reopen_an_ended_thread_and_retention_keeps_them(tenant, agent):
+    thread = conversation(agent, "t", 2, ended_days_ago=40)
+    principal = Principal(tenant=tenant, agent=agent)
+    thread_messages_add(
+        principal=principal,
+        thread_id="t",
+        data={"messages": [{"role": "user", "content": "I'm back"}], "extract": "off"},
+        now=NOW,
+    )
+    thread.refresh_from_db()
+    assert thread.ended_at is None
+
+    assert purge_retention(now=NOW)["messages_deleted"] == 0
+    assert message_counts(thread) == [(3, 3)]

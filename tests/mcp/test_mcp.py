@@ -31,6 +31,7 @@ TOOLS = {
     "memory_forget",
     "memory_search",
     "memory_hydrate",
+    "memory_ingest",
 }
 
 

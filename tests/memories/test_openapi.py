@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
@@ -21,10 +22,12 @@ from schemathesis.checks import (
 
 from accounts.principal import Principal
 from memories import validation
+from memories.formation.ingest import INGEST_FIELDS, MESSAGE_FIELDS, thread_messages_add
 from memories.idempotency import KEY_RE as IDEMPOTENCY_KEY_RE
 from memories.ids import MEMORY_ID_RE
 from memories.retrieval.params import HYDRATE_FIELDS, SEARCH_FIELDS
 from memories.services.store import memory_store
+from memoryhub.errors import DomainError
 from memoryhub.wsgi import application
 from tests.factories import make_agent, make_key
 
@@ -39,6 +42,11 @@ AGENT_OPERATIONS = {
     ("DELETE", "/api/v1/memories/by-key/{key}"),
     ("GET", "/api/v1/keys"),
     ("POST", "/api/v1/threads/{thread_id}/end"),
+    ("POST", "/api/v1/threads/{thread_id}/messages"),
+    ("GET", "/api/v1/threads/{thread_id}/messages"),
+    ("GET", "/api/v1/threads/{thread_id}"),
+    ("POST", "/api/v1/threads/{thread_id}/extract"),
+    ("DELETE", "/api/v1/subjects/{subject_id}"),
 }
 
 
@@ -62,7 +70,7 @@ def test_schema_is_public_valid_and_complete(client):
         "id", "key", "category", "kind", "text", "data", "tags", "subject_id", "thread_id",
         "importance", "confidence", "capture_mode", "source_provider", "mentions", "expires_at",
         "last_confirmed_at", "created_at", "updated_at", "version", "status", "review_state",
-        "size_bytes", "agent", "source",
+        "size_bytes", "agent", "source", "evidence",
     ]  # fmt: skip
     assert document["components"]["securitySchemes"]["BearerKey"]["scheme"] == "bearer"
     # Each operation explains itself (no description inherited from a base view).
@@ -80,6 +88,8 @@ def test_schema_is_public_valid_and_complete(client):
         ("PatchedUpdateRequestRequest", validation.UPDATE_FIELDS),
         ("SearchRequestRequest", SEARCH_FIELDS),
         ("HydrateRequestRequest", HYDRATE_FIELDS),
+        ("IngestRequestRequest", INGEST_FIELDS),
+        ("MessageInRequest", MESSAGE_FIELDS),
     ):
         assert set(schemas[name]["properties"]) == accepted, name
         assert schemas[name]["additionalProperties"] is False, name
@@ -108,6 +118,11 @@ MUST_SUCCEED = {
     "GET /api/v1/memories/by-key/{key}",
     "POST /api/v1/search",
     "POST /api/v1/hydrate",
+    "POST /api/v1/threads/{thread_id}/messages",
+    "GET /api/v1/threads/{thread_id}/messages",
+    "GET /api/v1/threads/{thread_id}",
+    "POST /api/v1/threads/{thread_id}/extract",
+    "DELETE /api/v1/subjects/{subject_id}",
 }
 
 
@@ -127,12 +142,25 @@ class Fuzzing:
         memory reaches the success schema); a malformed one stays as generated and must answer
         404. A well-formed Idempotency-Key is made unique to its case: generators repeat short
         values such as "0", and a reused key with another body is only ever 422 (reuse itself
-        is tested in test_api_concurrency)."""
+        is tested in test_api_concurrency). A thread named in the path is made to exist for its
+        subject (a message in it), so thread reads and `/extract` reach their success schemas."""
         self.cases += 1
         memory_id = (case.path_parameters or {}).get("memory_id")
         if isinstance(memory_id, str) and MEMORY_ID_RE.fullmatch(memory_id):
             stored = memory_store(principal=self.principal, data={"text": "fuzz target fact"})
             case.path_parameters["memory_id"] = stored.memory.id
+        thread_id = (case.path_parameters or {}).get("thread_id")
+        if isinstance(thread_id, str):
+            subject_id = (case.query or {}).get("subject_id")
+            with contextlib.suppress(DomainError):  # an id the API refuses stays as generated
+                thread_messages_add(
+                    principal=self.principal,
+                    thread_id=thread_id,
+                    data={
+                        "messages": [{"role": "user", "content": "fuzz target message"}],
+                        "subject_id": subject_id if isinstance(subject_id, str) else None,
+                    },
+                )
         key = (case.headers or {}).get("Idempotency-Key")
         if isinstance(key, str) and IDEMPOTENCY_KEY_RE.fullmatch(key):
             case.headers["Idempotency-Key"] = f"{self.cases}-{key}"[:255]
