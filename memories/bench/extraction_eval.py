@@ -10,14 +10,16 @@ counts for an evidence turn when its `evidence` names that turn's message. Evide
 |evidence turns covered by the top k| / |evidence turns|, averaged over questions.
 
 Messages: the turn's text (plus ` [shares <caption>]` for a shared image, as the retrieval
-bench does), `name` = the speaker (not repeated in the content), `created_at` = the session's date and time plus one second
-per turn. Roles: `user` for both speakers by default (LoCoMo is two people talking, and the
+bench does), `name` = the speaker (not repeated in the content), `created_at` = the session's
+date and time plus one second per turn. Roles: `user` for both speakers by default (LoCoMo is two people talking, and the
 extraction prompt keeps only what "the user" says; with `alternate`, the second speaker is the
 `assistant`, whose statements the prompt ignores by design).
 
 Evidence of a memory: its current `evidence` and that of its earlier versions (an `update`
 replaces the evidence with the updating run's messages; the text keeps what is still true).
-The dataset is read where it lies and nothing of it is kept in the repository.
+A run that fails is reported and its session's messages stay unextracted; three failed runs in
+a row stop the evaluation (`EvaluationAborted`). The dataset is read where it lies and nothing
+of it is kept in the repository.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import statistics
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -47,7 +49,12 @@ CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 ROLES = ("user", "alternate")
 SESSION_FORMATS = ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %b, %Y")
 MAX_RUNS_PER_THREAD = 50  # a window per run: a thread this long is not a LoCoMo session
+MAX_FAILED_IN_A_ROW = 3  # then the model is unusable (wrong URL, key, model): stop
 FALLBACK_START = datetime(2023, 1, 1, tzinfo=UTC)
+
+
+class EvaluationAborted(RuntimeError):
+    """The model failed run after run; the evaluation stops instead of scoring nothing."""
 
 
 @dataclass
@@ -159,14 +166,6 @@ def _timing(values: list[float]) -> dict:
     }
 
 
-@dataclass
-class Totals:
-    sessions: int = 0
-    messages: int = 0
-    runs: list[int] = field(default_factory=list)
-    seconds: float = 0.0
-
-
 class Evaluation:
     """One evaluation in the (throwaway) database this process points at."""
 
@@ -176,7 +175,7 @@ class Evaluation:
         if roles not in ROLES:
             raise ValueError(f"roles must be one of {ROLES}")
         self.tenant, self.roles, self.err = tenant, roles, err
-        self.totals = Totals()
+        self.failed_in_a_row = 0
 
     # --- per conversation ------------------------------------------------------------------
 
@@ -240,8 +239,15 @@ class Evaluation:
             run.refresh_from_db()
             run_ids.append(run.pk)
             if run.state != RunState.DONE:
-                self.err(f"  run {run.pk} {run.state}: {run.error_class} {run.error_message[:200]}")
+                error = f"run {run.pk} {run.state}: {run.error_class} {run.error_message[:300]}"
+                self.err(f"  {error}")
+                self.failed_in_a_row += 1
+                if self.failed_in_a_row >= MAX_FAILED_IN_A_ROW:
+                    raise EvaluationAborted(
+                        f"{self.failed_in_a_row} extraction runs in a row failed; last: {error}"
+                    )
                 break  # the messages stay pending; the next session goes on
+            self.failed_in_a_row = 0
         return run_ids
 
     def evidence_of(self, memory_ids: list[str], threads: set[str]) -> dict[str, set]:

@@ -205,3 +205,24 @@ def test_eval_ingests_extracts_and_scores_evidence_recall(tmp_path, fake_llm):
     assert "evidence recall" in completed.stdout and "single-hop" in completed.stdout
     data_dir = completed.stderr.split("throwaway PostgreSQL ready in ")[1].split(" at ")[1]
     assert not os.path.exists(data_dir.splitlines()[0].strip())
+
+
+@pytest.mark.slow
+def test_a_model_failing_run_after_run_stops_the_evaluation(tmp_path, fake_llm):
+    data = json.loads(json.dumps(TINY_LOCOMO))
+    conversation = data[0]["conversation"]
+    conversation["session_3_date_time"] = "9:00 am on 1 July, 2023"
+    conversation["session_3"] = [{"speaker": "Ana", "dia_id": "D3:1", "text": "Pixel is three."}]
+    conversation["session_4_date_time"] = "9:00 am on 2 July, 2023"
+    conversation["session_4"] = [{"speaker": "Ben", "dia_id": "D4:1", "text": "Never asked."}]
+    path = tmp_path / "locomo.json"
+    path.write_text(json.dumps(data))
+    for _ in range(4):
+        fake_llm.queue_error(401)  # a bad key: not retried
+    completed = _run(
+        ["--dataset", str(path), "--embedder", "hashing"], {"MEMORYHUB_LLM_URL": fake_llm.url}
+    )
+    assert completed.returncode == 1, completed.stderr[-3000:]
+    assert "evaluation stopped: 3 extraction runs in a row failed" in completed.stderr
+    assert "LLMRequestError" in completed.stderr
+    assert len(fake_llm.requests) == 3  # session 4 was never sent

@@ -23,7 +23,14 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from accounts.services import tenant_get_or_create
-from memories.bench.extraction_eval import CATEGORIES, HEADLINE_K, KS, ROLES, evaluate
+from memories.bench.extraction_eval import (
+    CATEGORIES,
+    HEADLINE_K,
+    KS,
+    ROLES,
+    EvaluationAborted,
+    evaluate,
+)
 from memories.bench.server import throwaway_database
 from memories.embeddings import get_embedder, reset_embedder
 from memories.formation.llm import llm_configured
@@ -87,6 +94,8 @@ class Command(BaseCommand):
                     err=self.err,
                 )
                 result["embedding_model"] = get_embedder().model_name
+        except EvaluationAborted as exc:
+            raise CommandError(f"evaluation stopped: {exc}") from None
         finally:
             settings.MEMORYHUB_EMBEDDER, settings.MEMORYHUB_ACCESS_BUMP = saved
             reset_embedder()
