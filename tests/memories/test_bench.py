@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
+from memories.bench import cpu
 from memories.bench.latency import percentiles
 from memories.bench.locomo import evidence_ids, load, turn_text
 
@@ -79,6 +80,16 @@ def test_locomo_parsing(tmp_path):
 def test_percentiles():
     stats = percentiles([float(i) for i in range(1, 101)])
     assert (stats["n"], stats["p50"], stats["p95"], stats["p99"]) == (100, 51.0, 95.0, 99.0)
+
+
+def test_on_cpu_deltas():
+    before = {1: (1_000_000, 0)}
+    after = {1: (3_000_000, 500_000), 2: (1_000_000, 500_000)}  # 2 started in between
+    assert cpu.delta_ms(before, after) == (3.0, 1.0)
+    if sys.platform == "linux":
+        assert cpu.process_ns(os.getpid())[0] > 0
+        assert cpu.thread_ns() is not None
+    assert cpu.process_ns(2**22 + 12345) is None  # no such process
 
 
 @pytest.mark.slow
@@ -166,6 +177,8 @@ def test_bench_command_runs_end_to_end_at_tiny_scale(tmp_path):
     assert extraction["memories_added"] == 2 and extraction["embedder"] == "hashing-v1"
     assert set(extraction["phases_ms"]) == {"window", "related", "apply", "summary", "other"}
     assert extraction["phases_ms"]["apply"]["n"] == 2
+    # On-CPU time where Linux's schedstat says (None elsewhere).
+    assert extraction["cpu_ms"] is None or extraction["cpu_ms"]["n"] == 2
     assert "extraction server_ms @4thr" in completed.stdout
     assert "ingest 10-msg batch" in completed.stdout
     # The throwaway data directory is gone.
