@@ -153,6 +153,8 @@ def _claim(run_id: int, now: datetime) -> ExtractionRun | None:
         _advisory("pg_advisory_unlock", run_id)
         return None
     run = ExtractionRun.objects.select_related("thread", "agent", "tenant").get(pk=run_id)
+    # The thread's agent and tenant are the run's own rows: not loaded a second time.
+    run.thread.agent, run.thread.tenant = run.agent, run.tenant
     run.attempts += 1
     run.save(update_fields=["attempts"])
     return run
@@ -234,6 +236,7 @@ def _execute(run: ExtractionRun, *, llm: LLMClient | None, now: datetime) -> Non
         if locked.state != RunState.RUNNING:
             return  # finished by another worker meanwhile
         thread = Thread.objects.select_for_update().get(pk=thread.pk)
+        thread.agent, thread.tenant = agent, run.tenant
         outcome = apply_operations(run=run, thread=thread, operations=operations, now=now)
         outcome.counts["secret_dropped"] += run.answer.get("secret_dropped", 0)
         thread.extracted_seq = max(thread.extracted_seq, run.to_seq)

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
+from memories.bench import cpu
 from memories.bench.latency import percentiles
 from memories.bench.locomo import evidence_ids, load, turn_text
 
@@ -81,6 +82,16 @@ def test_percentiles():
     assert (stats["n"], stats["p50"], stats["p95"], stats["p99"]) == (100, 51.0, 95.0, 99.0)
 
 
+def test_on_cpu_deltas():
+    before = {1: (1_000_000, 0)}
+    after = {1: (3_000_000, 500_000), 2: (1_000_000, 500_000)}  # 2 started in between
+    assert cpu.delta_ms(before, after) == (3.0, 1.0)
+    if sys.platform == "linux":
+        assert cpu.process_ns(os.getpid())[0] > 0
+        assert cpu.thread_ns() is not None
+    assert cpu.process_ns(2**22 + 12345) is None  # no such process
+
+
 @pytest.mark.slow
 def test_bench_command_runs_end_to_end_at_tiny_scale(tmp_path):
     locomo = tmp_path / "locomo.json"
@@ -107,6 +118,12 @@ def test_bench_command_runs_end_to_end_at_tiny_scale(tmp_path):
             str(locomo),
             "--prune-scale",
             "0",
+            "--ingest-batches",
+            "3",
+            "--threads",
+            "4",
+            "--extraction-runs",
+            "2",
             "--output",
             str(output),
         ],
@@ -142,6 +159,28 @@ def test_bench_command_runs_end_to_end_at_tiny_scale(tmp_path):
     assert locomo_result["modes"]["hybrid"]["R@5"] == 100.0
     assert "LoCoMo evidence recall" in completed.stdout
     assert "search_hybrid" in completed.stdout
+    # Formation: ingest batches over HTTP (skipped, saying why, where the build has no ingest
+    # route) and extraction runs against the stand-in model.
+    ingest = results["formation"]["ingest"]
+    if "skipped" in ingest:
+        assert ingest["status"] == 404 and "no ingest endpoint" in ingest["skipped"]
+    else:
+        assert ingest["batch_size"] == 10 and ingest["n"] == 3 and ingest["p50"] > 0
+        assert ingest["messages_per_second"] > 0
+    extraction = results["formation"]["extraction"]
+    assert (extraction["threads_in_tenant"], extraction["runs"], extraction["warmup_runs"]) == (
+        4,
+        2,
+        2,
+    )
+    assert extraction["server_ms"]["n"] == 2 and extraction["llm_ms"]["n"] == 2
+    assert extraction["memories_added"] == 2 and extraction["embedder"] == "hashing-v1"
+    assert set(extraction["phases_ms"]) == {"window", "related", "apply", "summary", "other"}
+    assert extraction["phases_ms"]["apply"]["n"] == 2
+    # On-CPU time where Linux's schedstat says (None elsewhere).
+    assert extraction["cpu_ms"] is None or extraction["cpu_ms"]["n"] == 2
+    assert "extraction server_ms @4thr" in completed.stdout
+    assert "ingest 10-msg batch" in completed.stdout
     # The throwaway data directory is gone.
     data_dir = completed.stdout.split("throwaway PostgreSQL ready in ")[1].split(" at ")[1]
     assert not Path(data_dir.splitlines()[0].strip()).exists()

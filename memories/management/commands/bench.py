@@ -1,4 +1,5 @@
-"""`python manage.py bench`: latency over real HTTP and LoCoMo retrieval quality (SPEC §10).
+"""`python manage.py bench`: latency over real HTTP, pruning, memory formation (ingest and
+extraction server time) and LoCoMo retrieval quality (SPEC §10, §11).
 
 Runs on a throwaway embedded PostgreSQL in a temp dir with a real uvicorn server on a free
 127.0.0.1 port; prints tables and writes bench-results.json.
@@ -19,6 +20,7 @@ from django.utils import timezone
 
 from accounts.services import agent_get_or_create, api_key_create, tenant_get_or_create
 from memories.bench import latency
+from memories.bench.formation import formation_table, run_extraction_bench, run_ingest_bench
 from memories.bench.locomo import KS, MODES, run_locomo
 from memories.bench.prune import run_prune_bench
 from memories.bench.server import ApiServer, throwaway_database
@@ -54,7 +56,28 @@ class Command(BaseCommand):
         parser.add_argument(
             "--prune-scale", type=int, help="expired memories for the prune bench (0: skip)"
         )
+        parser.add_argument(
+            "--ingest-batches",
+            type=int,
+            help="10-message batches timed through POST /api/v1/threads/{id}/messages",
+        )
+        parser.add_argument(
+            "--threads",
+            type=int,
+            help="threads in the tenant for the extraction bench (default 1000; --quick 100)",
+        )
+        parser.add_argument(
+            "--extraction-runs",
+            type=int,
+            help="extraction runs timed against the stand-in model (default 200; --quick 50)",
+        )
+        parser.add_argument(
+            "--formation-embedder",
+            default="hashing",
+            help="embedder of the extraction runs (hashing, as the latency targets; or local)",
+        )
         parser.add_argument("--skip-latency", action="store_true")
+        parser.add_argument("--skip-formation", action="store_true")
         parser.add_argument("--skip-locomo", action="store_true")
 
     def handle(self, *args, **opts):
@@ -71,11 +94,17 @@ class Command(BaseCommand):
         prune_scale = opts["prune_scale"]
         if prune_scale is None:
             prune_scale = 10_000 if quick else 1_000_000
+        ingest_batches = opts["ingest_batches"] or (50 if quick else requests)
+        threads = opts["threads"] or (100 if quick else 1000)
+        extraction_runs = opts["extraction_runs"] or (50 if quick else 200)
+        if threads < 1 or ingest_batches < 1 or extraction_runs < 1:
+            raise CommandError("--threads, --ingest-batches and --extraction-runs must be positive")
         locomo_path = opts["locomo"]
         if not opts["skip_locomo"] and not locomo_path.exists():
             raise CommandError(f"LoCoMo dataset not found at {locomo_path} (use --locomo PATH)")
 
         logging.getLogger("httpx").setLevel(logging.WARNING)
+        logging.getLogger("django-q").setLevel(logging.WARNING)  # one line per enqueued run
         started = time.monotonic()
         results: dict = {
             "meta": {
@@ -85,13 +114,15 @@ class Command(BaseCommand):
                 "requests_per_operation": requests,
                 "embedder_latency": "hashing",
                 "embedder_locomo": opts["embedder"],
+                "embedder_formation": opts["formation_embedder"],
                 "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
             }
         }
         if quick:
             self.out(
                 "--quick: 10k memories only, "
-                f"{requests} requests per operation, a {prune_scale} prune, LoCoMo subset of "
+                f"{requests} requests per operation, a {prune_scale} prune, {ingest_batches} "
+                f"ingest batches, extraction at {threads} threads (not 1,000), LoCoMo subset of "
                 f"{conversations} conversation(s)"
             )
         with throwaway_database(self.out) as data_dir:
@@ -101,6 +132,10 @@ class Command(BaseCommand):
             if prune_scale:
                 # --quick times 100 stores each side (the same count as its other operations).
                 results["prune"] = self.prune(prune_scale, samples=requests)
+            if not opts["skip_formation"]:
+                results["formation"] = self.formation(
+                    data_dir, ingest_batches, threads, extraction_runs, opts["formation_embedder"]
+                )
             if not opts["skip_locomo"]:
                 results["locomo"] = self.locomo(
                     data_dir, locomo_path, opts["embedder"], conversations, questions
@@ -180,6 +215,20 @@ class Command(BaseCommand):
 
     def prune(self, scale: int, samples: int) -> dict | None:
         return run_prune_bench(scale=scale, samples=samples, out=self.out)
+
+    # --- formation (memories/bench/formation.py) ----------------------------------------------
+
+    def formation(
+        self, data_dir: Path, batches: int, threads: int, runs: int, embedder: str
+    ) -> dict:
+        results = {
+            "ingest": run_ingest_bench(data_dir=data_dir, batches=batches, out=self.out),
+            "extraction": run_extraction_bench(
+                threads=threads, runs_measured=runs, out=self.out, embedder=embedder
+            ),
+        }
+        formation_table(results, self.out)
+        return results
 
     # --- LoCoMo ------------------------------------------------------------------------------
 
