@@ -155,8 +155,10 @@ def _without_a_trace(caplog, send, *, rule, field, values) -> None:
     tables = _tables()
     caplog.clear()
     caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.DEBUG, logger="django.db.backends")
     with CaptureQueriesContext(connection) as queries:  # SQL is logged too, at DEBUG
         response = send()
+    assert caplog.records  # captured, so the secret's absence from them means something
     assert response.status_code == 422, response.content
     assert response.json()["error"] == {
         "code": "SECRET_REJECTED",
