@@ -202,7 +202,10 @@ def _execute(run: ExtractionRun, *, llm: LLMClient | None, now: datetime) -> Non
     if run.answer is None:
         messages = message_window(thread)
         if not messages:
-            _finish(run, thread, counts={}, now=now)
+            # Nothing after the watermark is left (deleted by erasure or retention): the
+            # watermark catches up, so the thread is not due again for messages it lacks.
+            thread.extracted_seq = thread.last_seq
+            _finish(run, thread, counts={}, now=now, more=False)
             return
         llm = llm or get_llm()
         answer = llm.extract(

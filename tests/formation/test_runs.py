@@ -12,7 +12,7 @@ from accounts.principal import Principal
 from memories.formation.ingest import thread_messages_add
 from memories.formation.llm import LLMClient
 from memories.formation.runs import extract_due_threads, run_execute, run_request
-from memories.models import ExtractionRun, Memory, MemoryRevision, RunState, Thread
+from memories.models import ExtractionRun, Memory, MemoryRevision, Message, RunState, Thread
 from memories.services.lifecycle import memory_forget
 from memories.services.operator_actions import memory_tombstone
 from memories.services.store import memory_store
@@ -462,3 +462,17 @@ def test_a_forgotten_memory_forget_by_extraction_needs_the_version(principal):
     with pytest.raises(Conflict):
         memory_forget(principal=principal, memory_id=memory.pk, expected_version=7)
     assert memory_forget(principal=principal, memory_id=memory.pk, expected_version=1)[0]
+
+
+@pytest.mark.django_db
+def test_pending_messages_that_no_longer_exist_end_the_run_without_looping(
+    principal, fake_llm, llm
+):
+    ingest(principal, "one", "two")
+    Message.objects.all().delete()
+    run = extract(principal, llm)
+    assert run.state == RunState.DONE
+    thread = Thread.objects.get()
+    assert (thread.extracted_seq, thread.extraction_due_at) == (2, None)
+    assert ExtractionRun.objects.count() == 1
+    assert fake_llm.requests == []
