@@ -8,6 +8,7 @@ import pytest
 from accounts.principal import Principal
 from memories.formation.ingest import thread_messages_add
 from memories.formation.runs import run_execute, run_request
+from memories.idempotency import key_digest
 from memories.models import (
     ExtractionRun,
     IdempotencyRecord,
@@ -121,7 +122,8 @@ def test_purge_erases_the_subject_across_the_tenants_agents_and_nothing_else(
     assert "Alice" not in history and "peanuts" not in history
     others = str(list(MemoryRevision.objects.exclude(memory_id__in=[*ids["u1"], gone]).values()))
     assert "Bob likes tea" in others and FACT in others  # u2's, and globex's u1
-    assert not IdempotencyRecord.objects.filter(key="k1").exists()
+    digest = key_digest(agent.tenant_id, "k1")
+    assert not IdempotencyRecord.objects.filter(key_digest=digest).exists()
     assert not Thread.objects.filter(pk__in=[t.pk for t in threads["u1"]]).exists()
     assert not Message.objects.filter(thread_id__in=[t.pk for t in threads["u1"]]).exists()
     assert not ExtractionRun.objects.exists()
