@@ -12,8 +12,12 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 
 TESTING = "pytest" in sys.modules or env_bool("MEMORYHUB_TESTING")
 DEBUG = env_bool("DEBUG", default=False)
-# The fallback key only serves local runs; production must set SECRET_KEY (check --deploy says so).
-SECRET_KEY = env_str("SECRET_KEY", "insecure-local-development-key-change-me-" + "0" * 16)
+# Production mode: HTTPS-only cookies, HSTS, SSL redirect (below), and `check --deploy` errors.
+MEMORYHUB_PRODUCTION = env_bool("MEMORYHUB_PRODUCTION")
+# The fallback key only serves local runs; in production mode `check --deploy` reports an error
+# (memoryhub.E001) while SECRET_KEY is still this one.
+DEVELOPMENT_SECRET_KEY = "insecure-local-development-key-change-me-" + "0" * 16
+SECRET_KEY = env_str("SECRET_KEY", DEVELOPMENT_SECRET_KEY)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
@@ -138,7 +142,7 @@ SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False  # htmx reads nothing from it: the token travels in hx-headers
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
-if env_bool("MEMORYHUB_PRODUCTION"):
+if MEMORYHUB_PRODUCTION:
     SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
