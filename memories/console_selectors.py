@@ -94,7 +94,7 @@ def decode_cursor(cursor: str) -> tuple[Any, Any] | None:
         if isinstance(value, dict):
             value = datetime.fromisoformat(value["t"])
         return value, pk
-    except (ValueError, TypeError, KeyError):
+    except (ValueError, TypeError, KeyError, RecursionError):  # RecursionError: forged, too deep
         return None
 
 

@@ -92,12 +92,15 @@ def _check_string(value: str, field: str) -> None:
 
 
 def reject_nul(value: Any, field: str = "body", _depth: int = 0) -> None:
-    """PostgreSQL cannot store NUL (nor unpaired surrogates) in text or jsonb: refuse them
-    anywhere in the input, naming the field. Also bounds nesting depth."""
+    """PostgreSQL cannot store NUL (nor unpaired surrogates) in text or jsonb, nor NaN or
+    Infinity in jsonb (MCP's parser accepts them): refuse them anywhere in the input, naming
+    the field. Also bounds nesting depth."""
     if _depth > MAX_DEPTH:
         raise InvalidInput(f"JSON nested deeper than {MAX_DEPTH} levels", field=field)
     if isinstance(value, str):
         _check_string(value, field)
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise InvalidInput("Numbers must be finite (no NaN or Infinity)", field=field)
     elif isinstance(value, dict):
         for k, v in value.items():
             if isinstance(k, str):
