@@ -11,9 +11,11 @@ import logging
 from typing import Any
 
 from django.db import DatabaseError, InterfaceError, OperationalError
-from django.http import JsonResponse
+from django.http import HttpResponse
 from rest_framework import exceptions as drf_exceptions
 from rest_framework.response import Response
+
+from memoryhub.renderers import FastJSONRenderer
 
 logger = logging.getLogger(__name__)
 
@@ -46,8 +48,16 @@ class InvalidInput(DomainError):
         super().__init__(message, details=details, **kwargs)
 
 
+# The challenge every 401 carries (RFC 6750): REST, MCP and DRF's authenticate_header.
+WWW_AUTHENTICATE = 'Bearer realm="memoryhub"'
+
+
 class Unauthenticated(DomainError):
     code, status, message = "UNAUTHENTICATED", 401, "Missing, malformed, revoked or expired API key"
+
+    def __init__(self, message: str | None = None, **kwargs):
+        kwargs["headers"] = {"WWW-Authenticate": WWW_AUTHENTICATE, **(kwargs.get("headers") or {})}
+        super().__init__(message, **kwargs)
 
 
 class ScopeDenied(DomainError):
@@ -156,8 +166,10 @@ def error_response(err: DomainError) -> Response:
     return response
 
 
-def json_error_response(err: DomainError) -> JsonResponse:
-    response = JsonResponse(envelope(err.code, err.message, err.details), status=err.status)
+def json_error_response(err: DomainError) -> HttpResponse:
+    """The envelope outside DRF (middleware), in the very bytes DRF's renderer would write."""
+    body = FastJSONRenderer().render(envelope(err.code, err.message, err.details))
+    response = HttpResponse(body, status=err.status, content_type="application/json")
     for name, value in err.headers.items():
         response[name] = value
     return response

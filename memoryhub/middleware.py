@@ -1,21 +1,29 @@
 """Keeps every `/api/` and `/mcp` failure in the JSON envelope, even outside DRF views.
 
-Django answers an over-size body, an unknown URL or a database outage with an HTML page of its
-own; an agent must always get the envelope of SPEC §4 instead.
+Django answers an over-size body, an unknown URL, a `Host` not in ALLOWED_HOSTS or a database
+outage with an HTML page of its own; an agent must always get the envelope of SPEC §4 instead.
+The middleware is the outermost one, so it sees the request before any other calls
+`request.get_host()` (SecurityMiddleware does, for its HTTPS redirect).
 """
 
 from __future__ import annotations
 
-from django.core.exceptions import RequestDataTooBig
+import logging
+
+from django.core.exceptions import DisallowedHost, RequestDataTooBig
 from django.http import HttpRequest, HttpResponse
 
 from memoryhub.errors import (
     DomainError,
+    InvalidInput,
     NotFound,
     PayloadTooLarge,
     error_for_exception,
     json_error_response,
 )
+
+# Where Django itself reports a disallowed Host (its SuspiciousOperation loggers).
+host_logger = logging.getLogger("django.security.DisallowedHost")
 
 API_PREFIXES = ("/api/", "/healthz")
 
@@ -30,6 +38,11 @@ class ApiErrorMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         if is_api_path(request.path):
+            try:
+                request.get_host()
+            except DisallowedHost as exc:
+                host_logger.warning("%s", exc)
+                return json_error_response(InvalidInput("Invalid Host header", field="Host"))
             length = request.META.get("CONTENT_LENGTH")
             from django.conf import settings
 
