@@ -21,7 +21,6 @@ from types import SimpleNamespace
 from typing import Annotated, Any, Literal
 
 from asgiref.sync import sync_to_async
-from django.conf import settings
 from django.db import close_old_connections
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -336,18 +335,9 @@ for _tool in mcp._tool_manager.list_tools():
 
 
 def _transport_security() -> TransportSecuritySettings:
-    hosts = list(settings.ALLOWED_HOSTS)
-    if "*" in hosts:
-        return TransportSecuritySettings(enable_dns_rebinding_protection=False)
-    allowed = [h for host in hosts for h in (host, f"{host}:*")]
-    origins = [
-        o
-        for host in hosts
-        for o in (f"http://{host}:*", f"https://{host}:*", f"http://{host}", f"https://{host}")
-    ]
-    return TransportSecuritySettings(
-        enable_dns_rebinding_protection=True, allowed_hosts=allowed, allowed_origins=origins
-    )
+    # Host and Origin are checked before a request reaches the SDK (`memoryhub.asgi`), with
+    # Django's ALLOWED_HOSTS rules (`.example.com` included) and answers in our envelope.
+    return TransportSecuritySettings(enable_dns_rebinding_protection=False)
 
 
 def _build_app():
