@@ -37,7 +37,14 @@ from django.conf import settings  # noqa: E402  (after setup)
 from django.http.request import split_domain_port, validate_host  # noqa: E402
 
 from memories.mcp_server import MCP_PATH, mcp_application  # noqa: E402  (needs Django set up)
-from memoryhub.errors import DomainError, InvalidInput, PayloadTooLarge, envelope  # noqa: E402
+from memoryhub import db_outage  # noqa: E402
+from memoryhub.errors import (  # noqa: E402
+    BackendUnavailable,
+    DomainError,
+    InvalidInput,
+    PayloadTooLarge,
+    envelope,
+)
 from memoryhub.renderers import FastJSONRenderer  # noqa: E402
 
 django_wsgi_pool = WSGIMiddleware(django_wsgi, workers=settings.MEMORYHUB_WEB_THREADS)
@@ -154,6 +161,9 @@ async def mcp_transport(scope, receive, send):
         error = {"code": -32600, "message": "Forbidden: this Origin may not use /mcp"}
         body = json.dumps({"jsonrpc": "2.0", "id": None, "error": error}).encode()
         await _send_json(send, 403, body)
+        return
+    if db_outage.is_down():
+        await _send_error(send, BackendUnavailable())
         return
     length = headers.get("content-length", "")
     if length.isdigit() and int(length) > settings.DATA_UPLOAD_MAX_MEMORY_SIZE:

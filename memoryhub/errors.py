@@ -15,6 +15,7 @@ from django.http import HttpResponse
 from rest_framework import exceptions as drf_exceptions
 from rest_framework.response import Response
 
+from memoryhub import db_outage
 from memoryhub.renderers import FastJSONRenderer
 
 logger = logging.getLogger(__name__)
@@ -100,8 +101,17 @@ class EmbeddingError(DomainError):
     code, status, message = "EMBEDDING_ERROR", 502, "The embedding backend failed"
 
 
+# Seconds a client should wait before retrying a 503 (the embedded database, restarted by
+# `serve`, is back within about two seconds of a crash).
+RETRY_AFTER_SECONDS = "5"
+
+
 class BackendUnavailable(DomainError):
     code, status, message = "BACKEND_UNAVAILABLE", 503, "The database is unavailable"
+
+    def __init__(self, message: str | None = None, **kwargs):
+        kwargs["headers"] = {"Retry-After": RETRY_AFTER_SECONDS, **(kwargs.get("headers") or {})}
+        super().__init__(message, **kwargs)
 
 
 class DatabaseFailure(DomainError):
@@ -117,7 +127,8 @@ def error_for_exception(exc: BaseException) -> DomainError | None:
     if isinstance(exc, DomainError):
         return exc
     if isinstance(exc, OperationalError | InterfaceError):
-        return BackendUnavailable(headers={"Retry-After": "5"})
+        db_outage.report()
+        return BackendUnavailable()
     if isinstance(exc, DatabaseError):
         logger.exception("database error")
         return DatabaseFailure()

@@ -11,9 +11,13 @@ from __future__ import annotations
 import logging
 
 from django.core.exceptions import DisallowedHost, RequestDataTooBig
+from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse
 
+from memoryhub import db_outage
 from memoryhub.errors import (
+    RETRY_AFTER_SECONDS,
+    BackendUnavailable,
     DomainError,
     InvalidInput,
     NotFound,
@@ -69,3 +73,42 @@ class ApiErrorMiddleware:
             return None
         assert isinstance(err, DomainError)
         return json_error_response(err)
+
+
+OUTAGE_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Database unavailable · MemoryHub</title></head>
+<body><h1>The database is unavailable</h1>
+<p>MemoryHub cannot reach its database right now. It is being restarted; try again in a few
+seconds.</p></body></html>
+"""
+
+
+class DatabaseOutageMiddleware:
+    """While the database is known to be down (`memoryhub.db_outage`), every request is answered
+    503 at once, without waiting on a connection: the envelope (`BACKEND_UNAVAILABLE`) under
+    /api/, the health body on /healthz, a short page elsewhere; all with `Retry-After`.
+    Static files are served before this (WhiteNoise): they need no database."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if db_outage.is_down():
+            return outage_response(request.path)
+        return self.get_response(request)
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> None:
+        if isinstance(exception, OperationalError | InterfaceError):
+            db_outage.report()
+
+
+def outage_response(path: str) -> HttpResponse:
+    from memoryhub.health import unavailable
+
+    if path == "/healthz":
+        return unavailable()
+    if is_api_path(path):
+        return json_error_response(BackendUnavailable())
+    response = HttpResponse(OUTAGE_PAGE, status=503)
+    response["Retry-After"] = RETRY_AFTER_SECONDS
+    return response

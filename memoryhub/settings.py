@@ -44,6 +44,7 @@ MIDDLEWARE = [
     "memoryhub.middleware.ApiErrorMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    "memoryhub.middleware.DatabaseOutageMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -101,12 +102,26 @@ DATABASES["default"]["OPTIONS"].setdefault("connect_timeout", 5)
 # Never in the django-q2 cluster: it forks its workers, and forked children would share the
 # pool's open sockets (two workers interleaving on one session corrupts both).
 _QCLUSTER = len(sys.argv) > 1 and sys.argv[1] == "qcluster"
+# While the database is down, requests are answered 503 at once, and the first request after it
+# accepts connections again gets one (memoryhub/db_outage.py). Off in tests, where a test that
+# breaks the connection on purpose must not put the rest of the run in "outage" mode.
+MEMORYHUB_DB_FAIL_FAST = env_bool("MEMORYHUB_DB_FAIL_FAST", default=not TESTING)
 if env_bool("MEMORYHUB_DB_POOL", default=not TESTING and not _QCLUSTER):
+    from memoryhub.db_outage import ReportingConnection
+
     DATABASES["default"]["CONN_MAX_AGE"] = 0
+    # No health check on checkout: psycopg's pool sleeps 1, 2, 4 … s in the request's thread
+    # between failed checks. A stale connection fails its query at once instead (503), and the
+    # outage watcher then checks and replaces the idle ones.
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = False
     DATABASES["default"]["OPTIONS"]["pool"] = {
         "min_size": 2,
         "max_size": env_int("MEMORYHUB_DB_POOL_SIZE", 20),
-        "timeout": 10,
+        # The longest a request waits for a connection: the pool is as large as the threads
+        # that use it, so waiting means the database is not giving connections (503).
+        "timeout": env_float("MEMORYHUB_DB_POOL_TIMEOUT", 2.0),
+        # Reports a failed connection attempt at once (fail fast: memoryhub/db_outage.py).
+        "connection_class": ReportingConnection,
     }
 # Every test run gets its own database on the shared test server.
 DATABASES["default"]["TEST"] = {
