@@ -34,7 +34,9 @@ def test_a_real_key_or_local_mode_passes_our_check(settings):
 
 
 def check_deploy(**env: str) -> subprocess.CompletedProcess:
-    environment = {k: v for k, v in command_env().items() if k != "SECRET_KEY"}
+    # (The browser tests set DJANGO_ALLOW_ASYNC_UNSAFE for this process: async.E001 in deploy.)
+    unset = {"SECRET_KEY", "DJANGO_ALLOW_ASYNC_UNSAFE"}
+    environment = {k: v for k, v in command_env().items() if k not in unset}
     environment.update(MEMORYHUB_TESTING="0", **env)
     return subprocess.run(
         [sys.executable, "manage.py", "check", "--deploy"],

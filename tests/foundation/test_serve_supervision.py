@@ -67,12 +67,15 @@ def site():
     pytest session on the machine resets /tmp/pytest-of-<user> to mode 0700, which would cut
     a running server off from its files."""
     data_dir = Path(tempfile.mkdtemp(prefix="memoryhub-serve-"))
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k
-        not in {"DATABASE_URL", "MEMORYHUB_TESTING", "MEMORYHUB_TEST_DB", "PYTEST_XDIST_WORKER"}
+    # Not test mode, not the test database; DJANGO_ALLOW_ASYNC_UNSAFE is the browser tests'.
+    unset = {
+        "DATABASE_URL",
+        "MEMORYHUB_TESTING",
+        "MEMORYHUB_TEST_DB",
+        "PYTEST_XDIST_WORKER",
+        "DJANGO_ALLOW_ASYNC_UNSAFE",
     }
+    env = {k: v for k, v in os.environ.items() if k not in unset}
     env.update(
         MEMORYHUB_DATA_DIR=str(data_dir),
         MEMORYHUB_EMBEDDER="hashing",
