@@ -15,7 +15,7 @@ from rest_framework.permissions import BasePermission
 from accounts import keys
 from accounts.models import Agent, ApiKey, Tenant
 from accounts.principal import Principal
-from memoryhub.errors import Unauthenticated
+from memoryhub.errors import WWW_AUTHENTICATE, Unauthenticated
 
 
 def _columns(model) -> list[str]:
@@ -97,7 +97,7 @@ class ApiKeyAuthentication(BaseAuthentication):
         return principal, principal.api_key
 
     def authenticate_header(self, request) -> str:
-        return 'Bearer realm="memoryhub"'
+        return WWW_AUTHENTICATE
 
 
 class HasAgentKey(BasePermission):

@@ -40,7 +40,10 @@ def encode(values: list[Any], *, compact: bool = True) -> str:
 def decode(cursor: str) -> Any:
     """The JSON inside a cursor; ValueError (or a subclass) when it is not one."""
     padded = cursor + "=" * (-len(cursor) % 4)
-    return json.loads(base64.urlsafe_b64decode(padded.encode()))
+    try:
+        return json.loads(base64.urlsafe_b64decode(padded.encode()))
+    except RecursionError:  # a forged cursor nested deeper than the JSON parser can go
+        raise ValueError("cursor nested too deep") from None
 
 
 def after(field_name: str, value: Any, pk: Any, *, desc: bool) -> Q:

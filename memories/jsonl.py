@@ -125,6 +125,8 @@ def _parse_line(number: int, line: str) -> dict[str, Any]:
         record = json.loads(line)
     except ValueError as exc:
         raise ImportLineError(number, f"not valid JSON ({exc.msg})") from exc
+    except RecursionError:
+        raise ImportLineError(number, "not valid JSON (nested too deeply)") from None
     if not isinstance(record, dict):
         raise ImportLineError(number, "each line must be a JSON object")
     try:

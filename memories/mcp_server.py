@@ -21,7 +21,6 @@ from types import SimpleNamespace
 from typing import Annotated, Any, Literal
 
 from asgiref.sync import sync_to_async
-from django.conf import settings
 from django.db import close_old_connections
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -40,11 +39,9 @@ from memories.services import lifecycle, store
 from memoryhub.errors import (
     DomainError,
     InvalidInput,
-    PayloadTooLarge,
     envelope,
     error_for_exception,
 )
-from memoryhub.middleware import body_limit
 
 MCP_PATH = "/mcp"
 PRINCIPAL_SCOPE_KEY = "memoryhub.principal"
@@ -407,18 +404,9 @@ for _tool in mcp._tool_manager.list_tools():
 
 
 def _transport_security() -> TransportSecuritySettings:
-    hosts = list(settings.ALLOWED_HOSTS)
-    if "*" in hosts:
-        return TransportSecuritySettings(enable_dns_rebinding_protection=False)
-    allowed = [h for host in hosts for h in (host, f"{host}:*")]
-    origins = [
-        o
-        for host in hosts
-        for o in (f"http://{host}:*", f"https://{host}:*", f"http://{host}", f"https://{host}")
-    ]
-    return TransportSecuritySettings(
-        enable_dns_rebinding_protection=True, allowed_hosts=allowed, allowed_origins=origins
-    )
+    # Host and Origin are checked before a request reaches the SDK (`memoryhub.asgi`), with
+    # Django's ALLOWED_HOSTS rules (`.example.com` included) and answers in our envelope.
+    return TransportSecuritySettings(enable_dns_rebinding_protection=False)
 
 
 def _build_app():
@@ -481,11 +469,6 @@ async def mcp_application(scope, receive, send):
         await _mcp_app()(scope, receive, send)
         return
     headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-    length, limit = headers.get("content-length", ""), body_limit(MCP_PATH)
-    if length.isdigit() and int(length) > limit:
-        err = PayloadTooLarge(details={"limit_bytes": limit})
-        await _send_json(send, err.status, envelope(err.code, err.message, err.details), [])
-        return
     try:
         principal = await sync_to_async(_authenticate, thread_sensitive=False)(
             bearer_token(headers.get("authorization"))

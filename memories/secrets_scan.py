@@ -9,7 +9,8 @@ Text is NFKC-normalised and stripped of invisible format characters first, so a 
 zero-width spaces or typed in full-width forms is still caught (remaining non-ASCII characters,
 never part of a credential, are folded to one placeholder each). Rules are anchored on token
 boundaries and reject placeholder-looking matches (low entropy, `xxxx`, `YOUR_…`, `EXAMPLE`),
-so documentation and prose about keys and passwords stay storable.
+so documentation and prose about keys and passwords stay storable; the one exception is a
+private-key PEM header (`-----BEGIN … PRIVATE KEY-----`), a secret whatever follows it.
 
 `scan_secrets(values)` is the policy on top: which fields of a write are free text
 (`SECRET_SCANNED_FIELDS`), and SECRET_REJECTED for the first finding in any of them.
@@ -249,15 +250,19 @@ def _rule(name: str, pattern: str, accept=_token, *, bounded: bool = True) -> _R
 _B64URL = r"[A-Za-z0-9_\-]"
 _END = r"(?![A-Za-z0-9])"  # right boundary for alphanumeric bodies
 _END_URL = r"(?![A-Za-z0-9_\-])"  # right boundary for base64url bodies
-# What may follow a PEM header before the base64 body: whitespace (or `\n` escapes when the key
-# was pasted from JSON) and RFC 1421 header lines (`Proc-Type: 4,ENCRYPTED`, `DEK-Info: …`).
-_PEM_GAP = r"(?:\s|\\[nr])*+"
-_PEM_BODY = (
-    rf"{_PEM_GAP}(?:[A-Za-z][A-Za-z\-]*+:[^\n\\]*+{_PEM_GAP}){{0,4}}(?P<s>[A-Za-z0-9+/]{{40}})"
-)
+# A private-key PEM header is a secret on its own, whatever follows it (SPEC §4): a paste cut
+# short, or with its body elided, still says a private key was about to be stored. Five dashes
+# (PEM, OpenSSH, PGP armor) or four and a space (SSH2: `---- BEGIN SSH2 ENCRYPTED PRIVATE KEY
+# ----`). Public keys, certificates and requests (`BEGIN PUBLIC KEY`, `BEGIN CERTIFICATE`) are not.
+_PEM_PRIVATE_HEADER = r"----[- ]BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?[- ]----"
+
+
+def _always(match: re.Match[str]) -> bool:
+    return True
+
 
 _RULES: tuple[_Rule, ...] = (
-    _rule("ssh_private_key", r"-----BEGIN OPENSSH PRIVATE KEY-----" + _PEM_BODY, bounded=False),
+    _rule("ssh_private_key", r"-----BEGIN OPENSSH PRIVATE KEY-----", _always, bounded=False),
     # PuTTY key files: searched from their private section, the file header checked behind it.
     _rule(
         "ssh_private_key",
@@ -265,11 +270,7 @@ _RULES: tuple[_Rule, ...] = (
         _putty_private_lines,
         bounded=False,
     ),
-    _rule(
-        "private_key",
-        r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----" + _PEM_BODY,
-        bounded=False,
-    ),
+    _rule("private_key", _PEM_PRIVATE_HEADER, _always, bounded=False),
     _rule("aws_access_key_id", r"A(?:KIA|SIA|BIA|CCA|3T[A-Z0-9])[A-Z0-9]{16}" + _END),
     _rule("github_pat", r"github_pat_[A-Za-z0-9_]{60,255}+" + _END),
     _rule("github_token", r"gh[pousr]_[A-Za-z0-9]{36,251}+" + _END),

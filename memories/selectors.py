@@ -249,7 +249,10 @@ def memory_list(
         rows = rows.filter(category=validation.category(filters["category"], default=""))
     if filters.get("kind"):
         rows = rows.filter(kind=validation.kind(filters["kind"]))
-    for tag in _many(filters.get("tag")) + _many(filters.get("tags")):
+    wanted_tags = _many(filters.get("tag")) + _many(filters.get("tags"))
+    if len(wanted_tags) > validation.MAX_TAGS:  # each is a filter: bound the query's size
+        raise InvalidInput(f"At most {validation.MAX_TAGS} tags", field="tag")
+    for tag in wanted_tags:
         rows = rows.filter(tags__contains=[validation.normalise_tag(tag)])
     thread_id = validation.identifier(filters.get("thread_id"), "thread_id")
     if thread_id:

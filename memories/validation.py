@@ -95,27 +95,31 @@ def _check_string(value: str, field: str) -> None:
         raise InvalidInput("Strings must be valid Unicode (lone surrogate)", field=field)
 
 
-def reject_nul(value: Any, field: str = "body", _depth: int = 0) -> None:
+def reject_nul(value: Any, field: str = "body", _depth: int = 0, *, finite: bool = False) -> None:
     """PostgreSQL cannot store NUL (nor unpaired surrogates) in text or jsonb: refuse them
-    anywhere in the input, naming the field. Also bounds nesting depth."""
+    anywhere in the input, naming the field. Also bounds nesting depth. With `finite`, NaN and
+    Infinity are refused too (jsonb has neither, and MCP's parser accepts them)."""
     if _depth > MAX_DEPTH:
         raise InvalidInput(f"JSON nested deeper than {MAX_DEPTH} levels", field=field)
     if isinstance(value, str):
         _check_string(value, field)
+    elif finite and isinstance(value, float) and not math.isfinite(value):
+        raise InvalidInput("Numbers must be finite (no NaN or Infinity)", field=field)
     elif isinstance(value, dict):
         for k, v in value.items():
             if isinstance(k, str):
                 _check_string(k, field)
-            reject_nul(v, f"{field}.{k}" if field != "body" else str(k), _depth + 1)
+            key_field = f"{field}.{k}" if field != "body" else str(k)
+            reject_nul(v, key_field, _depth + 1, finite=finite)
     elif isinstance(value, list | tuple):
         for i, item in enumerate(value):
-            reject_nul(item, f"{field}[{i}]", _depth + 1)
+            reject_nul(item, f"{field}[{i}]", _depth + 1, finite=finite)
 
 
 def require_object(data: Any) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise InvalidInput("The body must be a JSON object", field="body")
-    reject_nul(data)
+    reject_nul(data, finite=True)
     return data
 
 

@@ -14,11 +14,19 @@ and handed on with its length.
 
 The MCP app's lifespan (its session manager) runs with the server's; Django has no lifespan
 handler, so lifespan events go to the MCP app only.
+
+`/mcp` requests pass `mcp_transport` first: the `Host` and `Origin` checks (DNS rebinding) with
+Django's ALLOWED_HOSTS rules, the JSON content type and the body limit, answered in our envelope
+(400 INVALID_INPUT, 413 PAYLOAD_TOO_LARGE) rather than the SDK's plain-text pages. A foreign `Origin` is the one
+refusal MCP fixes the status of (403), which has no envelope code: it gets a JSON-RPC error.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import os
+from urllib.parse import urlsplit
 
 from a2wsgi import WSGIMiddleware
 from django.core.wsgi import get_wsgi_application
@@ -27,21 +35,74 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memoryhub.settings")
 django_wsgi = get_wsgi_application()
 
 from django.conf import settings  # noqa: E402  (after setup)
+from django.http.request import split_domain_port, validate_host  # noqa: E402
 
 from memories.mcp_server import MCP_PATH, mcp_application  # noqa: E402  (needs Django set up)
-from memoryhub.errors import PayloadTooLarge, envelope  # noqa: E402
+from memoryhub import db_outage  # noqa: E402
+from memoryhub.errors import (  # noqa: E402
+    BackendUnavailable,
+    DomainError,
+    InvalidInput,
+    PayloadTooLarge,
+    envelope,
+)
 from memoryhub.middleware import body_limit  # noqa: E402
 from memoryhub.renderers import FastJSONRenderer  # noqa: E402
 
 django_wsgi_pool = WSGIMiddleware(django_wsgi, workers=settings.MEMORYHUB_WEB_THREADS)
+host_logger = logging.getLogger("django.security.DisallowedHost")
+
+
+async def _send_json(send, status: int, body: bytes, headers=()) -> None:
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", b"%d" % len(body)),
+        *headers,
+    ]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _send_error(send, err: DomainError) -> None:
+    body = FastJSONRenderer().render(envelope(err.code, err.message, err.details))
+    headers = [(k.lower().encode(), v.encode()) for k, v in err.headers.items()]
+    await _send_json(send, err.status, body, headers)
 
 
 async def _send_too_large(send, limit: int) -> None:
-    err = PayloadTooLarge(details={"limit_bytes": limit})
-    body = FastJSONRenderer().render(envelope(err.code, err.message, err.details))
-    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
-    await send({"type": "http.response.start", "status": err.status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+    await _send_error(send, PayloadTooLarge(details={"limit_bytes": limit}))
+
+
+_OVER_LIMIT = object()
+
+
+async def _read_body(receive, limit: int):
+    """The whole request body; `_OVER_LIMIT` past `limit` bytes, None when the client went
+    away."""
+    body = bytearray()
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        body += message.get("body", b"")
+        if len(body) > limit:
+            return _OVER_LIMIT
+        if not message.get("more_body", False):
+            return bytes(body)
+
+
+def _replaying(body: bytes, receive):
+    """A `receive` that hands over `body` once, then whatever the client sends next."""
+    replayed = False
+
+    async def replay():
+        nonlocal replayed
+        if replayed:
+            return await receive()
+        replayed = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replay
 
 
 async def django_application(scope, receive, send):
@@ -53,29 +114,77 @@ async def django_application(scope, receive, send):
     if not any(name == b"transfer-encoding" for name, _ in headers):
         await django_wsgi_pool(scope, receive, send)  # no body at all
         return
-    body = bytearray()
     limit = body_limit(scope.get("path", ""))
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
+    body = await _read_body(receive, limit)
+    if body is None:
+        return
+    if body is _OVER_LIMIT:
+        await _send_too_large(send, limit)
+        return
+    scope = {**scope, "headers": [*headers, (b"content-length", b"%d" % len(body))]}
+    await django_wsgi_pool(scope, _replaying(body, receive), send)
+
+
+def _allowed_hosts() -> list[str]:
+    # Django's own fallback (HttpRequest.get_host): DEBUG with no ALLOWED_HOSTS means local.
+    if settings.DEBUG and not settings.ALLOWED_HOSTS:
+        return [".localhost", "127.0.0.1", "[::1]"]
+    return settings.ALLOWED_HOSTS
+
+
+def _host_allowed(host: str) -> bool:
+    domain, _port = split_domain_port(host)
+    return bool(domain) and validate_host(domain, _allowed_hosts())
+
+
+def _origin_allowed(origin: str) -> bool:
+    if origin in settings.CSRF_TRUSTED_ORIGINS:
+        return True
+    parts = urlsplit(origin)
+    return parts.scheme in ("http", "https") and _host_allowed(parts.netloc)
+
+
+async def mcp_transport(scope, receive, send):
+    """`/mcp` behind the transport checks (Host, Origin, body size); see the module docstring."""
+    if scope["type"] != "http":
+        await mcp_application(scope, receive, send)
+        return
+    headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+    host = headers.get("host", "")
+    if settings.USE_X_FORWARDED_HOST and "x-forwarded-host" in headers:
+        host = headers["x-forwarded-host"].split(",")[-1].strip()
+    if not _host_allowed(host):
+        host_logger.warning("Invalid HTTP_HOST header for /mcp: %r", host[:200])
+        await _send_error(send, InvalidInput("Invalid Host header", field="Host"))
+        return
+    origin = headers.get("origin")
+    if origin is not None and not _origin_allowed(origin):
+        error = {"code": -32600, "message": "Forbidden: this Origin may not use /mcp"}
+        body = json.dumps({"jsonrpc": "2.0", "id": None, "error": error}).encode()
+        await _send_json(send, 403, body)
+        return
+    if db_outage.is_down():
+        await _send_error(send, BackendUnavailable())
+        return
+    limit = body_limit(scope.get("path", ""))
+    length = headers.get("content-length", "")
+    if length.isdigit() and int(length) > limit:
+        await _send_too_large(send, limit)
+        return
+    if scope["method"] == "POST":
+        if not headers.get("content-type", "").lower().startswith("application/json"):
+            await _send_error(
+                send, InvalidInput("Send JSON with Content-Type: application/json", field="body")
+            )
             return
-        body += message.get("body", b"")
-        if len(body) > limit:
+        body = await _read_body(receive, limit)
+        if body is None:
+            return
+        if body is _OVER_LIMIT:
             await _send_too_large(send, limit)
             return
-        if not message.get("more_body", False):
-            break
-    scope = {**scope, "headers": [*headers, (b"content-length", b"%d" % len(body))]}
-    replayed = False
-
-    async def replay():
-        nonlocal replayed
-        if replayed:
-            return await receive()
-        replayed = True
-        return {"type": "http.request", "body": bytes(body), "more_body": False}
-
-    await django_wsgi_pool(scope, replay, send)
+        receive = _replaying(body, receive)
+    await mcp_application(scope, receive, send)
 
 
 async def application(scope, receive, send):
@@ -84,6 +193,6 @@ async def application(scope, receive, send):
         return
     path = scope.get("path", "")
     if scope["type"] == "http" and (path == MCP_PATH or path.startswith(MCP_PATH + "/")):
-        await mcp_application(scope, receive, send)
+        await mcp_transport(scope, receive, send)
         return
     await django_application(scope, receive, send)

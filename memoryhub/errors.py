@@ -11,9 +11,12 @@ import logging
 from typing import Any
 
 from django.db import DatabaseError, InterfaceError, OperationalError
-from django.http import JsonResponse
+from django.http import HttpResponse
 from rest_framework import exceptions as drf_exceptions
 from rest_framework.response import Response
+
+from memoryhub import db_outage
+from memoryhub.renderers import FastJSONRenderer
 
 logger = logging.getLogger(__name__)
 
@@ -46,8 +49,16 @@ class InvalidInput(DomainError):
         super().__init__(message, details=details, **kwargs)
 
 
+# The challenge every 401 carries (RFC 6750): REST, MCP and DRF's authenticate_header.
+WWW_AUTHENTICATE = 'Bearer realm="memoryhub"'
+
+
 class Unauthenticated(DomainError):
     code, status, message = "UNAUTHENTICATED", 401, "Missing, malformed, revoked or expired API key"
+
+    def __init__(self, message: str | None = None, **kwargs):
+        kwargs["headers"] = {"WWW-Authenticate": WWW_AUTHENTICATE, **(kwargs.get("headers") or {})}
+        super().__init__(message, **kwargs)
 
 
 class ScopeDenied(DomainError):
@@ -90,8 +101,17 @@ class EmbeddingError(DomainError):
     code, status, message = "EMBEDDING_ERROR", 502, "The embedding backend failed"
 
 
+# Seconds a client should wait before retrying a 503 (the embedded database, restarted by
+# `serve`, is back within about two seconds of a crash).
+RETRY_AFTER_SECONDS = "5"
+
+
 class BackendUnavailable(DomainError):
     code, status, message = "BACKEND_UNAVAILABLE", 503, "The database is unavailable"
+
+    def __init__(self, message: str | None = None, **kwargs):
+        kwargs["headers"] = {"Retry-After": RETRY_AFTER_SECONDS, **(kwargs.get("headers") or {})}
+        super().__init__(message, **kwargs)
 
 
 class DatabaseFailure(DomainError):
@@ -107,7 +127,8 @@ def error_for_exception(exc: BaseException) -> DomainError | None:
     if isinstance(exc, DomainError):
         return exc
     if isinstance(exc, OperationalError | InterfaceError):
-        return BackendUnavailable(headers={"Retry-After": "5"})
+        db_outage.report()
+        return BackendUnavailable()
     if isinstance(exc, DatabaseError):
         logger.exception("database error")
         return DatabaseFailure()
@@ -149,7 +170,7 @@ def _validation_details(detail: Any) -> dict[str, Any]:
     }
 
 
-def _finish(response: Response | JsonResponse, err: DomainError) -> None:
+def _finish(response: Response | HttpResponse, err: DomainError) -> None:
     for name, value in err.headers.items():
         response[name] = value
     # Django's request logger would write "<reason>: <path>" for every 4xx/5xx, and API paths
@@ -165,8 +186,10 @@ def error_response(err: DomainError) -> Response:
     return response
 
 
-def json_error_response(err: DomainError) -> JsonResponse:
-    response = JsonResponse(envelope(err.code, err.message, err.details), status=err.status)
+def json_error_response(err: DomainError) -> HttpResponse:
+    """The envelope outside DRF (middleware), in the very bytes DRF's renderer would write."""
+    body = FastJSONRenderer().render(envelope(err.code, err.message, err.details))
+    response = HttpResponse(body, status=err.status, content_type="application/json")
     _finish(response, err)
     return response
 

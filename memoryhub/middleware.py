@@ -1,28 +1,40 @@
 """Keeps every `/api/` and `/mcp` failure in the JSON envelope, even outside DRF views.
 
-Django answers an over-size body, an unknown URL or a database outage with an HTML page of its
-own; an agent must always get the envelope of SPEC §4 instead.
+Django answers an over-size body, an unknown URL, a `Host` not in ALLOWED_HOSTS or a database
+outage with an HTML page of its own; an agent must always get the envelope of SPEC §4 instead.
+The middleware is the outermost one, so it sees the request before any other calls
+`request.get_host()` (SecurityMiddleware does, for its HTTPS redirect).
 """
 
 from __future__ import annotations
 
+import logging
 import re
 
 from django.conf import settings
-from django.core.exceptions import RequestDataTooBig
+from django.core.exceptions import DisallowedHost, RequestDataTooBig
+from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse
+from django.utils.cache import patch_cache_control
 
+from memoryhub import db_outage
 from memoryhub.errors import (
+    RETRY_AFTER_SECONDS,
+    BackendUnavailable,
     DomainError,
+    InvalidInput,
     NotFound,
     PayloadTooLarge,
     error_for_exception,
     json_error_response,
 )
 
-API_PREFIXES = ("/api/", "/healthz")
+# Where Django itself reports a disallowed Host (its SuspiciousOperation loggers).
+host_logger = logging.getLogger("django.security.DisallowedHost")
 # `POST /api/v1/threads/{thread_id}/messages` takes up to 100 messages of 32,000 characters.
 MESSAGES_PATH = re.compile(r"^/api/v1/threads/.+/messages/?$", re.DOTALL)
+
+API_PREFIXES = ("/api/", "/healthz")
 
 
 def is_api_path(path: str) -> bool:
@@ -44,6 +56,11 @@ class ApiErrorMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         if is_api_path(request.path):
+            try:
+                request.get_host()
+            except DisallowedHost as exc:
+                host_logger.warning("%s", exc)
+                return json_error_response(InvalidInput("Invalid Host header", field="Host"))
             length = request.META.get("CONTENT_LENGTH")
             limit = body_limit(request.path)
             if length and length.isdigit() and int(length) > limit:
@@ -67,3 +84,56 @@ class ApiErrorMiddleware:
             return None
         assert isinstance(err, DomainError)
         return json_error_response(err)
+
+
+OUTAGE_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Database unavailable · MemoryHub</title></head>
+<body><h1>The database is unavailable</h1>
+<p>MemoryHub cannot reach its database right now. It is being restarted; try again in a few
+seconds.</p></body></html>
+"""
+
+
+class DatabaseOutageMiddleware:
+    """While the database is known to be down (`memoryhub.db_outage`), every request is answered
+    503 at once, without waiting on a connection: the envelope (`BACKEND_UNAVAILABLE`) under
+    /api/, the health body on /healthz, a short page elsewhere; all with `Retry-After`.
+    Static files are served before this (WhiteNoise): they need no database."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if db_outage.is_down():
+            return outage_response(request.path)
+        return self.get_response(request)
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> None:
+        if isinstance(exception, OperationalError | InterfaceError):
+            db_outage.report()
+
+
+def outage_response(path: str) -> HttpResponse:
+    from memoryhub.health import unavailable
+
+    if path == "/healthz":
+        return unavailable()
+    if is_api_path(path):
+        return json_error_response(BackendUnavailable())
+    response = HttpResponse(OUTAGE_PAGE, status=503)
+    response["Retry-After"] = RETRY_AFTER_SECONDS
+    return response
+
+
+class ConsoleNoStoreMiddleware:
+    """Console pages show memory content: no cache (browser, proxy or back button) keeps a copy
+    (`Cache-Control: no-store`)."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        if request.path.startswith("/console/"):
+            patch_cache_control(response, no_store=True)
+        return response

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 from memoryhub.env import env_bool, env_choice, env_float, env_int, env_list, env_str
@@ -12,8 +13,12 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 
 TESTING = "pytest" in sys.modules or env_bool("MEMORYHUB_TESTING")
 DEBUG = env_bool("DEBUG", default=False)
-# The fallback key only serves local runs; production must set SECRET_KEY (check --deploy says so).
-SECRET_KEY = env_str("SECRET_KEY", "insecure-local-development-key-change-me-" + "0" * 16)
+# Production mode: HTTPS-only cookies, HSTS, SSL redirect (below), and `check --deploy` errors.
+MEMORYHUB_PRODUCTION = env_bool("MEMORYHUB_PRODUCTION")
+# The fallback key only serves local runs; in production mode `check --deploy` reports an error
+# (memoryhub.E001) while SECRET_KEY is still this one.
+DEVELOPMENT_SECRET_KEY = "insecure-local-development-key-change-me-" + "0" * 16
+SECRET_KEY = env_str("SECRET_KEY", DEVELOPMENT_SECRET_KEY)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
@@ -31,15 +36,17 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "django_q",
+    "axes",
     "memoryhub",
     "accounts",
     "memories",
 ]
 
 MIDDLEWARE = [
+    "memoryhub.middleware.ApiErrorMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
-    "memoryhub.middleware.ApiErrorMiddleware",
+    "memoryhub.middleware.DatabaseOutageMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -47,6 +54,10 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "memoryhub.middleware.ConsoleNoStoreMiddleware",
+    "csp.middleware.CSPMiddleware",
+    # Last, as django-axes requires: it turns a locked-out sign-in into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "memoryhub.urls"
@@ -97,12 +108,26 @@ DATABASES["default"]["OPTIONS"].setdefault("connect_timeout", 5)
 # Never in the django-q2 cluster: it forks its workers, and forked children would share the
 # pool's open sockets (two workers interleaving on one session corrupts both).
 _QCLUSTER = len(sys.argv) > 1 and sys.argv[1] == "qcluster"
+# While the database is down, requests are answered 503 at once, and the first request after it
+# accepts connections again gets one (memoryhub/db_outage.py). Off in tests, where a test that
+# breaks the connection on purpose must not put the rest of the run in "outage" mode.
+MEMORYHUB_DB_FAIL_FAST = env_bool("MEMORYHUB_DB_FAIL_FAST", default=not TESTING)
 if env_bool("MEMORYHUB_DB_POOL", default=not TESTING and not _QCLUSTER):
+    from memoryhub.db_outage import ReportingConnection
+
     DATABASES["default"]["CONN_MAX_AGE"] = 0
+    # No health check on checkout: psycopg's pool sleeps 1, 2, 4 … s in the request's thread
+    # between failed checks. A stale connection fails its query at once instead (503), and the
+    # outage watcher then checks and replaces the idle ones.
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = False
     DATABASES["default"]["OPTIONS"]["pool"] = {
         "min_size": 2,
         "max_size": env_int("MEMORYHUB_DB_POOL_SIZE", 20),
-        "timeout": 10,
+        # The longest a request waits for a connection: the pool is as large as the threads
+        # that use it, so waiting means the database is not giving connections (503).
+        "timeout": env_float("MEMORYHUB_DB_POOL_TIMEOUT", 2.0),
+        # Reports a failed connection attempt at once (fail fast: memoryhub/db_outage.py).
+        "connection_class": ReportingConnection,
     }
 # Every test run gets its own database on the shared test server.
 DATABASES["default"]["TEST"] = {
@@ -116,6 +141,23 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 if TESTING:
     PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+# Sign-in throttling (django-axes): after MEMORYHUB_LOGIN_FAILURE_LIMIT failed attempts for one
+# user from one IP address, that pair is locked out for MEMORYHUB_LOGIN_COOLOFF_MINUTES (429,
+# the login page says so). A success resets the count. Attempts and lockouts are in the admin
+# (Axes: access attempts, failures, logs), where an admin can also delete one to unlock early.
+# They live in the database, so each test starts with none.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("MEMORYHUB_LOGIN_FAILURE_LIMIT", 5)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("MEMORYHUB_LOGIN_COOLOFF_MINUTES", 15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_ENABLE_ACCESS_FAILURE_LOG = True  # every failure in the admin, not only the counts
+AXES_USERNAME_CALLABLE = "accounts.views.lockout_username"
+AXES_LOCKOUT_CALLABLE = "accounts.views.lockout_response"
 
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/console/"
@@ -138,7 +180,7 @@ SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False  # htmx reads nothing from it: the token travels in hx-headers
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
-if env_bool("MEMORYHUB_PRODUCTION"):
+if MEMORYHUB_PRODUCTION:
     SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
@@ -146,12 +188,31 @@ if env_bool("MEMORYHUB_PRODUCTION"):
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = True
 
+# Content-Security-Policy (django-csp) on every page but the API's (JSON, and Swagger UI's
+# page at /api/docs/, which needs inline script): same-origin scripts, styles, images and
+# requests only, no inline script or handler, no framing. The console's JavaScript lives in
+# static/ (htmx vendored there too).
+CONTENT_SECURITY_POLICY = {
+    "EXCLUDE_URL_PREFIXES": ["/api/"],
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'", "data:"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'none'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    },
+}
+
 # --- API --------------------------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["accounts.authentication.ApiKeyAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["accounts.authentication.HasAgentKey"],
     "DEFAULT_RENDERER_CLASSES": ["memoryhub.renderers.FastJSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["memoryhub.parsers.JSONParser"],
     "EXCEPTION_HANDLER": "memoryhub.errors.api_exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
@@ -240,5 +301,6 @@ LOGGING = {
         # At DEBUG the openai SDK logs each request's options, conversation text included:
         # message content must never reach the logs, whatever LOG_LEVEL says.
         "openai": {"level": "WARNING"},
+        "axes.apps": {"level": "WARNING"},  # its version banner at every start
     },
 }

@@ -30,6 +30,14 @@
 
   // `Export selected` is a download of the checked ids only (a plain GET without the form's
   // other fields, so no CSRF token ends up in a URL); without JS the form's GET still works.
+  // --- small behaviours that would otherwise be inline handlers (the CSP forbids those) -----
+  document.addEventListener("change", function (event) {
+    if (event.target.matches("[data-autosubmit]")) event.target.form.requestSubmit();
+  });
+  document.addEventListener("click", function (event) {
+    if (event.target.matches("[data-new-key]")) event.target.select();
+  });
+
   document.addEventListener("click", function (event) {
     var button = event.target.closest("[data-export-selected]");
     if (!button) return;

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import psutil
@@ -49,13 +51,18 @@ def result(proc: subprocess.Popen) -> dict:
 
 
 @pytest.fixture
-def data_dir(tmp_path_factory):
-    # Short path: the server's socket lives inside it.
-    path = Path(tmp_path_factory.mktemp("pg"))
+def data_dir():
+    # Short path: the server's socket lives inside it. Not under pytest's tmp_path: when we are
+    # root PostgreSQL runs as another user, and any pytest session starting meanwhile resets
+    # /tmp/pytest-of-<user> to mode 0700, cutting the server off from its files.
+    path = Path(tempfile.mkdtemp(prefix="memoryhub-pg-"))
     yield path
     from memoryhub.embedded_db import stop_server
 
-    stop_server(path)
+    try:
+        stop_server(path)
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def test_two_processes_starting_at_once_share_one_server(data_dir):

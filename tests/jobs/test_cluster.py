@@ -79,7 +79,7 @@ class FakeProcess:
 def test_serve_command_spawns_both_and_stops_both(monkeypatch):
     started: list[FakeProcess] = []
 
-    def popen(command, env):
+    def popen(command, env, **options):
         started.append(FakeProcess(command, env))
         return started[-1]
 
@@ -96,7 +96,7 @@ def test_serve_command_spawns_both_and_stops_both(monkeypatch):
 def test_serve_without_the_cluster(monkeypatch):
     started: list[list[str]] = []
 
-    def popen(command, env):
+    def popen(command, env, **options):
         started.append(command)
         return FakeProcess(command, env)
 

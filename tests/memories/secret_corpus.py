@@ -176,6 +176,38 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     _tp("bearer_token", rand(40, B64URL), "curl -H 'X-Auth: Bearer {}' https://api.acme.test"),
 ]
 
+# A private-key PEM header is a secret on its own, whatever follows it (SPEC §4). A generator
+# of its own, so these cases leave every value drawn from `_rng` above unchanged.
+_pem_rng = random.Random(1421)
+
+
+def _b64(length: int) -> str:
+    return "".join(_pem_rng.choice(B64) for _ in range(length))
+
+
+TRUE_POSITIVES += [
+    # Cut short after its first characters, or after 36 (the old rule wanted 40).
+    _tp("private_key", "-----BEGIN RSA PRIVATE KEY-----", "{}\nMIIEow..."),
+    _tp("private_key", "-----BEGIN RSA PRIVATE KEY-----", "{}\n" + _b64(36)),
+    _tp("private_key", "-----BEGIN RSA PRIVATE KEY-----", "{}\n\n" + _b64(36)),
+    # The header alone, of every kind; its body elided; inside JSON.
+    _tp("private_key", "-----BEGIN RSA PRIVATE KEY-----"),
+    _tp("private_key", "-----BEGIN EC PRIVATE KEY-----", "the key starts {} and I lost the rest"),
+    _tp("private_key", "-----BEGIN DSA PRIVATE KEY-----"),
+    _tp("private_key", "-----BEGIN ENCRYPTED PRIVATE KEY-----", "key.pem: {}"),
+    _tp("private_key", "-----BEGIN PRIVATE KEY-----"),
+    _tp("private_key", "-----BEGIN PGP PRIVATE KEY BLOCK-----", "{}\nVersion: GnuPG v2\n"),
+    _tp("private_key", "---- BEGIN SSH2 ENCRYPTED PRIVATE KEY ----", "{}\nComment: deploy"),
+    _tp("private_key", "-----BEGIN RSA PRIVATE KEY-----", "{} ... -----END RSA PRIVATE KEY-----"),
+    _tp("private_key", "-----BEGIN EC PRIVATE KEY-----", '{{"pem": "{}\\nMHcCAQEE"}}'),
+    _tp("ssh_private_key", "-----BEGIN OPENSSH PRIVATE KEY-----"),
+    _tp(
+        "ssh_private_key",
+        "-----BEGIN OPENSSH PRIVATE KEY-----",
+        "The file should start with {} and never be committed.",
+    ),
+]
+
 ZERO_WIDTH = ("\u200b", "\u200c", "\u200d", "\u200e", "\u2060", "\u2063", "\ufeff", "\u00ad")
 ZERO_WIDTH += ("\u180e", "\u2064", "\u200f", "\u202c")
 
@@ -240,8 +272,19 @@ FALSE_POSITIVES: list[str] = [
     "password=settings.DATABASE_PASSWORD",
     "SECRET_KEY = env('DJANGO_SECRET_KEY')",
     "client_secret: see 1Password entry 'Acme OAuth'",
-    "-----BEGIN RSA PRIVATE KEY----- ... -----END RSA PRIVATE KEY-----",
-    "The file should start with -----BEGIN OPENSSH PRIVATE KEY----- and never be committed.",
+    # PEM blocks that hold no private key, and prose about private keys.
+    f"-----BEGIN PUBLIC KEY-----\n{_b64(64)}\n{_b64(64)}\n-----END PUBLIC KEY-----",
+    f"-----BEGIN RSA PUBLIC KEY-----\n{_b64(64)}\n-----END RSA PUBLIC KEY-----",
+    f"-----BEGIN CERTIFICATE-----\n{_b64(64)}\n{_b64(64)}\n-----END CERTIFICATE-----",
+    f"-----BEGIN CERTIFICATE REQUEST-----\n{_b64(64)}\n-----END CERTIFICATE REQUEST-----",
+    f"-----BEGIN PGP PUBLIC KEY BLOCK-----\n\n{_b64(64)}\n-----END PGP PUBLIC KEY BLOCK-----",
+    f"-----BEGIN PGP SIGNATURE-----\n\n{_b64(64)}\n-----END PGP SIGNATURE-----",
+    "-----BEGIN OPENSSH PUBLIC KEY-----",
+    "-----BEGIN X509 CRL-----",
+    "the block closes with -----END RSA PRIVATE KEY-----",
+    "A PEM private key starts with BEGIN PRIVATE KEY between dashes; keep it off the wiki.",
+    "Put the PRIVATE KEY file in the vault, never in chat.",
+    "-----BEGIN NOTES----- private key rotation is on Friday -----END NOTES-----",
     # Identifiers that are not secrets.
     str(uuid.UUID(int=_rng.getrandbits(128), version=4)),
     f"request id {uuid.UUID(int=_rng.getrandbits(128), version=4)} failed at 10:42",

@@ -1,13 +1,43 @@
-"""Serve MemoryHub: the ASGI web server (uvicorn) and the django-q2 cluster, stopped together."""
+"""Serve MemoryHub: uvicorn, the django-q2 cluster and the embedded PostgreSQL, supervised.
+
+`serve` starts the web server and the cluster as children, each in a process group of its
+own, and watches them every `TICK`:
+
+- a child that dies (killed, crashed, failed to start) is restarted, after a back-off that
+  doubles with each failure in a row (`BACKOFF_FIRST` … `BACKOFF_MAX`; a child that ran for
+  `STABLE_AFTER` seconds starts over); whatever the dead child left in its group (uvicorn's
+  worker processes, the cluster's workers) is killed first. The web server exiting by itself
+  with status 0 means it was told to stop: `serve` stops too.
+- when the database is the embedded PostgreSQL (no DATABASE_URL), a dead postmaster is started
+  again at once; PostgreSQL replays its WAL, so nothing committed is lost. Meanwhile the web
+  processes answer 503 (memoryhub/db_outage.py) and recover by themselves.
+- SIGTERM or SIGINT (Ctrl-C) stops the children: SIGTERM to each, then SIGKILL to what is left
+  of its group after `STOP_TIMEOUT` seconds. The database is left running, as by every other
+  command (`make stop-db` stops it).
+"""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
 import sys
+import threading
+import time
+from contextlib import suppress
+from pathlib import Path
 
+from django.conf import settings
 from django.core.management.base import BaseCommand
+
+logger = logging.getLogger("memoryhub.serve")
+
+TICK = 0.1  # seconds between looks at the children and the database
+BACKOFF_FIRST = 0.5  # seconds before restarting a child that died
+BACKOFF_MAX = 30.0
+STABLE_AFTER = 30.0  # a child that ran this long is healthy again: its back-off starts over
+STOP_TIMEOUT = 10.0  # seconds a child gets to stop after SIGTERM
 
 
 def processes(*, host: str, port: int, workers: int, cluster: bool = True) -> list[list[str]]:
@@ -34,8 +64,120 @@ def processes(*, host: str, port: int, workers: int, cluster: bool = True) -> li
     return commands
 
 
+def _describe(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code}"
+
+
+class Child:
+    """One supervised process (and its process group)."""
+
+    def __init__(self, name: str, command: list[str], env: dict[str, str]):
+        self.name, self.command, self.env = name, command, env
+        self.process = None
+        self.started_at = 0.0
+        self.failures = 0  # deaths in a row, each before STABLE_AFTER
+        self.restart_at: float | None = None
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(self.command, env=self.env, start_new_session=True)
+        self.started_at = time.monotonic()
+        self.restart_at = None
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None
+
+    def died(self, code: int) -> None:
+        """Clean up after the process ended on its own, and schedule its restart."""
+        lived = time.monotonic() - self.started_at
+        self._kill_group()
+        self.process = None
+        self.failures = 1 if lived >= STABLE_AFTER else self.failures + 1
+        delay = min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** (self.failures - 1))
+        self.restart_at = time.monotonic() + delay
+        logger.error(
+            "%s died (%s) after %.1f s; restarting it in %.1f s",
+            self.name,
+            _describe(code),
+            lived,
+            delay,
+        )
+
+    def check(self) -> None:
+        """Notice a death; restart when the back-off is over."""
+        if self.process is not None:
+            code = self.process.poll()
+            if code is not None:
+                self.died(code)
+        elif self.restart_at is not None and time.monotonic() >= self.restart_at:
+            self.start()
+            logger.warning("%s restarted (pid %s)", self.name, self.process.pid)
+
+    def terminate(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+
+    def wait_stopped(self, deadline: float) -> None:
+        if self.process is None:
+            return
+        try:
+            code = self.process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            logger.error("%s did not stop within %.0f s: killing it", self.name, STOP_TIMEOUT)
+            self._kill_group()
+            self.process.wait()
+        else:
+            if code != 0:
+                self._kill_group()  # died rather than stopped: its children may be left
+        self.process = None
+
+    def _kill_group(self) -> None:
+        """SIGKILL what is left in the process's group (started with a session of its own)."""
+        pgid = getattr(self.process, "pid", None)
+        if pgid is None:
+            return
+        with suppress(ProcessLookupError, PermissionError):  # nothing left in the group
+            os.killpg(pgid, signal.SIGKILL)
+
+
+class EmbeddedDatabase:
+    """Restarts the embedded PostgreSQL of `data_dir` when its postmaster is gone."""
+
+    def __init__(self, data_dir: Path):
+        self.data_dir = data_dir
+        self.retry_at = 0.0
+        self.failures = 0
+
+    def check(self) -> None:
+        from memoryhub import embedded_db
+
+        pgdata = self.data_dir / "pg"
+        if embedded_db.running_info(pgdata) is not None or time.monotonic() < self.retry_at:
+            return
+        began = time.monotonic()
+        logger.error("embedded PostgreSQL in %s is down: restarting it", pgdata)
+        try:
+            embedded_db.ensure_server(self.data_dir)
+        except Exception:  # noqa: BLE001 - keep serving, and try again
+            self.failures += 1
+            delay = min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** (self.failures - 1))
+            self.retry_at = time.monotonic() + delay
+            logger.exception("embedded PostgreSQL did not start; trying again in %.1f s", delay)
+            return
+        self.failures = 0
+        logger.warning("embedded PostgreSQL restarted in %.1f s", time.monotonic() - began)
+
+
 class Command(BaseCommand):
-    help = "Start the web server (uvicorn, ASGI: console, REST, MCP) and the django-q2 cluster."
+    help = (
+        "Start the web server (uvicorn, ASGI: console, REST, MCP) and the django-q2 cluster, "
+        "and keep them (and the embedded PostgreSQL) running."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("--host", default=os.environ.get("MEMORYHUB_HOST", "127.0.0.1"))
@@ -47,35 +189,56 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts):
         env = dict(os.environ)
-        running = [
-            subprocess.Popen(command, env=env)
-            for command in processes(
-                host=opts["host"],
-                port=opts["port"],
-                workers=opts["workers"],
-                cluster=not opts["no_cluster"],
-            )
+        commands = processes(
+            host=opts["host"],
+            port=opts["port"],
+            workers=opts["workers"],
+            cluster=not opts["no_cluster"],
+        )
+        children = [
+            Child("web server" if command is commands[-1] else "django-q2 cluster", command, env)
+            for command in commands
         ]
-        web = running[-1]
+        web = children[-1]
+        database = EmbeddedDatabase(settings.EMBEDDED_DB.data_dir) if settings.EMBEDDED_DB else None
+        stop = threading.Event()
+
+        def request_stop(*_):
+            stop.set()
+
+        signal.signal(signal.SIGTERM, request_stop)
+        signal.signal(signal.SIGINT, request_stop)
+        for child in children:
+            child.start()
         self.stdout.write(
             f"MemoryHub on http://{opts['host']}:{opts['port']}/console/ "
             f"(API /api/v1/, MCP /mcp, docs /api/docs/). Ctrl-C stops."
         )
-
-        def stop(*_):
-            for proc in running:
-                if proc.poll() is None:
-                    proc.send_signal(signal.SIGTERM)
-
-        signal.signal(signal.SIGTERM, stop)
         try:
-            web.wait()
+            while not stop.is_set():
+                # The pause between rounds is a wait on the web server, so its exit is seen
+                # at once.
+                if web.running:
+                    try:
+                        code = web.process.wait(timeout=TICK)
+                    except subprocess.TimeoutExpired:
+                        pass
+                    else:
+                        if code == 0:
+                            logger.warning("the web server stopped: stopping")
+                            break
+                        web.died(code)
+                else:
+                    stop.wait(TICK)
+                if database is not None:
+                    database.check()
+                for child in children:
+                    child.check()
         except KeyboardInterrupt:
             pass
         finally:
-            stop()
-            for proc in running:
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+            for child in reversed(children):  # the web server first: no new requests
+                child.terminate()
+            deadline = time.monotonic() + STOP_TIMEOUT
+            for child in reversed(children):
+                child.wait_stopped(deadline)
