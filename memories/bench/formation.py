@@ -79,17 +79,18 @@ def _batch(rng_index: int, start: int) -> list[dict]:
 
 
 def run_ingest_bench(
-    *, data_dir, batches: int, out: Callable[[str], None], base_url: str | None = None
+    *, data_dir, batches: int, out: Callable[[str], None], server: ApiServer | None = None
 ) -> dict:
-    """Time `batches` 10-message batches through the REST endpoint (its own server if no
-    `base_url`). Threads take 10 batches each, so seqs grow as in a real conversation."""
+    """Time `batches` 10-message batches through the REST endpoint of `server` (hashing
+    embedder; its own when not given). Threads take 10 batches each, so seqs grow as in a real
+    conversation; the agent is in a tenant of its own (`bench-ingest`)."""
     tenant = tenant_get_or_create(slug="bench-ingest")
     agent = agent_get_or_create(tenant=tenant, slug="ingest")
     _, key = api_key_create(tenant=tenant, agent=agent, scopes=["read", "write"])
-    if base_url is None:
-        with ApiServer(data_dir, embedder="hashing") as server:
-            return _ingest(server.base_url, key, batches, out, server_pid=server.process.pid)
-    return _ingest(base_url, key, batches, out)
+    if server is None:
+        with ApiServer(data_dir, embedder="hashing") as own:
+            return _ingest(own.base_url, key, batches, out, server_pid=own.process.pid)
+    return _ingest(server.base_url, key, batches, out, server_pid=server.process.pid)
 
 
 def _server_backends() -> list[int]:
