@@ -9,8 +9,12 @@ import re
 
 from memories.secrets_scan import secret_rule
 
-_PEM_BEGIN_RE = re.compile(r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----")
-_PEM_END_RE = re.compile(r"-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----")
+# PEM (five dashes) and SSH2 (four dashes, spaced) private-key armour.
+_PEM_BEGIN_RE = re.compile(r"-{4,5} ?BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)? ?-{4,5}")
+_PEM_END_RE = re.compile(r"-{4,5} ?END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)? ?-{4,5}")
+# Without a footer, the block runs on over the lines that look like key material: base64,
+# `Name: value` armour headers, blank lines; the first other line (prose) ends it.
+_KEY_LINE_RE = re.compile(r"[ \t]*(?:[A-Za-z0-9+/=]+|[A-Za-z][A-Za-z0-9-]*:[^\n]*)?[ \t]*\r?")
 # PuTTY key files: from the header line through the `Private-MAC` line, else through the N
 # lines that `Private-Lines: N` announces.
 _PUTTY_BEGIN_RE = re.compile(r"PuTTY-User-Key-File-\d+:")
@@ -20,7 +24,17 @@ _PUTTY_LINES_RE = re.compile(r"Private-Lines:[ \t]*(\d{1,4})[^\n]*")
 
 def _pem_end(text: str, at: int) -> int:
     end = _PEM_END_RE.search(text, at)
-    return end.end() if end else len(text)
+    if end:
+        return end.end()
+    # the rest of the header's line goes too (a body may follow it there, e.g. `\\n`-escaped)
+    stop = text.find("\n", at)
+    while stop != -1:
+        following = text.find("\n", stop + 1)
+        line_end = len(text) if following == -1 else following
+        if not _KEY_LINE_RE.fullmatch(text, stop + 1, line_end):
+            break
+        stop = following
+    return len(text) if stop == -1 else stop
 
 
 def _putty_end(text: str, at: int) -> int:
