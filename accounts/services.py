@@ -14,18 +14,22 @@ from memoryhub.errors import InvalidInput, NotFound
 
 User = get_user_model()
 
-_POLICY_FIELDS = (
-    "entry_cap",
-    "hydration_budget_bytes",
-    "default_category",
-    "dedup_threshold",
-    "default_ttl",
+# The agent policy of memory formation (SPEC §11): `agent_policy`, the console's form, this.
+EXTRACTION_POLICY_FIELDS = (
     "extraction",
     "extraction_idle_seconds",
     "extraction_min_confidence",
     "review_below",
     "extraction_categories",
     "summary_threshold_bytes",
+)
+_POLICY_FIELDS = (
+    "entry_cap",
+    "hydration_budget_bytes",
+    "default_category",
+    "dedup_threshold",
+    "default_ttl",
+    *EXTRACTION_POLICY_FIELDS,
 )
 
 

@@ -91,6 +91,15 @@ async def _read_body(receive, limit: int):
             return bytes(body)
 
 
+async def _body_or_refuse(receive, send, limit: int) -> bytes | None:
+    """The whole body, or None once answered (413 past `limit`) or the client went away."""
+    body = await _read_body(receive, limit)
+    if body is _OVER_LIMIT:
+        await _send_too_large(send, limit)
+        return None
+    return body
+
+
 def _replaying(body: bytes, receive):
     """A `receive` that hands over `body` once, then whatever the client sends next."""
     replayed = False
@@ -114,12 +123,8 @@ async def django_application(scope, receive, send):
     if not any(name == b"transfer-encoding" for name, _ in headers):
         await django_wsgi_pool(scope, receive, send)  # no body at all
         return
-    limit = body_limit(scope.get("path", ""))
-    body = await _read_body(receive, limit)
+    body = await _body_or_refuse(receive, send, body_limit(scope.get("path", "")))
     if body is None:
-        return
-    if body is _OVER_LIMIT:
-        await _send_too_large(send, limit)
         return
     scope = {**scope, "headers": [*headers, (b"content-length", b"%d" % len(body))]}
     await django_wsgi_pool(scope, _replaying(body, receive), send)
@@ -177,11 +182,8 @@ async def mcp_transport(scope, receive, send):
                 send, InvalidInput("Send JSON with Content-Type: application/json", field="body")
             )
             return
-        body = await _read_body(receive, limit)
+        body = await _body_or_refuse(receive, send, limit)
         if body is None:
-            return
-        if body is _OVER_LIMIT:
-            await _send_too_large(send, limit)
             return
         receive = _replaying(body, receive)
     await mcp_application(scope, receive, send)

@@ -10,6 +10,7 @@ from django import forms
 from django.contrib.auth import get_user_model
 
 from accounts.models import CATEGORY_RE, Agent, Extraction, Scope
+from accounts.services import EXTRACTION_POLICY_FIELDS
 from memories import validation
 from memories.secrets_scan import scan_secrets
 from memoryhub.durations import format_duration, parse_duration
@@ -252,14 +253,7 @@ class AgentPolicyForm(forms.Form):
         help_text="Older messages are summarised once the unsummarised ones exceed this",
     )
 
-    EXTRACTION_FIELDS = (
-        "extraction",
-        "extraction_idle_seconds",
-        "extraction_min_confidence",
-        "review_below",
-        "extraction_categories",
-        "summary_threshold_bytes",
-    )
+    EXTRACTION_FIELDS = EXTRACTION_POLICY_FIELDS
 
     def __init__(self, *args, agent: Agent, others: list[Agent], **kwargs):
         kwargs.setdefault(
