@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django.db import connection, transaction
-from django.db.models import IntegerField, QuerySet, Value
+from django.db.models import FloatField, IntegerField, QuerySet, Value
 from pgvector.django import CosineDistance
 
 from memories.models import VECTOR_FIELDS, Memory
@@ -42,39 +42,49 @@ def near_duplicates(
     limit: int = NEAR_LIMIT,
 ) -> list[list[Near]]:
     """For each probe, the candidates that duplicate it, best first (the same text first, then
-    by similarity; oldest first among equals), at most `limit`.
+    by similarity; oldest first among equals), at most `limit`."""
+    return near_duplicates_in([(candidates, probes)], threshold=threshold, limit=limit)[0]
 
-    Two statements whatever the number of probes (one branch per probe in each), both
-    index-friendly: the same-text one uses (tenant, content_hash); the vector one is a plain
-    `ORDER BY embedding <=> q LIMIT k` the HNSW index can serve, with iterative scans past
-    filtered-out rows. Its threshold is applied afterwards, so a probe with no near duplicate
-    never scans further than k neighbours.
+
+def near_duplicates_in(
+    searches: Sequence[tuple[QuerySet[Memory], Sequence[Probe]]],
+    *,
+    threshold: float,
+    limit: int = NEAR_LIMIT,
+) -> list[list[list[Near]]]:
+    """`near_duplicates` of several candidate sets at once (a store asks of its live look-alikes
+    and of its tombstones together): for each set, for each of its probes, the duplicates.
+
+    One statement whatever the number of sets and probes (UNION ALL of two branches per probe),
+    each branch index-friendly: the same-text one uses (tenant, content_hash); the vector one is
+    a plain `ORDER BY embedding <=> q LIMIT k` the HNSW index can serve, with iterative scans
+    past filtered-out rows. Its threshold is applied afterwards, so a probe with no near
+    duplicate never scans further than k neighbours. The vector branch asks for `2 × limit`:
+    the same-text rows (at most `limit` of them) are dropped from it here, and `limit` others
+    remain.
     """
-    if not probes:
-        return []
-    with transaction.atomic(savepoint=False):
-        # Let HNSW keep scanning past filtered-out rows (pgvector ≥ 0.8) for this transaction.
-        with connection.cursor() as cursor:
-            cursor.execute("SET LOCAL hnsw.iterative_scan = 'relaxed_order'")
-        exact = _by_probe(
-            len(probes),
-            [
-                _excluding(candidates.filter(content_hash=probe.content_hash), [probe.memory_id])
-                .select_related("agent")
-                .defer(*VECTOR_FIELDS)
-                .annotate(probe=Value(index, output_field=IntegerField()))
-                .order_by("created_at", "id")[:limit]
-                for index, probe in enumerate(probes)
-            ],
+    flat = [(candidates, probe) for candidates, probes in searches for probe in probes]
+    if not flat:
+        return [[] for _ in searches]
+    branches: list[QuerySet[Memory]] = []
+    for index, (candidates, probe) in enumerate(flat):
+        branches.append(
+            _excluding(candidates.filter(content_hash=probe.content_hash), probe.memory_id)
+            .select_related("agent")
+            .defer(*VECTOR_FIELDS)
+            .annotate(
+                probe=Value(index, output_field=IntegerField()),
+                distance=Value(None, output_field=FloatField()),
+            )
+            .order_by("created_at", "id")[:limit]
         )
-        neighbours = _by_probe(
-            len(probes),
-            [
+        if probe.embedding is not None:
+            branches.append(
                 _excluding(
                     candidates.filter(
                         embedding_model=probe.embedding_model, embedding__isnull=False
                     ),
-                    [probe.memory_id, *(m.pk for m in exact[index])],
+                    probe.memory_id,
                 )
                 .select_related("agent")
                 .defer(*VECTOR_FIELDS)
@@ -82,33 +92,37 @@ def near_duplicates(
                     probe=Value(index, output_field=IntegerField()),
                     distance=CosineDistance("embedding", probe.embedding),
                 )
-                .order_by("distance")[:limit]
-                for index, probe in enumerate(probes)
-                if probe.embedding is not None
-            ],
-        )
+                .order_by("distance")[: 2 * limit]
+            )
+    exact: list[list[Memory]] = [[] for _ in flat]
+    near: list[list[Memory]] = [[] for _ in flat]
+    with transaction.atomic(savepoint=False):
+        # Let HNSW keep scanning past filtered-out rows (pgvector ≥ 0.8) for this transaction.
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL hnsw.iterative_scan = 'relaxed_order'")
+        rows = branches[0].union(*branches[1:], all=True) if len(branches) > 1 else branches[0]
+        for memory in rows:
+            (exact if memory.distance is None else near)[memory.probe].append(memory)
     found = []
-    for same, near in zip(exact, neighbours, strict=True):
+    for same, neighbours in zip(exact, near, strict=True):
         pairs = [(memory, 1.0) for memory in same]
-        for memory in near:
+        seen = {memory.pk for memory in same}
+        others = [memory for memory in neighbours if memory.pk not in seen]
+        others.sort(key=lambda memory: memory.distance)
+        for memory in others[:limit]:
             similarity = 1.0 - float(memory.distance)
             if similarity >= threshold:
                 pairs.append((memory, round(min(max(similarity, 0.0), 1.0), 4)))
         pairs.sort(key=lambda pair: (-pair[1], pair[0].created_at, pair[0].id))
         found.append(pairs[:limit])
-    return found
-
-
-def _excluding(rows: QuerySet[Memory], ids: list[str | None]) -> QuerySet[Memory]:
-    ids = [pk for pk in ids if pk is not None]
-    return rows.exclude(pk__in=ids) if ids else rows
-
-
-def _by_probe(count: int, branches: list[QuerySet[Memory]]) -> list[list[Memory]]:
-    """Run the branches as one statement (UNION ALL) and sort the rows back to their probe."""
-    out: list[list[Memory]] = [[] for _ in range(count)]
-    if branches:
-        rows = branches[0].union(*branches[1:], all=True) if len(branches) > 1 else branches[0]
-        for memory in rows:
-            out[memory.probe].append(memory)
+    out: list[list[list[Near]]] = []
+    position = 0
+    for _, probes in searches:
+        out.append(found[position : position + len(probes)])
+        position += len(probes)
     return out
+
+
+def _excluding(rows: QuerySet[Memory], pk: str | None) -> QuerySet[Memory]:
+    """A stored memory is never its own duplicate."""
+    return rows.exclude(pk=pk) if pk is not None else rows

@@ -87,12 +87,15 @@ def evict_over_cap(
     now: datetime,
     actor: str = CAP_ACTOR,
     exclude_ids: list[str] | tuple[str, ...] = (),
+    cap_locked: bool = False,
 ) -> int:
     """`memory_evict_over_cap` inside the caller's transaction (after its write), never evicting
-    `exclude_ids` (the memory just stored or restored)."""
+    `exclude_ids` (the memory just stored or restored). `cap_locked`: the caller took the
+    owner's `cap_lock` in this transaction already (before its write, as it must)."""
     # One owner's cap is enforced by one transaction at a time, so two concurrent stores cannot
-    # both see room for themselves. (Re-taking a lock this transaction holds is a no-op.)
-    cap_lock(tenant, agent)
+    # both see room for themselves.
+    if not cap_locked:
+        cap_lock(tenant, agent)
     live = Memory.objects.for_tenant(tenant).live(now)
     if agent is not None:
         live, cap = live.filter(agent=agent), agent.entry_cap

@@ -157,7 +157,13 @@ def memory_restore(
                 now=now,
                 cas=validation.Cas(version=memory.version),
             )
-            evict_over_cap(tenant=tenant, agent=memory.agent, now=now, exclude_ids=[memory.pk])
+            evict_over_cap(
+                tenant=tenant,
+                agent=memory.agent,
+                now=now,
+                exclude_ids=[memory.pk],
+                cap_locked=True,
+            )
     except IntegrityError as exc:
         if "memory_live_key_uniq" in str(exc):
             raise Conflict("Another live memory holds this key", details={"field": "key"}) from None

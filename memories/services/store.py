@@ -19,7 +19,7 @@ from accounts.models import Agent, Tenant
 from accounts.principal import Principal
 from memories import validation
 from memories.clock import resolve_now
-from memories.dedup import Near, Probe, near_duplicates
+from memories.dedup import Near, Probe, near_duplicates_in
 from memories.models import ChangeType, Memory, ReviewState, Status
 from memories.revisions import revision_write, snapshot
 from memories.services.common import MAX_RETRIES
@@ -121,7 +121,8 @@ def memory_store_write(*, prepared: PreparedStore) -> StoreResult:
 
 def _store_write(prepared: PreparedStore) -> StoreResult:
     inp = prepared.inp
-    corrected = _previously_corrected(prepared)
+    dedup = not inp.key and inp.dedup_policy != "insert"
+    corrected, near = _look_alikes(prepared, live=dedup)
     if corrected and prepared.formation is not None:
         return StoreResult(
             memory=corrected[0][0],
@@ -133,17 +134,14 @@ def _store_write(prepared: PreparedStore) -> StoreResult:
     if inp.key:
         return _upsert(prepared, corrected=corrected)
 
-    near: list[Near] = []
-    if inp.dedup_policy != "insert":
-        near = _near_duplicates(prepared)
-        if near and inp.dedup_policy == "skip_if_near":
-            return StoreResult(
-                memory=near[0][0],
-                created=False,
-                message="Already remembered",
-                near_duplicates=near,
-                previously_corrected=corrected,
-            )
+    if near and inp.dedup_policy == "skip_if_near":
+        return StoreResult(
+            memory=near[0][0],
+            created=False,
+            message="Already remembered",
+            near_duplicates=near,
+            previously_corrected=corrected,
+        )
     memory = _insert(prepared, pending=bool(near))
     return StoreResult(
         memory=memory,
@@ -216,7 +214,13 @@ def _insert(prepared: PreparedStore, *, pending: bool) -> Memory:
         after=snapshot(memory),
         now=now,
     )
-    evict_over_cap(tenant=principal.tenant, agent=prepared.owner, now=now, exclude_ids=[memory.pk])
+    evict_over_cap(
+        tenant=principal.tenant,
+        agent=prepared.owner,
+        now=now,
+        exclude_ids=[memory.pk],
+        cap_locked=True,
+    )
     return memory
 
 
@@ -293,24 +297,23 @@ def _upsert(prepared: PreparedStore, *, corrected: list[Near]) -> StoreResult:
     raise Conflict(details={"current_version": None})
 
 
-def _near_duplicates(prepared: PreparedStore) -> list[Near]:
-    """Live memories the agent can see that say the same thing."""
+def _look_alikes(prepared: PreparedStore, *, live: bool) -> tuple[list[Near], list[Near]]:
+    """Tombstones the agent can see (content not purged) that said the same thing, and, when
+    `live`, the live memories it can see that say it: one statement for both."""
     principal = prepared.principal
-    rows = visible_memories(
-        tenant=principal.tenant,
-        agent=principal.agent,
-        subject_id=prepared.subject_id,
-        now=prepared.now,
-    )
-    return near_duplicates(rows, [prepared.probe], threshold=principal.agent.dedup_threshold)[0]
-
-
-def _previously_corrected(prepared: PreparedStore) -> list[Near]:
-    """Tombstones the agent can see (content not purged) that said the same thing."""
-    principal = prepared.principal
-    rows = (
+    tombstones = (
         Memory.objects.for_tenant(principal.tenant)
         .filter(status=Status.TOMBSTONED, purged_at__isnull=True)
         .filter(visible_q(agent=principal.agent, subject_id=prepared.subject_id))
     )
-    return near_duplicates(rows, [prepared.probe], threshold=principal.agent.dedup_threshold)[0]
+    searches = [(tombstones, [prepared.probe])]
+    if live:
+        rows = visible_memories(
+            tenant=principal.tenant,
+            agent=principal.agent,
+            subject_id=prepared.subject_id,
+            now=prepared.now,
+        )
+        searches.append((rows, [prepared.probe]))
+    found = near_duplicates_in(searches, threshold=principal.agent.dedup_threshold)
+    return found[0][0], (found[1][0] if live else [])
