@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django.db import connection, transaction
-from django.db.models import FloatField, IntegerField, QuerySet, Value
-from pgvector.django import CosineDistance
+from django.db.models import QuerySet
 
+from accounts.models import Agent
 from memories.models import VECTOR_FIELDS, Memory
 
 NEAR_LIMIT = 5  # duplicates reported per probe, unless the caller asks for fewer
@@ -51,6 +51,7 @@ def near_duplicates_in(
     *,
     threshold: float,
     limit: int = NEAR_LIMIT,
+    agents: Sequence[Agent] | None = None,
 ) -> list[list[list[Near]]]:
     """`near_duplicates` of several candidate sets at once (a store asks of its live look-alikes
     and of its tombstones together): for each set, for each of its probes, the duplicates.
@@ -61,48 +62,45 @@ def near_duplicates_in(
     past filtered-out rows. Its threshold is applied afterwards, so a probe with no near
     duplicate never scans further than k neighbours. The vector branch asks for `2 × limit`:
     the same-text rows (at most `limit` of them) are dropped from it here, and `limit` others
-    remain.
+    remain. With `agents` (owners at hand, e.g. the asking agent's) each duplicate comes with
+    its owner, the others read in one more query; without, only what the memory row holds.
     """
     flat = [(candidates, probe) for candidates, probes in searches for probe in probes]
     if not flat:
         return [[] for _ in searches]
-    branches: list[QuerySet[Memory]] = []
+    wheres: dict[int, tuple[str, list]] = {}  # each candidate set's WHERE, compiled once
+    branches: list[str] = []
+    params: list = []
     for index, (candidates, probe) in enumerate(flat):
+        if id(candidates) not in wheres:
+            wheres[id(candidates)] = _where(candidates)
+        where, where_params = wheres[id(candidates)]
+        if probe.memory_id is not None:  # a stored memory is never its own duplicate
+            where, where_params = f"{where} AND id <> %s", [*where_params, probe.memory_id]
         branches.append(
-            _excluding(candidates.filter(content_hash=probe.content_hash), probe.memory_id)
-            .select_related("agent")
-            .defer(*VECTOR_FIELDS)
-            .annotate(
-                probe=Value(index, output_field=IntegerField()),
-                distance=Value(None, output_field=FloatField()),
-            )
-            .order_by("created_at", "id")[:limit]
+            f"(SELECT {_COLUMNS}, %s AS probe, NULL::float8 AS distance FROM {_TABLE} "
+            f"WHERE {where} AND content_hash = %s ORDER BY created_at, id LIMIT %s)"
         )
+        params += [index, *where_params, probe.content_hash, limit]
         if probe.embedding is not None:
             branches.append(
-                _excluding(
-                    candidates.filter(
-                        embedding_model=probe.embedding_model, embedding__isnull=False
-                    ),
-                    probe.memory_id,
-                )
-                .select_related("agent")
-                .defer(*VECTOR_FIELDS)
-                .annotate(
-                    probe=Value(index, output_field=IntegerField()),
-                    distance=CosineDistance("embedding", probe.embedding),
-                )
-                .order_by("distance")[: 2 * limit]
+                f"(SELECT {_COLUMNS}, %s AS probe, embedding <=> %s::vector AS distance "
+                f"FROM {_TABLE} WHERE {where} AND embedding_model = %s "
+                "AND embedding IS NOT NULL ORDER BY distance LIMIT %s)"
             )
+            params += [index, _vector(probe.embedding), *where_params, probe.embedding_model]
+            params.append(2 * limit)
     exact: list[list[Memory]] = [[] for _ in flat]
     near: list[list[Memory]] = [[] for _ in flat]
     with transaction.atomic(savepoint=False):
         # Let HNSW keep scanning past filtered-out rows (pgvector ≥ 0.8) for this transaction.
         with connection.cursor() as cursor:
             cursor.execute("SET LOCAL hnsw.iterative_scan = 'relaxed_order'")
-        rows = branches[0].union(*branches[1:], all=True) if len(branches) > 1 else branches[0]
-        for memory in rows:
-            (exact if memory.distance is None else near)[memory.probe].append(memory)
+        rows = list(Memory.objects.raw(" UNION ALL ".join(branches), params))
+    if agents is not None:
+        _with_agents(rows, agents)
+    for memory in rows:
+        (exact if memory.distance is None else near)[memory.probe].append(memory)
     found = []
     for same, neighbours in zip(exact, near, strict=True):
         pairs = [(memory, 1.0) for memory in same]
@@ -123,6 +121,34 @@ def near_duplicates_in(
     return out
 
 
-def _excluding(rows: QuerySet[Memory], pk: str | None) -> QuerySet[Memory]:
-    """A stored memory is never its own duplicate."""
-    return rows.exclude(pk=pk) if pk is not None else rows
+# The statement is written out: compiled by the ORM (four branches of a 40-column select with
+# its owner's 20) it cost most of a store's CPU. The candidate sets' own filters (tenant,
+# visibility, status) still come from their querysets: only their WHERE is compiled.
+_TABLE = Memory._meta.db_table
+_COLUMNS = ", ".join(f.column for f in Memory._meta.concrete_fields if f.name not in VECTOR_FIELDS)
+
+
+def _where(candidates: QuerySet[Memory]) -> tuple[str, list]:
+    """The candidate set's filters as SQL on the memory table alone (no joins)."""
+    query = candidates.query
+    joined = [a for a in query.alias_map if a != _TABLE and query.alias_refcount.get(a)]
+    if joined:
+        raise ValueError(f"near-duplicate candidates must filter the memory table alone: {joined}")
+    compiler = query.get_compiler(using=candidates.db)
+    sql, params = compiler.compile(query.where)
+    return sql or "TRUE", list(params)
+
+
+def _vector(values: Sequence[float]) -> str:
+    return "[" + ",".join(repr(float(v)) for v in values) + "]"
+
+
+def _with_agents(rows: list[Memory], known: Sequence[Agent]) -> None:
+    """Each row's owner (what `select_related("agent")` gave): the known ones, the others in one
+    query."""
+    agents = {agent.pk: agent for agent in known}
+    missing = {m.agent_id for m in rows if m.agent_id is not None} - set(agents)
+    if missing:
+        agents.update(Agent.objects.in_bulk(missing))
+    for memory in rows:
+        memory.agent = agents[memory.agent_id] if memory.agent_id is not None else None

@@ -315,5 +315,7 @@ def _look_alikes(prepared: PreparedStore, *, live: bool) -> tuple[list[Near], li
             now=prepared.now,
         )
         searches.append((rows, [prepared.probe]))
-    found = near_duplicates_in(searches, threshold=principal.agent.dedup_threshold)
+    found = near_duplicates_in(
+        searches, threshold=principal.agent.dedup_threshold, agents=[principal.agent]
+    )
     return found[0][0], (found[1][0] if live else [])
