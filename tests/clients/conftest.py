@@ -67,21 +67,20 @@ async def _collect(agen) -> list[Any]:
 
 @pytest.fixture(params=["sync", "async"])
 def make_hub(request, live):
-    """Build a client of the parametrised flavour: make_hub(key=None, **MemoryHub kwargs)."""
+    """Build a client of the parametrised flavour: make_hub(key=None, url=None, **kwargs)."""
     loop = asyncio.new_event_loop() if request.param == "async" else None
     made: list[Any] = []
 
     async def record(seconds: float) -> None:
         live.sleeps.append(seconds)
 
-    def build(key: str | None = None, **kwargs: Any):
+    def build(key: str | None = None, url: str | None = None, **kwargs: Any):
         kwargs.setdefault("retry", NO_JITTER)
+        url, key = url or live.url, key or live.key
         if loop is None:
-            hub = MemoryHub(live.url, key or live.key, sleep=live.sleeps.append, **kwargs)
+            hub = MemoryHub(url, key, sleep=live.sleeps.append, **kwargs)
         else:
-            hub = SyncOverAsync(
-                AsyncMemoryHub(live.url, key or live.key, sleep=record, **kwargs), loop
-            )
+            hub = SyncOverAsync(AsyncMemoryHub(url, key, sleep=record, **kwargs), loop)
         made.append(hub)
         return hub
 
