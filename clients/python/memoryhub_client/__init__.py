@@ -12,8 +12,7 @@ LangGraph `BaseStore` on top (extra `langgraph`).
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
+from memoryhub_client._core import VERSION as __version__  # noqa: F401 - public
 from memoryhub_client._core import RetryPolicy
 from memoryhub_client.aio import AsyncMemoryHub
 from memoryhub_client.client import MemoryHub

@@ -17,16 +17,30 @@ from urllib.parse import quote
 
 import httpx
 
-from memoryhub_client import types as t
 from memoryhub_client.errors import (
     ERRORS_BY_CODE,
     MemoryHubConnectionError,
     error_from_response,
     parse_retry_after,
 )
+from memoryhub_client.types import (
+    ErasureResult,
+    ExtractResult,
+    ForgetResult,
+    HydrateResult,
+    IngestResult,
+    Memory,
+    Message,
+    Page,
+    SearchResult,
+    StoreResult,
+    Thread,
+    build,
+)
 
 T = TypeVar("T")
 API = "/api/v1"
+VERSION = "0.1.0"
 
 
 class StoreFields(TypedDict, total=False):
@@ -222,48 +236,48 @@ def _json(response: httpx.Response) -> dict[str, Any]:
     return body
 
 
-def _memory(response: httpx.Response) -> t.Memory:
-    return t.Memory.from_json(_json(response)["memory"])
+def _memory(response: httpx.Response) -> Memory:
+    return Memory.from_json(_json(response)["memory"])
 
 
-def _forget_result(response: httpx.Response) -> t.ForgetResult:
-    return t.build(t.ForgetResult, _json(response))
+def _forget_result(response: httpx.Response) -> ForgetResult:
+    return build(ForgetResult, _json(response))
 
 
 # --- the endpoints -------------------------------------------------------------------------
 
 
-def store(text: str | None, fields: Mapping[str, Any], key: str | None) -> Call[t.StoreResult]:
+def store(text: str | None, fields: Mapping[str, Any], key: str | None) -> Call[StoreResult]:
     body = dict(fields)
     if text is not None:
         body["text"] = text
     return _post(
         f"{API}/memories",
         body,
-        lambda r: t.StoreResult.from_json(_json(r), created=r.status_code == 201),
+        lambda r: StoreResult.from_json(_json(r), created=r.status_code == 201),
         key,
     )
 
 
-def get(memory_id: str, subject_id: str | None) -> Call[t.Memory]:
+def get(memory_id: str, subject_id: str | None) -> Call[Memory]:
     path = f"{API}/memories/{segment(memory_id)}"
     return Call("GET", path, _memory, params={"subject_id": subject_id})
 
 
-def recall(key: str, subject_id: str | None) -> Call[t.Memory | None]:
-    def read(response: httpx.Response) -> t.Memory | None:
+def recall(key: str, subject_id: str | None) -> Call[Memory | None]:
+    def read(response: httpx.Response) -> Memory | None:
         memory = _json(response)["memory"]
-        return t.Memory.from_json(memory) if memory else None
+        return Memory.from_json(memory) if memory else None
 
     path = f"{API}/memories/by-key/{segment(key)}"
     return Call("GET", path, read, params={"subject_id": subject_id})
 
 
-def list_page(filters: Mapping[str, Any], cursor: str | None) -> Call[t.Page]:
-    def read(response: httpx.Response) -> t.Page:
+def list_page(filters: Mapping[str, Any], cursor: str | None) -> Call[Page]:
+    def read(response: httpx.Response) -> Page:
         body = _json(response)
-        memories = [t.Memory.from_json(m) for m in body["memories"]]
-        return t.Page(items=memories, next_cursor=body.get("next_cursor"))
+        memories = [Memory.from_json(m) for m in body["memories"]]
+        return Page(items=memories, next_cursor=body.get("next_cursor"))
 
     return Call("GET", f"{API}/memories", read, params={**filters, "cursor": cursor})
 
@@ -275,7 +289,7 @@ def keys(subject_id: str | None, category: str | None, key_prefix: str | None) -
 
 def update(
     memory_id: str, fields: Mapping[str, Any], subject_id: str | None, if_match: int | None
-) -> Call[t.Memory]:
+) -> Call[Memory]:
     headers = {} if if_match is None else {"If-Match": f'"{if_match}"'}
     path = f"{API}/memories/{segment(memory_id)}"
     return Call(
@@ -288,14 +302,14 @@ def update(
     )
 
 
-def confirm(memory_id: str, subject_id: str | None, key: str | None) -> Call[t.Memory]:
+def confirm(memory_id: str, subject_id: str | None, key: str | None) -> Call[Memory]:
     path = f"{API}/memories/{segment(memory_id)}/confirm"
     return _post(path, None, _memory, key, {"subject_id": subject_id})
 
 
 def forget(
     memory_id: str | None, key: str | None, subject_id: str | None, reason: str | None, purge: bool
-) -> Call[t.ForgetResult]:
+) -> Call[ForgetResult]:
     if (memory_id is None) == (key is None):
         raise ValueError("forget() takes memory_id or key (one of them)")
     path = (
@@ -307,13 +321,13 @@ def forget(
     return Call("DELETE", path, _forget_result, params=params)
 
 
-def search(query: str, fields: Mapping[str, Any], key: str | None) -> Call[t.SearchResult]:
+def search(query: str, fields: Mapping[str, Any], key: str | None) -> Call[SearchResult]:
     body = {"query": query, **fields}
-    return _post(f"{API}/search", body, lambda r: t.SearchResult.from_json(_json(r)), key)
+    return _post(f"{API}/search", body, lambda r: SearchResult.from_json(_json(r)), key)
 
 
-def hydrate(fields: Mapping[str, Any], key: str | None) -> Call[t.HydrateResult]:
-    return _post(f"{API}/hydrate", dict(fields), lambda r: t.HydrateResult.from_json(_json(r)), key)
+def hydrate(fields: Mapping[str, Any], key: str | None) -> Call[HydrateResult]:
+    return _post(f"{API}/hydrate", dict(fields), lambda r: HydrateResult.from_json(_json(r)), key)
 
 
 def export_markdown(
@@ -333,37 +347,37 @@ def add_messages(
     subject_id: str | None,
     extract: str | None,
     key: str | None,
-) -> Call[t.IngestResult]:
+) -> Call[IngestResult]:
     body: dict[str, Any] = {"messages": messages}
     if subject_id is not None:
         body["subject_id"] = subject_id
     if extract is not None:
         body["extract"] = extract
     path = f"{API}/threads/{segment(thread_id)}/messages"
-    return _post(path, body, lambda r: t.build(t.IngestResult, _json(r)), key)
+    return _post(path, body, lambda r: build(IngestResult, _json(r)), key)
 
 
-def get_thread(thread_id: str, subject_id: str | None) -> Call[t.Thread]:
+def get_thread(thread_id: str, subject_id: str | None) -> Call[Thread]:
     path = f"{API}/threads/{segment(thread_id)}"
-    read: Callable[[httpx.Response], t.Thread] = lambda r: t.build(t.Thread, _json(r)["thread"])  # noqa: E731
+    read: Callable[[httpx.Response], Thread] = lambda r: build(Thread, _json(r)["thread"])  # noqa: E731
     return Call("GET", path, read, params={"subject_id": subject_id})
 
 
 def messages_page(
     thread_id: str, subject_id: str | None, limit: int | None, cursor: str | None
-) -> Call[t.Page]:
-    def read(response: httpx.Response) -> t.Page:
+) -> Call[Page]:
+    def read(response: httpx.Response) -> Page:
         body = _json(response)
-        return t.Page([t.build(t.Message, m) for m in body["messages"]], body.get("next_cursor"))
+        return Page([build(Message, m) for m in body["messages"]], body.get("next_cursor"))
 
     path = f"{API}/threads/{segment(thread_id)}/messages"
     params = {"subject_id": subject_id, "limit": limit, "cursor": cursor}
     return Call("GET", path, read, params=params)
 
 
-def extract(thread_id: str, subject_id: str | None, key: str | None) -> Call[t.ExtractResult]:
+def extract(thread_id: str, subject_id: str | None, key: str | None) -> Call[ExtractResult]:
     path = f"{API}/threads/{segment(thread_id)}/extract"
-    read = lambda r: t.build(t.ExtractResult, _json(r))  # noqa: E731
+    read = lambda r: build(ExtractResult, _json(r))  # noqa: E731
     return _post(path, None, read, key, {"subject_id": subject_id})
 
 
@@ -372,9 +386,9 @@ def end_thread(thread_id: str, subject_id: str | None, key: str | None) -> Call[
     return _post(path, None, lambda r: int(_json(r)["removed"]), key, {"subject_id": subject_id})
 
 
-def erase_subject(subject_id: str, purge: bool) -> Call[t.ErasureResult]:
+def erase_subject(subject_id: str, purge: bool) -> Call[ErasureResult]:
     path = f"{API}/subjects/{segment(subject_id)}"
-    read: Callable[[httpx.Response], t.ErasureResult] = lambda r: t.build(t.ErasureResult, _json(r))  # noqa: E731
+    read: Callable[[httpx.Response], ErasureResult] = lambda r: build(ErasureResult, _json(r))  # noqa: E731
     return Call("DELETE", path, read, params={"purge": purge or None})
 
 
@@ -383,12 +397,10 @@ def whoami() -> Call[dict[str, Any]]:
 
 
 def auth_headers(api_key: str) -> dict[str, str]:
-    from memoryhub_client import __version__
-
     return {
         "Authorization": f"Bearer {api_key}",
         "Accept": "application/json",
-        "User-Agent": f"memoryhub-client/{__version__}",
+        "User-Agent": f"memoryhub-client/{VERSION}",
     }
 
 

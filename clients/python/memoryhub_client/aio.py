@@ -10,7 +10,7 @@ from typing import Any, Literal, TypeVar, Unpack
 
 import httpx
 
-from memoryhub_client import _core
+import memoryhub_client._core as _core
 from memoryhub_client._core import (
     HydrateFields,
     ListFilters,

@@ -53,7 +53,7 @@ from langgraph.store.base import (
 )
 from langgraph.store.base.embed import get_text_at_path
 
-from memoryhub_client import _core
+import memoryhub_client._core as _core
 from memoryhub_client.aio import AsyncMemoryHub
 from memoryhub_client.client import MemoryHub
 from memoryhub_client.types import Memory, Page, SearchResult, parse_time
