@@ -10,12 +10,14 @@ PYTEST_ARGS ?=
 
 .PHONY: install chromium run test lint format bench migrate clean-db
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml clients/python/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	# torch first, pinned: the CPU build lies on disk; anything unpinned pulls a CUDA build.
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -e ".[dev,local-embeddings]"
+	# The Python client (tests/clients drive it against a live server), with its integrations.
+	$(BIN)/pip install --quiet -e "./clients/python[langgraph,langmem,agents]"
 	@touch $(STAMP)
 
 install: $(STAMP)

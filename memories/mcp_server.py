@@ -152,6 +152,10 @@ ThreadId = Annotated[
     str | None, Field(description="Run/conversation id (`session_id` is accepted as an alias)")
 ]
 Timestamp = Annotated[str | None, Field(description="ISO 8601")]
+KeyPrefix = Annotated[
+    str | None,
+    Field(description="Only memories whose key starts with this (literally), e.g. `project.`"),
+]
 
 
 @mcp.tool(
@@ -247,6 +251,7 @@ async def memory_list(
     tags: Annotated[list[str] | None, Field(description="All of these tags")] = None,
     subject_id: SubjectId = None,
     thread_id: str | None = None,
+    key_prefix: KeyPrefix = None,
     updated_after: Timestamp = None,
     include_shared: bool | None = None,
     limit: Annotated[int | None, Field(ge=1, le=200)] = None,
@@ -322,6 +327,7 @@ async def memory_search(
     include_history: Annotated[
         bool | None, Field(description="Also older texts of re-stored keys (isLatest false)")
     ] = None,
+    key_prefix: KeyPrefix = None,
 ) -> dict[str, Any]:
     principal, args = _principal(ctx), _arguments()
     return await _call(search.memory_search, principal=principal, data=args)

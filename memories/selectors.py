@@ -35,6 +35,7 @@ LIST_FILTERS = frozenset(
         "include_shared",
         "limit",
         "cursor",
+        "key_prefix",
     }
 )
 
@@ -124,9 +125,11 @@ def memory_keys(
     principal: Principal,
     subject_id: str | None = None,
     category: str | None = None,
+    key_prefix: str | None = None,
     now: datetime | None = None,
 ) -> list[str]:
-    """The distinct keys of the live memories this key can see, sorted."""
+    """The distinct keys of the live memories this key can see, sorted; optionally only those
+    of one category, or only those starting with `key_prefix`."""
     principal.require_scope("read")
     subject = principal.resolve_subject(validation.identifier(subject_id, "subject_id"))
     rows = visible_memories(
@@ -134,7 +137,15 @@ def memory_keys(
     ).filter(key__isnull=False)
     if category:
         rows = rows.filter(category=validation.category(category, default=""))
+    rows = _with_key_prefix(rows, key_prefix)
     return list(rows.order_by("key").values_list("key", flat=True).distinct())
+
+
+def _with_key_prefix(rows: MemoryQuerySet, raw: Any) -> MemoryQuerySet:
+    """Only keys starting with the prefix: `startswith` escapes LIKE's wildcards (`%`, `_`,
+    `\\`), so a prefix matches literally (a namespace such as `lg/user_1/` is no pattern)."""
+    prefix = validation.key_prefix(raw)
+    return rows.filter(key__startswith=prefix) if prefix else rows
 
 
 def memory_export(
@@ -220,8 +231,8 @@ def memory_list(
     """A page of visible memories, newest `updated_at` first, and the cursor of the next page.
 
     Filters (all optional): category, kind, tag (repeatable, AND), subject_id, thread_id,
-    updated_after, include_shared (default true), limit (default 50, max 200), cursor. A walk
-    keeps the order of the moment it began (see `_page`): no memory is skipped or repeated when
+    key_prefix, updated_after, include_shared (default true), limit (default 50, max 200),
+    cursor. A walk keeps the order of the moment it began (see `_page`): no memory is skipped or repeated when
     memories change, appear or disappear between pages.
     """
     principal.require_scope("read")
@@ -257,6 +268,7 @@ def memory_list(
     thread_id = validation.identifier(filters.get("thread_id"), "thread_id")
     if thread_id:
         rows = rows.filter(thread_id=thread_id)
+    rows = _with_key_prefix(rows, filters.get("key_prefix"))
     if filters.get("updated_after"):
         after = validation.parse_timestamp(filters["updated_after"], "updated_after")
         rows = rows.filter(updated_at__gt=after)

@@ -165,6 +165,22 @@ def memory_key(value: Any, field: str = "key") -> str | None:
     return identifier(value, field)
 
 
+def key_prefix(value: Any) -> str | None:
+    """A `key_prefix` filter (list, keys, search): a key's rules (NFKC, no control or invisible
+    characters, at most a key's length) but not trimmed, since a prefix may end in a space."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise InvalidInput("'key_prefix' must be a string", field="key_prefix")
+    memory_key(value, "key_prefix")  # refuses control and invisible characters
+    value = unicodedata.normalize("NFKC", value)
+    if len(value) > MAX_ID_CHARS:
+        raise InvalidInput(
+            f"'key_prefix' is longer than {MAX_ID_CHARS} characters", field="key_prefix"
+        )
+    return value
+
+
 def unit_float(value: Any, field: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidInput(f"'{field}' must be a number between 0 and 1", field=field)

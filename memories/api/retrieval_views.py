@@ -42,6 +42,7 @@ class SearchRequestSerializer(schema.StrictRequestSerializer):
     session_id = schema.identifier_field(allow_null=False, help_text="Alias of `thread_id`")
     include_shared = serializers.BooleanField(default=True)
     include_history = serializers.BooleanField(default=False)
+    key_prefix = schema.identifier_field(allow_null=False, help_text=schema.KEY_PREFIX_HELP)
 
 
 class SearchQualitySerializer(serializers.Serializer):

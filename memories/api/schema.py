@@ -62,6 +62,12 @@ TTL_PATTERN = r"^[1-9][0-9]{0,8}[smhd]$"
 NOT_BLANK = r"\S"  # unanchored: at least one character that is not white space
 
 
+KEY_PREFIX_HELP = (
+    "Only memories whose `key` starts with this string, matched literally (`%` and `_` are no "
+    "wildcards): a namespace such as `langgraph/users/42/`"
+)
+
+
 def identifier_field(**kwargs: Any) -> serializers.RegexField:
     kwargs.setdefault("required", False)
     kwargs.setdefault("allow_null", True)
@@ -292,6 +298,7 @@ class ListQuerySerializer(serializers.Serializer):
     )
     subject_id = identifier_field(allow_null=False)
     thread_id = identifier_field(allow_null=False)
+    key_prefix = identifier_field(allow_null=False, help_text=KEY_PREFIX_HELP)
     updated_after = serializers.DateTimeField(required=False)
     include_shared = serializers.BooleanField(required=False, default=True)
     limit = serializers.IntegerField(required=False, min_value=1, max_value=200, default=50)
@@ -407,6 +414,13 @@ SUBJECT_PARAM = OpenApiParameter(
     OpenApiParameter.QUERY,
     pattern=IDENTIFIER_PATTERN,
     description="Act for this subject",
+)
+KEY_PREFIX_PARAM = OpenApiParameter(
+    "key_prefix",
+    OpenApiTypes.STR,
+    OpenApiParameter.QUERY,
+    pattern=IDENTIFIER_PATTERN,
+    description=KEY_PREFIX_HELP,
 )
 CATEGORY_PARAM = OpenApiParameter(
     "category", OpenApiTypes.STR, OpenApiParameter.QUERY, pattern=validation.CATEGORY_RE.pattern

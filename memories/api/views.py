@@ -102,7 +102,8 @@ class MemoriesView(AgentAPIView):
             "`include_shared=false`, those of the agents in its `reads_from` (never their "
             "`conversation` memories). Without a subject only subject-less memories are listed. "
             "Newest `updated_at` first; follow `next_cursor`: a walk returns every memory "
-            "visible when it began exactly once. `tag` repeats (all must be present)."
+            "visible when it began exactly once. `tag` repeats (all must be present); `key_prefix` "
+            "keeps the keys that start with it (a namespace)."
         ),
         summary="List memories, newest first (keyset cursor)",
         parameters=[schema.ListQuerySerializer],
@@ -282,10 +283,10 @@ class KeysView(AgentAPIView):
         operation_id="keys_list",
         description=(
             "The sorted distinct keys of the live memories this key can see (for the subject, "
-            "optionally one category)."
+            "optionally one category, optionally only those starting with `key_prefix`)."
         ),
         summary="The keys of the memories this key can see",
-        parameters=[schema.SUBJECT_PARAM, schema.CATEGORY_PARAM],
+        parameters=[schema.SUBJECT_PARAM, schema.CATEGORY_PARAM, schema.KEY_PREFIX_PARAM],
         responses={200: schema.KeysResponseSerializer, **schema.READ_ERRORS},
     )
     def get(self, request):
@@ -293,5 +294,6 @@ class KeysView(AgentAPIView):
             principal=request.user,
             subject_id=query_subject(request),
             category=request.query_params.get("category") or None,
+            key_prefix=request.query_params.get("key_prefix") or None,
         )
         return Response({"ok": True, "keys": keys})

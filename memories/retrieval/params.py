@@ -34,6 +34,7 @@ SEARCH_FIELDS = frozenset(
         "session_id",
         "include_shared",
         "include_history",
+        "key_prefix",
     }
 )
 HYDRATE_FIELDS = frozenset(
@@ -113,6 +114,7 @@ class SearchParams:
     thread_id: str | None = None
     include_shared: bool = True
     include_history: bool = False
+    key_prefix: str | None = None
 
 
 def parse_search(principal: Principal, data: Any) -> SearchParams:
@@ -136,6 +138,7 @@ def parse_search(principal: Principal, data: Any) -> SearchParams:
         include_history=validation.parse_bool(
             data.get("include_history"), "include_history", False
         ),
+        key_prefix=validation.key_prefix(data.get("key_prefix")),
     )
 
 

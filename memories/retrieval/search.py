@@ -49,6 +49,8 @@ def search_scope(principal: Principal, params: SearchParams, now: datetime) -> Q
         qs = qs.filter(kind=params.kind)
     if params.tags:
         qs = qs.filter(tags__contains=params.tags)
+    if params.key_prefix:  # startswith escapes LIKE's wildcards: a literal prefix
+        qs = qs.filter(key__startswith=params.key_prefix)
     return qs
 
 

@@ -7,17 +7,25 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("accounts", "memories", "memoryhub")
+# Each package and the directory it is imported from (the Python client is its own
+# distribution under clients/python, held to the same rules).
+PACKAGES = {
+    "accounts": ".",
+    "memories": ".",
+    "memoryhub": ".",
+    "memoryhub_client": "clients/python",
+}
 MAX_LINES = 600
 
 
 def _modules() -> dict[str, Path]:
     found = {}
-    for package in PACKAGES:
-        for path in (ROOT / package).rglob("*.py"):
+    for package, where in PACKAGES.items():
+        base = ROOT / where
+        for path in (base / package).rglob("*.py"):
             if "migrations" in path.parts:
                 continue
-            parts = path.relative_to(ROOT).with_suffix("").parts
+            parts = path.relative_to(base).with_suffix("").parts
             name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
             found[name] = path
     return found

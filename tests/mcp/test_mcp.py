@@ -371,3 +371,26 @@ def test_mcp_requests_share_the_per_key_rate_limit(asgi_server, mcp_agent, setti
     assert [r.status_code for r in statuses] == [200, 200, 200, 429]
     assert statuses[-1].json()["error"]["code"] == "RATE_LIMITED"
     assert int(statuses[-1].headers["retry-after"]) >= 1
+
+
+def test_list_and_search_tools_take_a_key_prefix(asgi_server, mcp_agent):
+    _, key = mcp_agent
+    stores = [
+        ("memory_store", {"key": key_name, "text": "pears are kept here"})
+        for key_name in ("team_a/x", "teamXa/y", "team_b/z")
+    ]
+    _, results = run_session(
+        asgi_server,
+        key,
+        [
+            *stores,
+            ("memory_list", {"key_prefix": "team_a/"}),
+            ("memory_search", {"query": "pears", "key_prefix": "team_a/"}),
+            ("memory_list", {"key_prefix": "team\u200b"}),
+        ],
+    )
+    listed, found, refused = (body(r) for r in results[3:])
+    assert [m["key"] for m in listed["memories"]] == ["team_a/x"]
+    assert [hit["key"] for hit in found["memories"]] == ["team_a/x"]
+    assert refused["error"]["code"] == "INVALID_INPUT"
+    assert refused["error"]["details"] == {"field": "key_prefix"}

@@ -1,0 +1,84 @@
+"""memoryhub-client: the Python client for MemoryHub's agent API (SPEC §12).
+
+    from memoryhub_client import MemoryHub
+
+    with MemoryHub("http://127.0.0.1:8000", api_key) as hub:
+        hub.store("Prefers answers in French", key="pref.language", subject_id="u-42")
+        print(hub.hydrate(subject_id="u-42", format="markdown").markdown)
+
+`AsyncMemoryHub` is the asyncio twin; `memoryhub_client.langgraph.MemoryHubStore` is a
+LangGraph `BaseStore` on top (extra `langgraph`).
+"""
+
+from __future__ import annotations
+
+from memoryhub_client._core import VERSION as __version__  # noqa: F401 - public
+from memoryhub_client._core import RetryPolicy
+from memoryhub_client.aio import AsyncMemoryHub
+from memoryhub_client.client import MemoryHub
+from memoryhub_client.errors import (
+    BackendUnavailableError,
+    ConflictError,
+    DatabaseError,
+    EmbeddingError,
+    IdempotencyMismatchError,
+    InvalidInputError,
+    MemoryHubConnectionError,
+    MemoryHubError,
+    NotFoundError,
+    PayloadTooLargeError,
+    QuotaExceededError,
+    RateLimitedError,
+    ScopeDeniedError,
+    SecretRejectedError,
+    UnauthenticatedError,
+)
+from memoryhub_client.types import (
+    ErasureResult,
+    ExtractResult,
+    ForgetResult,
+    HydrateEntry,
+    HydrateResult,
+    IngestResult,
+    Memory,
+    Message,
+    Page,
+    SearchHit,
+    SearchResult,
+    StoreResult,
+    Thread,
+)
+
+__all__ = [
+    "AsyncMemoryHub",
+    "BackendUnavailableError",
+    "ConflictError",
+    "DatabaseError",
+    "EmbeddingError",
+    "ErasureResult",
+    "ExtractResult",
+    "ForgetResult",
+    "HydrateEntry",
+    "HydrateResult",
+    "IdempotencyMismatchError",
+    "IngestResult",
+    "InvalidInputError",
+    "Memory",
+    "MemoryHub",
+    "MemoryHubConnectionError",
+    "MemoryHubError",
+    "Message",
+    "NotFoundError",
+    "Page",
+    "PayloadTooLargeError",
+    "QuotaExceededError",
+    "RateLimitedError",
+    "RetryPolicy",
+    "ScopeDeniedError",
+    "SearchHit",
+    "SearchResult",
+    "SecretRejectedError",
+    "StoreResult",
+    "Thread",
+    "UnauthenticatedError",
+]

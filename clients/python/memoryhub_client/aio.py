@@ -1,0 +1,205 @@
+"""`AsyncMemoryHub`: the asyncio client, method for method the same as `MemoryHub`."""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import itertools
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Literal, TypeVar, Unpack
+
+import httpx
+
+import memoryhub_client._core as _core
+from memoryhub_client._core import (
+    HydrateFields,
+    ListFilters,
+    RetryPolicy,
+    SearchFields,
+    StoreFields,
+    UpdateFields,
+)
+from memoryhub_client.types import (
+    ErasureResult,
+    ExtractResult,
+    ForgetResult,
+    HydrateResult,
+    IngestResult,
+    Memory,
+    Message,
+    Page,
+    SearchResult,
+    StoreResult,
+    Thread,
+)
+
+T = TypeVar("T")
+
+
+async def _walk(fetch: Callable[[str | None], Awaitable[Page]]) -> AsyncIterator[Any]:
+    cursor: str | None = None
+    while True:
+        page = await fetch(cursor)
+        for item in page.items:
+            yield item
+        if not page.next_cursor:
+            return
+        cursor = page.next_cursor
+
+
+class AsyncMemoryHub:
+    """The asyncio twin of `MemoryHub` (same arguments, same methods, awaited; `list()` and
+    `messages()` are async iterators). `sleep` is awaited between retries."""
+
+    def __init__(
+        self,
+        url: str,
+        api_key: str,
+        *,
+        timeout: float | httpx.Timeout = 10.0,
+        retry: RetryPolicy | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        http_client: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.retry = retry or RetryPolicy()
+        self._sleep = sleep
+        self._http = http_client or httpx.AsyncClient(timeout=timeout)
+        self._http.base_url = httpx.URL(self.url)
+        self._http.headers.update(_core.auth_headers(api_key))
+
+    async def __aenter__(self) -> AsyncMemoryHub:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def _send(self, call: _core.Call[T]) -> T:
+        for attempt in itertools.count():
+            try:
+                response = await self._http.request(call.method, call.path, **call.request_kwargs())
+            except httpx.TransportError as exc:
+                await self._sleep(_core.wait_or_raise(self.retry, attempt, error=exc))
+                continue
+            if response.is_success:
+                return call.read(response)
+            await self._sleep(_core.wait_or_raise(self.retry, attempt, response))
+        raise AssertionError("unreachable")
+
+    async def store(
+        self,
+        text: str | None = None,
+        *,
+        idempotency_key: str | None = None,
+        **fields: Unpack[StoreFields],
+    ) -> StoreResult:
+        """See `MemoryHub.store`."""
+        return await self._send(_core.store(text, fields, idempotency_key))
+
+    async def get(self, memory_id: str, *, subject_id: str | None = None) -> Memory:
+        return await self._send(_core.get(memory_id, subject_id))
+
+    async def recall(self, key: str, *, subject_id: str | None = None) -> Memory | None:
+        return await self._send(_core.recall(key, subject_id))
+
+    def list(self, **filters: Unpack[ListFilters]) -> AsyncIterator[Memory]:
+        """`async for memory in hub.list(...)`: every page, fetched as you iterate."""
+        return _walk(lambda cursor: self.list_page(cursor=cursor, **filters))
+
+    async def list_page(self, *, cursor: str | None = None, **filters: Unpack[ListFilters]) -> Page:
+        return await self._send(_core.list_page(filters, cursor))
+
+    async def keys(
+        self,
+        *,
+        subject_id: str | None = None,
+        category: str | None = None,
+        key_prefix: str | None = None,
+    ) -> builtins.list[str]:
+        return await self._send(_core.keys(subject_id, category, key_prefix))
+
+    async def update(
+        self,
+        memory_id: str,
+        *,
+        subject_id: str | None = None,
+        if_match: int | None = None,
+        **fields: Unpack[UpdateFields],
+    ) -> Memory:
+        return await self._send(_core.update(memory_id, fields, subject_id, if_match))
+
+    async def confirm(
+        self, memory_id: str, *, subject_id: str | None = None, idempotency_key: str | None = None
+    ) -> Memory:
+        return await self._send(_core.confirm(memory_id, subject_id, idempotency_key))
+
+    async def forget(
+        self,
+        memory_id: str | None = None,
+        *,
+        key: str | None = None,
+        subject_id: str | None = None,
+        reason: str | None = None,
+        purge: bool = False,
+    ) -> ForgetResult:
+        return await self._send(_core.forget(memory_id, key, subject_id, reason, purge))
+
+    async def search(
+        self, query: str, *, idempotency_key: str | None = None, **fields: Unpack[SearchFields]
+    ) -> SearchResult:
+        return await self._send(_core.search(query, fields, idempotency_key))
+
+    async def hydrate(
+        self, *, idempotency_key: str | None = None, **fields: Unpack[HydrateFields]
+    ) -> HydrateResult:
+        return await self._send(_core.hydrate(fields, idempotency_key))
+
+    async def export_markdown(
+        self,
+        *,
+        subject_id: str | None = None,
+        category: str | None = None,
+        include_tombstoned: bool = False,
+    ) -> str:
+        return await self._send(_core.export_markdown(subject_id, category, include_tombstoned))
+
+    async def add_messages(
+        self,
+        thread_id: str,
+        messages: builtins.list[dict[str, Any]],
+        *,
+        subject_id: str | None = None,
+        extract: Literal["auto", "now", "off"] | None = None,
+        idempotency_key: str | None = None,
+    ) -> IngestResult:
+        call = _core.add_messages(thread_id, messages, subject_id, extract, idempotency_key)
+        return await self._send(call)
+
+    async def get_thread(self, thread_id: str, *, subject_id: str | None = None) -> Thread:
+        return await self._send(_core.get_thread(thread_id, subject_id))
+
+    def messages(
+        self, thread_id: str, *, subject_id: str | None = None, limit: int | None = None
+    ) -> AsyncIterator[Message]:
+        return _walk(
+            lambda cursor: self._send(_core.messages_page(thread_id, subject_id, limit, cursor))
+        )
+
+    async def extract(
+        self, thread_id: str, *, subject_id: str | None = None, idempotency_key: str | None = None
+    ) -> ExtractResult:
+        return await self._send(_core.extract(thread_id, subject_id, idempotency_key))
+
+    async def end_thread(
+        self, thread_id: str, *, subject_id: str | None = None, idempotency_key: str | None = None
+    ) -> int:
+        return await self._send(_core.end_thread(thread_id, subject_id, idempotency_key))
+
+    async def erase_subject(self, subject_id: str, *, purge: bool = False) -> ErasureResult:
+        return await self._send(_core.erase_subject(subject_id, purge))
+
+    async def whoami(self) -> dict[str, Any]:
+        return await self._send(_core.whoami())

@@ -1,0 +1,61 @@
+"""The README's recipes, executed as written against a live MemoryHub: an OpenAI Agents SDK
+agent with MemoryHub as its MCP server, a LangGraph graph compiled with `MemoryHubStore`, and
+LangMem's memory tools on the store. No model is called (none is needed up to that point)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from memories.models import Memory
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def recipe(name: str) -> str:
+    match = re.search(
+        rf"<!-- recipe: {re.escape(name)} -->\n```python\n(.*?)\n```", README.read_text(), re.S
+    )
+    assert match, f"README has no recipe {name!r}"
+    return match.group(1)
+
+
+@pytest.fixture
+def run_recipe(live, monkeypatch, capsys):
+    monkeypatch.setenv("MEMORYHUB_URL", live.url)
+    monkeypatch.setenv("MEMORYHUB_API_KEY", live.key)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+
+    def run(name: str) -> str:
+        exec(compile(recipe(name), f"README.md#{name}", "exec"), {"__name__": "__recipe__"})
+        return capsys.readouterr().out
+
+    return run
+
+
+def test_agents_sdk_agent_with_memoryhub_as_mcp_server(run_recipe):
+    out = run_recipe("agents-sdk")
+    assert "'memory_hydrate'" in out and "'memory_store'" in out and "'memory_search'" in out
+    assert "search: Prefers metric units." in out
+    assert Memory.objects.get(key="pref.units").text == "Prefers metric units."
+
+
+def test_langgraph_graph_compiled_with_the_store(run_recipe):
+    out = run_recipe("langgraph")
+    assert "'recalled': ['Alice is allergic to peanuts']" in out
+    memory = Memory.objects.get(key__startswith="langgraph/users/alice/facts/")
+    assert memory.data == {"value": {"text": "Alice is allergic to peanuts"}}
+
+
+def test_langmem_tools_on_the_store(run_recipe):
+    out = run_recipe("langmem")
+    memory = Memory.objects.get(key__startswith="langgraph/memories/alice/")
+    assert memory.text == "Alice prefers dark mode"
+    created, found = out.splitlines()
+    assert created.lower().startswith("created memory ")
+    hits = json.loads(found)
+    assert hits[0]["namespace"] == ["memories", "alice"]
+    assert "Alice prefers dark mode" in json.dumps(hits[0]["value"])
