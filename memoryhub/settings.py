@@ -249,6 +249,14 @@ MEMORYHUB_RATE_LIMIT_PER_MINUTE = env_int("MEMORYHUB_RATE_LIMIT_PER_MINUTE", 0) 
 
 # --- Embeddings -------------------------------------------------------------------------------
 MEMORYHUB_EMBEDDER = env_str("MEMORYHUB_EMBEDDER", "hashing" if TESTING else "auto")
+# The local embedder's runtime (auto: onnx where exported, else torch), its threads, the
+# single-text vectors it keeps, and how long a pass waits for company once a queue formed.
+MEMORYHUB_EMBEDDER_BACKEND = env_choice(
+    "MEMORYHUB_EMBEDDER_BACKEND", "auto", ("auto", "onnx", "torch")
+)
+MEMORYHUB_EMBEDDER_THREADS = env_int("MEMORYHUB_EMBEDDER_THREADS", 1)
+MEMORYHUB_EMBEDDING_CACHE = env_int("MEMORYHUB_EMBEDDING_CACHE", 1024)
+MEMORYHUB_EMBEDDER_BATCH_WINDOW_MS = env_float("MEMORYHUB_EMBEDDER_BATCH_WINDOW_MS", 0.0)
 MEMORYHUB_EMBEDDER_URL = env_str("MEMORYHUB_EMBEDDER_URL", "https://api.openai.com/v1")
 MEMORYHUB_EMBEDDER_MODEL = env_str("MEMORYHUB_EMBEDDER_MODEL", "text-embedding-3-small")
 MEMORYHUB_EMBEDDER_API_KEY = env_str("MEMORYHUB_EMBEDDER_API_KEY")

@@ -27,7 +27,7 @@ import httpx
 from django.conf import settings
 
 from accounts.services import agent_get_or_create, api_key_create, tenant_get_or_create
-from memories.bench import latency
+from memories.bench import cpu, latency
 from memories.bench.server import Progress, free_port
 from memories.embeddings import build_embedder
 
@@ -105,7 +105,7 @@ def serving(data_dir: Path, *, embedder: str, out, timeout: float = 180):
                 raise RuntimeError(f"`serve` did not come up:\n{tail}")
             time.sleep(0.2)
         out(f"serve up at {base_url}")
-        yield base_url
+        yield base_url, process.pid
     finally:
         process.send_signal(signal.SIGTERM)
         try:
@@ -114,6 +114,15 @@ def serving(data_dir: Path, *, embedder: str, out, timeout: float = 180):
             with suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+
+
+def _postgres(data_dir: Path) -> list[int]:
+    """The embedded PostgreSQL's postmaster and its backends."""
+    try:
+        postmaster = int((data_dir / "pg" / "postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return []
+    return cpu.descendants(postmaster)
 
 
 def _healthy(base_url: str) -> bool:
@@ -225,9 +234,20 @@ def run_load_bench(
     *, data_dir: Path, clients: int, duration: float, embedder: str, out, warmup=WARMUP
 ) -> dict:
     creds = seed(clients=clients, embedder_name=embedder, per_agent=SEED_PER_AGENT, out=out)
-    with serving(data_dir, embedder=embedder, out=out) as base_url:
-        results, _wall = drive(base_url, creds, duration=duration, warmup=warmup, out=out)
+    with serving(data_dir, embedder=embedder, out=out) as (base_url, serve_pid):
+        trees = {"web": lambda: cpu.descendants(serve_pid), "db": lambda: _postgres(data_dir)}
+        before = {name: cpu.processes_ns(pids()) for name, pids in trees.items()}
+        results, wall = drive(base_url, creds, duration=duration, warmup=warmup, out=out)
+        after = {name: cpu.processes_ns(pids()) for name, pids in trees.items()}
     ops = summarise(results, duration)
+    answered = sum(len(r["latencies"][name]) for r in results for name in MIX)
+    # On-CPU time per request of the server side (web processes, PostgreSQL), warm-up included
+    # (its requests are not counted): what the code costs, whatever else the machine runs.
+    rate = answered / duration * (wall + warmup) if duration else 0
+    server_cpu = {
+        name: round(cpu.delta_ms(before[name], after[name])[0] / rate, 2) if rate else None
+        for name in trees
+    }
     return {
         "clients": clients,
         "duration_s": duration,
@@ -237,6 +257,7 @@ def run_load_bench(
         "seeded_memories": clients * SEED_PER_AGENT,
         "machine_load_avg": [round(x, 2) for x in os.getloadavg()],
         "operations": ops,
+        "server_cpu_ms_per_request": server_cpu,
     }
 
 
@@ -253,5 +274,11 @@ def load_table(result: dict, out) -> None:
         out(
             f"{name:<15}{row['n']:>7}{row['req_per_s']:>9.1f}{row['p50']:>9.2f}"
             f"{row['p95']:>9.2f}{row['p99']:>9.2f}{row['errors']:>8}"
+        )
+    server_cpu = result["server_cpu_ms_per_request"]
+    if all(v is not None for v in server_cpu.values()):
+        out(
+            f"server on-CPU per request: web {server_cpu['web']:.2f} ms, "
+            f"PostgreSQL {server_cpu['db']:.2f} ms"
         )
     out("")
