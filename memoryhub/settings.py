@@ -79,7 +79,7 @@ TEMPLATES = [
     }
 ]
 
-# Threads that run Django requests under the ASGI server (memoryhub/asgi.py).
+# Threads that run Django requests and MCP tool calls in each web process (memoryhub/web_pool.py).
 MEMORYHUB_WEB_THREADS = env_int("MEMORYHUB_WEB_THREADS", 16)
 
 # --- Database -------------------------------------------------------------------------------
@@ -122,7 +122,9 @@ if env_bool("MEMORYHUB_DB_POOL", default=not TESTING and not _QCLUSTER):
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = False
     DATABASES["default"]["OPTIONS"]["pool"] = {
         "min_size": 2,
-        "max_size": env_int("MEMORYHUB_DB_POOL_SIZE", 20),
+        # Every web thread (memoryhub/web_pool.py) can hold a connection, plus the outage
+        # watcher's and a spare.
+        "max_size": env_int("MEMORYHUB_DB_POOL_SIZE", MEMORYHUB_WEB_THREADS + 2),
         # The longest a request waits for a connection: the pool is as large as the threads
         # that use it, so waiting means the database is not giving connections (503).
         "timeout": env_float("MEMORYHUB_DB_POOL_TIMEOUT", 2.0),
