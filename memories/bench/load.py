@@ -25,10 +25,11 @@ from pathlib import Path
 
 import httpx
 from django.conf import settings
+from django.db import connection
 
 from accounts.services import agent_get_or_create, api_key_create, tenant_get_or_create
 from memories.bench import cpu, latency
-from memories.bench.server import Progress, free_port
+from memories.bench.server import Progress, free_port, server_env
 from memories.embeddings import build_embedder
 
 MIX = {"store": 30, "search_hybrid": 40, "recall": 30}
@@ -65,8 +66,6 @@ def seed(*, clients: int, embedder_name: str, per_agent: int, out) -> list[dict]
         _, key = api_key_create(tenant=tenant, agent=agent, scopes=["read", "write"])
         creds.append({"key": key, "keys": latency.recallable_keys(index, per_agent)})
     progress.close()
-    from django.db import connection
-
     with connection.cursor() as cursor:
         cursor.execute("VACUUM ANALYZE memories_memory")
     out(f"seeded {clients * per_agent} memories with {embedder.model_name}")
@@ -78,15 +77,7 @@ def serving(data_dir: Path, *, embedder: str, out, timeout: float = 180):
     """`python manage.py serve` (its defaults) on `data_dir` and a free port; yields its URL."""
     port = free_port()
     base_url = f"http://127.0.0.1:{port}"
-    env = dict(
-        os.environ,
-        MEMORYHUB_DATA_DIR=str(data_dir),
-        MEMORYHUB_EMBEDDER=embedder,
-        HF_HUB_OFFLINE="1",
-        TRANSFORMERS_OFFLINE="1",
-    )
-    env.pop("DATABASE_URL", None)
-    env.pop("MEMORYHUB_TESTING", None)
+    env = server_env(data_dir, embedder)
     log_path = data_dir / "serve.log"  # removed with the throwaway directory
     with open(log_path, "w") as log:
         process = subprocess.Popen(

@@ -8,14 +8,11 @@ the file held.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
-from django.conf import settings
 
 from memories.bench.load import MIX, summarise
+from tests.support.bench import run_bench
 
 
 def test_summary_counts_rates_and_errors_per_operation():
@@ -42,28 +39,16 @@ def test_summary_counts_rates_and_errors_per_operation():
 def test_bench_load_runs_against_serve_and_writes_its_figures(tmp_path):
     output = tmp_path / "bench-results.json"
     output.write_text(json.dumps({"latency": {"kept": True}}))
-    env = dict(os.environ, MEMORYHUB_DATA_DIR=str(settings.DATA_DIR), HF_HUB_OFFLINE="1")
-    env.pop("MEMORYHUB_TESTING", None)
-    completed = subprocess.run(
-        [
-            sys.executable,
-            "manage.py",
-            "bench",
-            "--load",
-            "--clients",
-            "2",
-            "--duration",
-            "2",
-            "--embedder",
-            "hashing",
-            "--output",
-            str(output),
-        ],
-        cwd=settings.BASE_DIR,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    completed = run_bench(
+        "--load",
+        "--clients",
+        "2",
+        "--duration",
+        "2",
+        "--embedder",
+        "hashing",
+        "--output",
+        str(output),
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
     results = json.loads(output.read_text())
