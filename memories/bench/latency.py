@@ -148,15 +148,24 @@ def key_for(agent_index: int, i: int) -> str:
     return f"pref-{agent_index}-{i}"
 
 
-def seed_agent(*, tenant_id: int, agent_id: int, agent_index: int, count: int, progress) -> None:
-    """COPY `count` synthetic memories for one agent (workspace ones belong to the tenant)."""
+SEED_CHUNK = 256  # texts embedded in one call while seeding
+
+
+def seed_agent(
+    *, tenant_id: int, agent_id: int, agent_index: int, count: int, progress, embedder=None
+) -> None:
+    """COPY `count` synthetic memories for one agent (workspace ones belong to the tenant),
+    embedded by `embedder` (the hashing one by default) a chunk at a time."""
     rng = random.Random(agent_index)
-    embedder = HashingEmbedder()
+    embedder = embedder or HashingEmbedder()
     now = timezone.now()
+    texts = [fact(rng, i) for i in range(count)]
+    vectors: list = []
     sql = f"COPY memories_memory ({COLUMNS}) FROM STDIN"
     with connection.cursor() as cursor, cursor.cursor.copy(sql) as copy:
-        for i in range(count):
-            text = fact(rng, i)
+        for i, text in enumerate(texts):
+            if i % SEED_CHUNK == 0:
+                vectors = embedder.embed(texts[i : i + SEED_CHUNK])
             category, thread_id = _category(i)
             owner = None if category == "workspace" else agent_id
             keyed = i % 5 == 0 and category not in ("workspace", "conversation")
@@ -193,7 +202,7 @@ def seed_agent(*, tenant_id: int, agent_id: int, agent_index: int, count: int, p
                     "none",
                     len(text.encode()),
                     "",
-                    _vector_text(embedder.embed_one(text)),
+                    _vector_text(vectors[i % SEED_CHUNK]),
                     embedder.model_name,
                     "",
                     "",
@@ -268,13 +277,19 @@ def _timed(client, request: Callable, n: int, warmup: int) -> list[float]:
     return samples
 
 
+def recallable_keys(agent_index: int, count: int) -> list[str]:
+    """The keys `seed_agent` gave the agent's own subject-less memories (what a recall by key
+    without a subject finds)."""
+    keys = [key_for(agent_index, i) for i in range(0, count, 5) if i % 20 not in (18, 19)]
+    return [k for k in keys if int(k.rsplit("-", 1)[1]) % 3 != 0]
+
+
 def measure(
     *, base_url: str, key: str, agent_index: int, count: int, requests: int, seed: int = 7
 ) -> dict:
     """p50/p95/p99 (ms) of each operation against the agent `agent_index` (sequential calls)."""
     rng = random.Random(seed)
-    keys = [key_for(agent_index, i) for i in range(0, count, 5) if i % 20 not in (18, 19)]
-    keys = [k for k in keys if int(k.rsplit("-", 1)[1]) % 3 != 0]  # subject-less ones
+    keys = recallable_keys(agent_index, count)
     queries = [query_text(rng) for _ in range(requests + 20)]
     warmup = min(10, requests)
     ops: dict[str, Callable] = {

