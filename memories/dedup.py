@@ -16,6 +16,7 @@ from django.db import connection, transaction
 from django.db.models import QuerySet
 
 from accounts.models import Agent
+from memories.embeddings import vector_literal
 from memories.models import VECTOR_FIELDS, Memory
 
 NEAR_LIMIT = 5  # duplicates reported per probe, unless the caller asks for fewer
@@ -88,7 +89,7 @@ def near_duplicates_in(
                 f"FROM {_TABLE} WHERE {where} AND embedding_model = %s "
                 "AND embedding IS NOT NULL ORDER BY distance LIMIT %s)"
             )
-            params += [index, _vector(probe.embedding), *where_params, probe.embedding_model]
+            params += [index, vector_literal(probe.embedding), *where_params, probe.embedding_model]
             params.append(2 * limit)
     exact: list[list[Memory]] = [[] for _ in flat]
     near: list[list[Memory]] = [[] for _ in flat]
@@ -137,10 +138,6 @@ def _where(candidates: QuerySet[Memory]) -> tuple[str, list]:
     compiler = query.get_compiler(using=candidates.db)
     sql, params = compiler.compile(query.where)
     return sql or "TRUE", list(params)
-
-
-def _vector(values: Sequence[float]) -> str:
-    return "[" + ",".join(repr(float(v)) for v in values) + "]"
 
 
 def _with_agents(rows: list[Memory], known: Sequence[Agent]) -> None:

@@ -20,7 +20,7 @@ from datetime import datetime
 
 from django.db import connection, transaction
 
-from memories.embeddings import Embedder, get_embedder
+from memories.embeddings import Embedder, get_embedder, vector_literal
 from memories.jobs.batches import TENANT_SCOPE, Progress, TenantCounts, fetch_all, report
 from memories.validation import embedding_text
 
@@ -39,10 +39,6 @@ FROM (VALUES {rows}) AS v(id, version, embedding)
 WHERE m.id = v.id AND m.version = v.version
 RETURNING m.tenant_id
 """
-
-
-def _vector_literal(vector: list[float]) -> str:
-    return "[" + ",".join(repr(float(x)) for x in vector) + "]"
 
 
 def reembed(
@@ -102,7 +98,7 @@ def _write(rows: list[tuple], vectors: list[list[float]], model_name: str) -> li
     values = ", ".join(["(%s, %s, %s)"] * len(rows))
     params: list = [model_name]
     for (memory_id, version, _, _, _), vector in zip(rows, vectors, strict=True):
-        params += [memory_id, version, _vector_literal(vector)]
+        params += [memory_id, version, vector_literal(vector)]
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(WRITE_BATCH.format(rows=values), params)
         return [row[0] for row in cursor.fetchall()]

@@ -26,6 +26,7 @@ from django.db.models import BooleanField, ExpressionWrapper, FloatField, QueryS
 from django.db.models.expressions import RawSQL
 from pgvector.django import CosineDistance
 
+from memories.embeddings import vector_literal
 from memories.models import Memory
 
 # Candidates taken from each list before fusing (at least the requested limit).
@@ -76,10 +77,6 @@ def _semantic_branch(
         .order_by("sem_dist")
         .values_list("id", "sem_dist")[:depth]
     )
-
-
-def _vector_literal(vector: list[float]) -> str:
-    return "[" + ",".join(repr(float(x)) for x in vector) + "]"
 
 
 def ranked_ids(
@@ -192,7 +189,7 @@ def _ranking_sql(
             "normed AS (SELECT id, sim, kws, max(kws) OVER () AS maxk FROM scored)"
         )
         params.extend([model] if model else [])
-        params.append(_vector_literal(vector))
+        params.append(vector_literal(vector))
         select = (
             "SELECT id, (1.5 * COALESCE(GREATEST(sim, 0), 0) "
             "+ 1.0 * COALESCE(kws / NULLIF(maxk, 0), 0)) / 2.5 AS relevance FROM normed"
