@@ -10,7 +10,8 @@ Triggers keep the links current on every write path (store, PATCH, corrections, 
 restore, purge, thread end, eviction, the prune and retention jobs, import): after each
 statement, the memories it inserted, deleted, or changed in a way that moves them in or out of
 a sequence (text, status, thread, owner, subject, time) are refreshed together with their old
-and new neighbours; a refresh's own UPDATE changes none of those columns and stops there.
+and new neighbours; a refresh's own UPDATE (a nested trigger) stops there, and links that any
+other statement writes (a stale copy of a row saved back) are redone.
 Writers into one sequence are serialised by a transaction advisory lock (`seq:…`), taken by an
 insert before its row is written.
 """
@@ -114,7 +115,10 @@ BEGIN
             OR n.occurred_at IS DISTINCT FROM o.occurred_at
             OR n.created_at IS DISTINCT FROM o.created_at
             OR n.agent_id IS DISTINCT FROM o.agent_id
-            OR n.subject_id IS DISTINCT FROM o.subject_id)
+            OR n.subject_id IS DISTINCT FROM o.subject_id
+            -- links written by anyone but a refresh (a stale copy saved back) are redone
+            OR n.prev_id IS DISTINCT FROM o.prev_id OR n.next_id IS DISTINCT FROM o.next_id
+            OR n.context_text IS DISTINCT FROM o.context_text)
     )
     SELECT ARRAY(SELECT t FROM (SELECT id AS t FROM moved UNION SELECT prev_id FROM moved
                                 UNION SELECT next_id FROM moved) u WHERE t IS NOT NULL),

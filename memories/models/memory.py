@@ -55,6 +55,10 @@ class MemoryQuerySet(TenantQuerySet):
 # bulk of a row to decode, so reads that return or compare memories defer them.
 VECTOR_FIELDS = ("embedding", "search_vector")
 
+# A memory's place in its sequence, written only by the database (migration 0018's triggers):
+# not public, not backed up (an import's triggers derive them again).
+SEQUENCE_FIELDS = ("prev_id", "next_id", "context_text")
+
 # The public fields of a memory, in the order of the SPEC §4 `memory` object: the one list that
 # the API's JSON (`memory_json`, and `memory_json_sql` for hydrate), search hits, revision
 # snapshots and JSONL backups derive theirs from. All are Memory fields (`agent` is the owner,
