@@ -60,9 +60,12 @@ def sql_with_params(qs: QuerySet) -> tuple[str, tuple]:
 
 def _keyword_matches(scope: QuerySet, query: str) -> tuple[str, tuple]:
     return sql_with_params(
-        scope.annotate(kw_rank=RawSQL(keyword_rank_sql(), (query,)))
+        scope.annotate(
+            kw_rank=RawSQL(keyword_rank_sql(), (query,)),
+            has_context=RawSQL("context_text IS NOT NULL", (), output_field=BooleanField()),
+        )
         .filter(RawSQL(KEYWORD_MATCH_SQL, (query,), output_field=BooleanField()))
-        .values("id", "search_vector", "kw_rank")
+        .values("id", "search_vector", "kw_rank", "has_context")
     )
 
 
@@ -158,8 +161,10 @@ def _ranking_sql(
             "(quote_literal(lexeme) || ':A')::tsquery AS qa "
             "FROM unnest(to_tsvector('english'::regconfig, %s))), "
             "kw_hits AS MATERIALIZED (SELECT a.id, l.lexeme, "
-            f"CASE WHEN a.search_vector @@ l.qa THEN 1.0 ELSE {float(context.NEIGHBOUR_IDF)!r} "
-            "END AS w FROM kw_all a JOIN kw_lex l ON a.search_vector @@ l.q), "
+            # Only a memory with neighbours' words can hold a lexeme at D alone.
+            "CASE WHEN NOT a.has_context OR a.search_vector @@ l.qa THEN 1.0 "
+            f"ELSE {float(context.NEIGHBOUR_IDF)!r} END AS w "
+            "FROM kw_all a JOIN kw_lex l ON a.search_vector @@ l.q), "
             "kw_n AS MATERIALIZED (SELECT count(*)::float8 AS n FROM kw_all), "
             "kw_df AS MATERIALIZED (SELECT lexeme, count(*)::float8 AS df "
             "FROM kw_hits GROUP BY lexeme), "
@@ -222,40 +227,28 @@ def _hybrid(
     sim_sql = "1 - (m.embedding <=> %s::vector)"
     if model:
         sim_sql = f"CASE WHEN m.embedding_model = %s THEN {sim_sql} END"
-    neighbours, p = sql_with_params(
-        scope.filter(
-            RawSQL(
-                f'"{table}"."id" IN (SELECT prev_id FROM links UNION SELECT next_id FROM links)',
-                (),
-                output_field=BooleanField(),
-            )
-        ).values("id")
-    )
+    # Candidates only: a neighbour outside both lists scores too little to matter, and
+    # reading the neighbours' rows as well cost a fifth more time (README "Search quality").
     parts.append(
         "cand AS (SELECT id FROM kw UNION SELECT id FROM sem), "
-        "links AS MATERIALIZED (SELECT m.prev_id, m.next_id "
-        f"FROM {table} m WHERE m.id IN (SELECT id FROM cand) AND m.thread_id IS NOT NULL), "
-        f"nbr AS ({neighbours}), "
-        "pool AS (SELECT id, true AS is_cand FROM cand UNION ALL "
-        "SELECT id, false FROM nbr WHERE id NOT IN (SELECT id FROM cand)), "
-        "scored AS (SELECT m.id, p.is_cand, m.prev_id, m.next_id, m.agent_id, m.subject_id, "
-        "m.thread_id, m.occurred_at, m.mentions, "
-        f"COALESCE({sim_sql}, 0) AS sim, COALESCE(f.kw_score, 0) AS kws "
-        f"FROM {table} m JOIN pool p ON p.id = m.id LEFT JOIN kw_full f ON f.id = m.id), "
         "based AS (SELECT *, (1.5 * GREATEST(sim, 0) + COALESCE(kws / NULLIF("
-        "max(kws) FILTER (WHERE is_cand) OVER (), 0), 0)) / 2.5 AS b FROM scored), "
+        "max(kws) OVER (), 0), 0)) / 2.5 AS b FROM ("
+        "SELECT m.id, m.prev_id, m.next_id, m.agent_id, m.subject_id, m.thread_id, "
+        f"m.occurred_at, m.mentions, COALESCE({sim_sql}, 0) AS sim, "
+        "COALESCE(f.kw_score, 0) AS kws "
+        f"FROM {table} m LEFT JOIN kw_full f ON f.id = m.id "
+        "WHERE m.id IN (SELECT id FROM cand)) scored), "
         "qv AS (SELECT to_tsvector('simple'::regconfig, %s) AS v)"
     )
-    params.extend(p)
     params.extend([model] if model else [])
     params.append(_vector_literal(vector))
     params.append(query)
     seq = "PARTITION BY c.agent_id, c.subject_id, c.thread_id ORDER BY c.b DESC, c.id"
     others = (
         "GREATEST("
-        f"max(c.b) FILTER (WHERE c.is_cand) OVER ({seq} "
+        f"max(c.b) OVER ({seq} "
         "ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), "
-        f"max(c.b) FILTER (WHERE c.is_cand) OVER ({seq} "
+        f"max(c.b) OVER ({seq} "
         "ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING))"
     )
     dates = context.query_dates(query)
@@ -280,10 +273,10 @@ def _hybrid(
     return (
         f"SELECT id, (b + {float(context.NEIGHBOUR_WEIGHT)!r} * nb "
         f"+ {float(context.SEQUENCE_WEIGHT)!r} * sq + dt) * mb AS score FROM ("
-        "SELECT c.id, c.is_cand, c.b, GREATEST(COALESCE(p.b, 0), COALESCE(n.b, 0)) AS nb, "
+        "SELECT c.id, c.b, GREATEST(COALESCE(p.b, 0), COALESCE(n.b, 0)) AS nb, "
         f"CASE WHEN c.thread_id IS NULL THEN 0 ELSE COALESCE({others}, 0) END AS sq, "
         f"CASE WHEN c.occurred_at IS NULL THEN 0 ELSE {date_sql} END AS dt, "
         f"{mention_sql} AS mb "
         "FROM based c LEFT JOIN based p ON p.id = c.prev_id "
-        "LEFT JOIN based n ON n.id = c.next_id) ctx WHERE is_cand"
+        "LEFT JOIN based n ON n.id = c.next_id) ctx"
     )
