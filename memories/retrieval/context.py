@@ -6,8 +6,9 @@ hybrid score `b` of `memories.retrieval.ranking`:
 
 - its full-text document holds its neighbours' words at weight D (own key and text at A): a
   neighbour-only word adds `NEIGHBOUR_IDF` of its IDF and `NEIGHBOUR_TS_WEIGHT` to ts_rank;
-- `+ NEIGHBOUR_WEIGHT × b` of its better neighbour (the memory before or after it), and
-  `+ SEQUENCE_WEIGHT × b` of the best other candidate of its sequence;
+- `+ NEIGHBOUR_WEIGHT × b` of its better neighbour (the memory before or after it) and
+  `+ SEQUENCE_WEIGHT × b` of the best other candidate of its sequence, both among the
+  candidates (a neighbour outside both lists scores too little to be worth reading);
 - `+ DATE_DAY_WEIGHT` when its `occurred_at` falls on a day the query names ("on 8 May 2023",
   "2023-05-08"), `+ DATE_MONTH_WEIGHT` in a month it names ("in July 2023", "in June");
 - `× MENTION_BOOST` when a name in its `mentions` is named by the query (all its words).

@@ -218,10 +218,10 @@ def _hybrid(
 ) -> str:
     """The hybrid ranking's CTEs (appended to `parts`) and its final SELECT (id, score).
 
-    Both scores again for every candidate of either list, and for the candidates' neighbours in
-    their sequences (those in the scope), then mixed: b = (1.5 · cosine similarity clamped at 0
-    + keyword score relative to the best candidate's) / 2.5. Then the context of
-    `memories.retrieval.context`: neighbours' and the sequence's scores, dates, mentions.
+    Both scores again for every candidate of either list, then mixed: b = (1.5 · cosine
+    similarity clamped at 0 + keyword score relative to the best candidate's) / 2.5. Then the
+    context of `memories.retrieval.context`, on the candidates: neighbours' and the sequence's
+    scores, dates, mentions.
     """
     table = Memory._meta.db_table
     sim_sql = "1 - (m.embedding <=> %s::vector)"
