@@ -182,3 +182,28 @@ def test_memories_without_thread_or_time_rank_by_the_hybrid_formula_of_before(me
         assert hit["quality"]["relevance"] == pytest.approx(expected[hit["id"]], abs=1e-5)
     order = [h["id"] for h in hybrid]
     assert order == sorted(expected, key=lambda mid: (-expected[mid], mid))
+
+
+@pytest.mark.django_db
+def test_occurred_at_is_taken_as_iso_or_unix_ms_on_store_and_patch(api_client):
+    stored = api_client.post(
+        "/api/v1/memories",
+        {"text": "Ran the Lisbon half marathon", "occurred_at": 1_683_554_160_000},
+        format="json",
+    ).json()["memory"]
+    assert stored["occurred_at"] == "2023-05-08T13:56:00.000000Z"
+    changed = api_client.patch(
+        f"/api/v1/memories/{stored['id']}",
+        {"occurred_at": "2023-05-09T10:00:00+02:00"},
+        format="json",
+    ).json()["memory"]
+    assert changed["occurred_at"] == "2023-05-09T08:00:00.000000Z"
+    cleared = api_client.patch(
+        f"/api/v1/memories/{stored['id']}", {"occurred_at": None}, format="json"
+    ).json()["memory"]
+    assert cleared["occurred_at"] is None
+    refused = api_client.post(
+        "/api/v1/memories", {"text": "x", "occurred_at": "last tuesday"}, format="json"
+    )
+    assert refused.status_code == 400
+    assert refused.json()["error"]["details"]["field"] == "occurred_at"
