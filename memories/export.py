@@ -32,6 +32,7 @@ ENTRY_FIELDS = (
     "tags",
     "subject_id",
     "thread_id",
+    "occurred_at",
     "created_at",
     "updated_at",
     "last_confirmed_at",
@@ -87,6 +88,8 @@ def render_entry(memory: Memory, source: str) -> str:
         lines.append(f"- subject: {inline_code(memory.subject_id)}")
     if memory.thread_id:
         lines.append(f"- thread: {inline_code(memory.thread_id)}")
+    if memory.occurred_at:
+        lines.append(f"- occurred: {_when(memory.occurred_at)}")
     lines += [
         f"- created: {_when(memory.created_at)}",
         f"- updated: {_when(memory.updated_at)}",

@@ -188,6 +188,10 @@ async def memory_store(
     capture_mode: Literal["explicit", "inferred"] | None = None,
     source_provider: str | None = None,
     mentions: list[dict[str, Any]] | None = None,
+    occurred_at: Annotated[
+        str | int | None,
+        Field(description="When the event happened (ISO 8601 or Unix milliseconds)"),
+    ] = None,
     ttl: Annotated[str | None, Field(description="Lifetime such as 30s, 15m, 24h, 7d")] = None,
     expires_at: Annotated[
         str | int | None,

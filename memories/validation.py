@@ -53,6 +53,7 @@ STORE_FIELDS = frozenset(
         "capture_mode",
         "source_provider",
         "mentions",
+        "occurred_at",
         "ttl",
         "expires_at",
         "last_confirmed_at",
@@ -71,6 +72,7 @@ UPDATE_FIELDS = frozenset(
         "importance",
         "confidence",
         "mentions",
+        "occurred_at",
         "ttl",
         "expires_at",
         "last_confirmed_at",
@@ -212,6 +214,11 @@ def parse_timestamp(value: Any, field: str) -> datetime:
         raise InvalidInput(
             f"'{field}' must be an ISO 8601 timestamp or Unix milliseconds", field=field
         ) from None
+
+
+def occurred(value: Any) -> datetime | None:
+    """`occurred_at`: when the recorded event happened (null: not temporal), any time."""
+    return None if value is None else parse_timestamp(value, "occurred_at")
 
 
 def category(value: Any, *, default: str) -> str:
@@ -452,6 +459,7 @@ class StoreInput:
     expires_at: datetime | None
     last_confirmed_at: datetime
     dedup_policy: str
+    occurred_at: datetime | None = None
     cas: Cas | None = None
 
     @property
@@ -507,6 +515,7 @@ def parse_store(data: Any, *, agent: Agent, now: datetime) -> StoreInput:
         ),
         source_provider=short_string(data.get("source_provider"), "source_provider", 100),
         mentions=mentions(data.get("mentions")),
+        occurred_at=occurred(data.get("occurred_at")),
         expires_at=expires,
         last_confirmed_at=(
             now if last_confirmed is None else parse_timestamp(last_confirmed, "last_confirmed_at")
@@ -553,6 +562,8 @@ def parse_update(
             changes[name] = default if data[name] is None else unit_float(data[name], name)
     if "mentions" in data:
         changes["mentions"] = mentions(data["mentions"])
+    if "occurred_at" in data:
+        changes["occurred_at"] = occurred(data["occurred_at"])
     expires = expiry(data, now=now)
     if expires is not _MISSING:
         changes["expires_at"] = expires

@@ -176,6 +176,7 @@ class MemorySerializer(serializers.Serializer):
     capture_mode = serializers.ChoiceField(choices=["explicit", "inferred"])
     source_provider = serializers.CharField(allow_null=True)
     mentions = MentionOutSerializer(many=True)
+    occurred_at = serializers.DateTimeField(allow_null=True)
     expires_at = serializers.DateTimeField(allow_null=True)
     last_confirmed_at = serializers.DateTimeField()
     created_at = serializers.DateTimeField()
@@ -237,6 +238,9 @@ class StoreRequestSerializer(StrictRequestSerializer):
     )
     source_provider = serializers.CharField(required=False, allow_null=True, max_length=100)
     mentions = MentionSerializer(many=True, required=False, allow_null=True)
+    occurred_at = TimestampInputField(
+        required=False, help_text="When the event happened; null: not temporal"
+    )
     ttl = ttl_field()
     expires_at = TimestampInputField(
         required=False, help_text="In the future; null: never (overrides the agent's default TTL)"
@@ -279,6 +283,9 @@ class UpdateRequestSerializer(StrictRequestSerializer):
     importance = serializers.FloatField(required=False, allow_null=True, min_value=0, max_value=1)
     confidence = serializers.FloatField(required=False, allow_null=True, min_value=0, max_value=1)
     mentions = MentionSerializer(many=True, required=False, allow_null=True)
+    occurred_at = TimestampInputField(
+        required=False, help_text="When the event happened; null: not temporal"
+    )
     ttl = ttl_field()
     expires_at = TimestampInputField(
         required=False, help_text="In the future; null removes the expiry"

@@ -298,6 +298,14 @@ def measure(
             content=json.dumps({"text": f"bench store {time.time_ns()} {fact(rng, i)}"}),
             headers={"Content-Type": "application/json"},
         ),
+        # Into one of ten threads: the store plus the upkeep of its neighbours' links.
+        "store_in_thread": lambda c, i: c.post(
+            "/api/v1/memories",
+            content=json.dumps(
+                {"text": f"bench store {time.time_ns()} {fact(rng, i)}", "thread_id": f"t-{i % 10}"}
+            ),
+            headers={"Content-Type": "application/json"},
+        ),
         "recall_by_key": lambda c, i: c.get(f"/api/v1/memories/by-key/{rng.choice(keys)}"),
         "list": lambda c, i: c.get("/api/v1/memories", params={"limit": 50}),
         "search_hybrid": lambda c, i: c.post(

@@ -16,8 +16,10 @@ from django.db import transaction
 
 from accounts.models import Extraction
 from accounts.principal import Principal
+from memories import validation
 from memories.formation.operations import AddOp, ConfirmOp, ForgetOp, Operation, UpdateOp
-from memories.models import ExtractionRun, Thread
+from memories.models import ExtractionRun, Message, Thread
+from memories.serialization import iso
 from memories.services.changes import memory_confirm, memory_update
 from memories.services.lifecycle import memory_forget
 from memories.services.store import Formation, memory_store_prepare, memory_store_write
@@ -77,6 +79,27 @@ def _evidence(run: ExtractionRun, thread: Thread, seqs: list[int]) -> dict:
     return {"thread_id": thread.thread_id, "messages": kept, "run_id": run.pk}
 
 
+def _occurred_at(operation: AddOp, run: ExtractionRun, thread: Thread) -> str | None:
+    """When the added fact happened: the model's `occurred_at` when it gives a readable one,
+    else the time of the first message it names as evidence (SPEC §11)."""
+    if operation.occurred_at:
+        try:
+            return iso(validation.parse_timestamp(operation.occurred_at, "occurred_at"))
+        except InvalidInput:
+            pass
+    seqs = _evidence(run, thread, operation.evidence)["messages"]
+    if not seqs:
+        return None
+    first = (
+        Message.objects.for_tenant(thread.tenant_id)
+        .filter(thread=thread, seq__in=seqs)
+        .order_by("seq")
+        .values_list("created_at", flat=True)
+        .first()
+    )
+    return iso(first)
+
+
 def apply_operations(
     *, run: ExtractionRun, thread: Thread, operations: list[Operation], now: datetime
 ) -> Outcome:
@@ -133,6 +156,7 @@ def _apply_one(
             "capture_mode": "inferred",
             "source_provider": f"extraction:{run.model}"[:SOURCE_CHARS],
             "thread_id": thread.thread_id,
+            "occurred_at": _occurred_at(operation, run, thread),
             "dedup_policy": "skip_if_near",
         }
         if operation.key:

@@ -4,6 +4,7 @@ extraction runs that form memories from them (`threads`). Django finds models he
 from memories.models.memory import (
     EMBEDDING_DIM,
     PUBLIC_FIELDS,
+    SEQUENCE_FIELDS,
     VECTOR_FIELDS,
     CaptureMode,
     Category,
@@ -36,6 +37,7 @@ __all__ = [
     "MAX_SUMMARY_CHARS",
     "OPEN_RUN_STATES",
     "PUBLIC_FIELDS",
+    "SEQUENCE_FIELDS",
     "VECTOR_FIELDS",
     "CaptureMode",
     "Category",

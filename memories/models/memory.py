@@ -4,7 +4,7 @@ from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
 from django.contrib.postgres.search import SearchVector, SearchVectorField
 from django.db import models
-from django.db.models import F, Q
+from django.db.models import F, Q, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 from pgvector.django import HnswIndex, VectorField
@@ -55,6 +55,10 @@ class MemoryQuerySet(TenantQuerySet):
 # bulk of a row to decode, so reads that return or compare memories defer them.
 VECTOR_FIELDS = ("embedding", "search_vector")
 
+# A memory's place in its sequence, written only by the database (migration 0018's triggers):
+# not public, not backed up (an import's triggers derive them again).
+SEQUENCE_FIELDS = ("prev_id", "next_id", "context_text")
+
 # The public fields of a memory, in the order of the SPEC §4 `memory` object: the one list that
 # the API's JSON (`memory_json`, and `memory_json_sql` for hydrate), search hits, revision
 # snapshots and JSONL backups derive theirs from. All are Memory fields (`agent` is the owner,
@@ -75,6 +79,7 @@ PUBLIC_FIELDS = (
     "capture_mode",
     "source_provider",
     "mentions",
+    "occurred_at",
     "expires_at",
     "last_confirmed_at",
     "created_at",
@@ -117,6 +122,8 @@ class Memory(models.Model):
     )
     source_provider = models.CharField(max_length=100, null=True, blank=True)
     mentions = models.JSONField(default=list, blank=True)
+    # When the event the memory records happened (SPEC §2); orders a thread's sequence.
+    occurred_at = models.DateTimeField(null=True, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True)
     last_confirmed_at = models.DateTimeField(default=timezone.now)
     created_at = models.DateTimeField(default=timezone.now)
@@ -135,9 +142,17 @@ class Memory(models.Model):
     content_hash = models.CharField(max_length=64, blank=True, default="")
     embedding = VectorField(dimensions=EMBEDDING_DIM, null=True, blank=True)
     embedding_model = models.CharField(max_length=100, blank=True, default="")
-    # Full-text document over key + text; GIN-indexed for keyword and hybrid search.
+    # The memory's place in its sequence (owner, subject, thread_id ordered by occurred_at, else
+    # created_at) and its neighbours' words, kept current by database triggers
+    # (`memories.sequences`, migration 0018); NULL outside a thread.
+    prev_id = models.CharField(max_length=30, null=True, blank=True)
+    next_id = models.CharField(max_length=30, null=True, blank=True)
+    context_text = models.TextField(null=True, blank=True)
+    # Full-text document: key + text weighted A, the neighbours' words weighted D (a short reply
+    # is found by the words of the turn it answers); GIN-indexed for keyword and hybrid search.
     search_vector = models.GeneratedField(
-        expression=SearchVector("key", "text", config="english"),
+        expression=SearchVector("key", "text", config="english", weight="A")
+        + SearchVector("context_text", config="english", weight="D"),
         output_field=SearchVectorField(),
         db_persist=True,
     )
@@ -217,6 +232,18 @@ class Memory(models.Model):
                 fields=["tenant", "thread_id"],
                 condition=Q(status="active") & Q(thread_id__isnull=False),
                 name="memory_live_thread_idx",
+            ),
+            # Sequences (`memories.sequences`): a memory's neighbours in its thread, by one index
+            # probe each way; NULL owner/subject coalesced so that equality can use the index.
+            models.Index(
+                F("tenant"),
+                Coalesce("agent", Value(0)),
+                Coalesce("subject_id", Value("")),
+                F("thread_id"),
+                Coalesce("occurred_at", "created_at"),
+                F("id"),
+                condition=Q(status="active") & Q(thread_id__isnull=False),
+                name="memory_sequence_idx",
             ),
             # Entry-cap eviction: coldest first.
             models.Index(

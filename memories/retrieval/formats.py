@@ -34,7 +34,7 @@ def search_hit_json(
         },
         "data": payload,
         "context": {
-            "when": iso(memory.updated_at),
+            "when": iso(memory.occurred_at or memory.updated_at),
             "created_at": iso(memory.created_at),
             "updated_at": iso(memory.updated_at),
             "expires_at": iso(memory.expires_at),

@@ -28,6 +28,7 @@ from pgvector.django import CosineDistance
 
 from memories.embeddings import vector_literal
 from memories.models import Memory
+from memories.retrieval import context
 
 # Candidates taken from each list before fusing (at least the requested limit).
 DEPTH = 40
@@ -42,9 +43,14 @@ TSQUERY_SQL = (
     "FROM unnest(to_tsvector('english'::regconfig, %s)))"
 )
 # Plain ts_rank (normalisation 0) ranked best on LoCoMo; length normalisations (1, 2, 32) and
-# ts_rank_cd all ranked worse there (README "Search quality").
-KEYWORD_RANK_SQL = "ts_rank(search_vector, " + TSQUERY_SQL + ")"
+# ts_rank_cd all ranked worse there (README "Search quality"). Weights {D, C, B, A}: a memory's
+# own key and text (A) count 0.1, as every word did before documents held neighbours' words (D).
 KEYWORD_MATCH_SQL = "search_vector @@ " + TSQUERY_SQL
+
+
+def keyword_rank_sql() -> str:
+    weights = f"'{{{float(context.NEIGHBOUR_TS_WEIGHT)!r}, 0.2, 0.4, 0.1}}'::float4[]"
+    return f"ts_rank({weights}, search_vector, {TSQUERY_SQL})"
 
 
 def sql_with_params(qs: QuerySet) -> tuple[str, tuple]:
@@ -55,9 +61,12 @@ def sql_with_params(qs: QuerySet) -> tuple[str, tuple]:
 
 def _keyword_matches(scope: QuerySet, query: str) -> tuple[str, tuple]:
     return sql_with_params(
-        scope.annotate(kw_rank=RawSQL(KEYWORD_RANK_SQL, (query,)))
+        scope.annotate(
+            kw_rank=RawSQL(keyword_rank_sql(), (query,)),
+            has_context=RawSQL("context_text IS NOT NULL", (), output_field=BooleanField()),
+        )
         .filter(RawSQL(KEYWORD_MATCH_SQL, (query,), output_field=BooleanField()))
-        .values("id", "search_vector", "kw_rank")
+        .values("id", "search_vector", "kw_rank", "has_context")
     )
 
 
@@ -118,7 +127,7 @@ def ranked_ids(
                 # both cases and always complete.
                 cursor.execute(*_ranking_sql(*args, exact=True))
                 rows = cursor.fetchall()
-    rows.sort(key=lambda row: (-row[1], row[0]))
+    rows.sort(key=lambda row: (-row[2], row[0]))
     return [(row[0], float(row[1])) for row in rows]
 
 
@@ -139,20 +148,25 @@ def _ranking_sql(
     if mode in ("keyword", "hybrid"):
         # Score = Σ BM25-style IDF of the query lexemes a memory holds, with the document
         # frequencies counted over the memories matching any lexeme (for an OR query, exactly
-        # the scope's memories holding each lexeme), + 5 · ts_rank. MATERIALIZED, so the
-        # planner does not count again per row.
+        # the scope's memories holding each lexeme), + 5 · ts_rank. A lexeme only its
+        # neighbours hold (weight D, not A) adds `context.NEIGHBOUR_IDF` of its IDF.
+        # MATERIALIZED, so the planner does not count again per row.
         sql, p = _keyword_matches(scope, query)
         parts.append(
             f"kw_all AS MATERIALIZED ({sql}), "
-            "kw_lex AS (SELECT DISTINCT lexeme, quote_literal(lexeme)::tsquery AS q "
+            "kw_lex AS (SELECT DISTINCT lexeme, quote_literal(lexeme)::tsquery AS q, "
+            "(quote_literal(lexeme) || ':A')::tsquery AS qa "
             "FROM unnest(to_tsvector('english'::regconfig, %s))), "
-            "kw_hits AS MATERIALIZED (SELECT a.id, l.lexeme FROM kw_all a JOIN kw_lex l "
-            "ON a.search_vector @@ l.q), "
+            "kw_hits AS MATERIALIZED (SELECT a.id, l.lexeme, "
+            # Only a memory with neighbours' words can hold a lexeme at D alone.
+            "CASE WHEN NOT a.has_context OR a.search_vector @@ l.qa THEN 1.0 "
+            f"ELSE {float(context.NEIGHBOUR_IDF)!r} END AS w "
+            "FROM kw_all a JOIN kw_lex l ON a.search_vector @@ l.q), "
             "kw_n AS MATERIALIZED (SELECT count(*)::float8 AS n FROM kw_all), "
             "kw_df AS MATERIALIZED (SELECT lexeme, count(*)::float8 AS df "
             "FROM kw_hits GROUP BY lexeme), "
-            "kw_idf AS (SELECT h.id, sum(ln(1 + (kw_n.n - d.df + 0.5) / (d.df + 0.5))) AS s "
-            "FROM kw_hits h JOIN kw_df d USING (lexeme) CROSS JOIN kw_n GROUP BY h.id), "
+            "kw_idf AS (SELECT h.id, sum(h.w * ln(1 + (kw_n.n - d.df + 0.5) / (d.df + 0.5))) "
+            "AS s FROM kw_hits h JOIN kw_df d USING (lexeme) CROSS JOIN kw_n GROUP BY h.id), "
             "kw_full AS (SELECT a.id, COALESCE(i.s, 0) + 5.0 * a.kw_rank "
             "AS kw_score FROM kw_all a LEFT JOIN kw_idf i USING (id)), "
             "kw AS (SELECT id, kw_score "
@@ -168,37 +182,16 @@ def _ranking_sql(
         params.extend(p)
 
     if mode == "keyword":
-        select = "SELECT id, kw_score / (kw_score + 3.0) AS relevance FROM kw"
+        select = "SELECT id, kw_score / (kw_score + 3.0) AS score FROM kw"
     elif mode == "semantic":
-        select = "SELECT id, LEAST(1, GREATEST(0, 1 - sem_dist)) AS relevance FROM sem"
+        select = "SELECT id, LEAST(1, GREATEST(0, 1 - sem_dist)) AS score FROM sem"
     else:
-        # Both scores again for every candidate of either list, then mixed: the cosine
-        # similarity (clamped at 0) weighs 1.5, the keyword score relative to the best among the
-        # candidates 1.
-        table = Memory._meta.db_table
-        sim_sql = "1 - (m.embedding <=> %s::vector)"
-        if model:
-            sim_sql = f"CASE WHEN m.embedding_model = %s THEN {sim_sql} END"
-        parts.append(
-            "cand AS (SELECT id FROM kw UNION SELECT id FROM sem), "
-            "scored AS (SELECT m.id, "
-            f"COALESCE({sim_sql}, 0) AS sim, "
-            "COALESCE(f.kw_score, 0) AS kws "
-            f"FROM {table} m LEFT JOIN kw_full f ON f.id = m.id "
-            "WHERE m.id IN (SELECT id FROM cand)), "
-            "normed AS (SELECT id, sim, kws, max(kws) OVER () AS maxk FROM scored)"
-        )
-        params.extend([model] if model else [])
-        params.append(vector_literal(vector))
-        select = (
-            "SELECT id, (1.5 * COALESCE(GREATEST(sim, 0), 0) "
-            "+ 1.0 * COALESCE(kws / NULLIF(maxk, 0), 0)) / 2.5 AS relevance FROM normed"
-        )
-    ranked = f"SELECT id, relevance FROM ({select}) fused"
+        select = _hybrid(scope, query, vector, model, parts, params)
+    ranked = f"SELECT id, LEAST(score, 1.0) AS relevance, score FROM ({select}) fused"
     if min_score is not None:
-        ranked += " WHERE relevance >= %s"
+        ranked += " WHERE LEAST(score, 1.0) >= %s"
         params.append(min_score)
-    ranked += " ORDER BY relevance DESC, id LIMIT %s"
+    ranked += " ORDER BY score DESC, id LIMIT %s"
     params.append(limit)
     if vector is None or exact:
         return f"WITH {', '.join(parts)} {ranked}", params
@@ -206,7 +199,81 @@ def _ranking_sql(
     # index scan that gave up early (hnsw.max_scan_tuples) from a scope that is that small.
     sql = (
         f"WITH {', '.join(parts)} "
-        "(SELECT NULL::varchar AS id, count(*)::float8 AS relevance FROM sem) "
-        f"UNION ALL ({ranked})"
+        "(SELECT NULL::varchar AS id, count(*)::float8 AS relevance, 0::float8 AS score "
+        f"FROM sem) UNION ALL ({ranked})"
     )
     return sql, params
+
+
+def _hybrid(
+    scope: QuerySet,
+    query: str,
+    vector: list[float] | None,
+    model: str | None,
+    parts: list[str],
+    params: list[Any],
+) -> str:
+    """The hybrid ranking's CTEs (appended to `parts`) and its final SELECT (id, score).
+
+    Both scores again for every candidate of either list, then mixed: b = (1.5 · cosine
+    similarity clamped at 0 + keyword score relative to the best candidate's) / 2.5. Then the
+    context of `memories.retrieval.context`, on the candidates: neighbours' and the sequence's
+    scores, dates, mentions.
+    """
+    table = Memory._meta.db_table
+    sim_sql = "1 - (m.embedding <=> %s::vector)"
+    if model:
+        sim_sql = f"CASE WHEN m.embedding_model = %s THEN {sim_sql} END"
+    # Candidates only: a neighbour outside both lists scores too little to matter, and
+    # reading the neighbours' rows as well cost a fifth more time (README "Search quality").
+    parts.append(
+        "cand AS (SELECT id FROM kw UNION SELECT id FROM sem), "
+        "based AS (SELECT *, (1.5 * GREATEST(sim, 0) + COALESCE(kws / NULLIF("
+        "max(kws) OVER (), 0), 0)) / 2.5 AS b FROM ("
+        "SELECT m.id, m.prev_id, m.next_id, m.agent_id, m.subject_id, m.thread_id, "
+        f"m.occurred_at, m.mentions, COALESCE({sim_sql}, 0) AS sim, "
+        "COALESCE(f.kw_score, 0) AS kws "
+        f"FROM {table} m LEFT JOIN kw_full f ON f.id = m.id "
+        "WHERE m.id IN (SELECT id FROM cand)) scored), "
+        "qv AS (SELECT to_tsvector('simple'::regconfig, %s) AS v)"
+    )
+    params.extend([model] if model else [])
+    params.append(vector_literal(vector))
+    params.append(query)
+    seq = "PARTITION BY c.agent_id, c.subject_id, c.thread_id ORDER BY c.b DESC, c.id"
+    others = (
+        "GREATEST("
+        f"max(c.b) OVER ({seq} "
+        "ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), "
+        f"max(c.b) OVER ({seq} "
+        "ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING))"
+    )
+    dates = context.query_dates(query)
+    date_sql = "0"
+    if dates:
+        date_sql = (
+            "COALESCE((SELECT max(CASE WHEN d.dd IS NULL THEN "
+            f"{float(context.DATE_MONTH_WEIGHT)!r} ELSE {float(context.DATE_DAY_WEIGHT)!r} END) "
+            "FROM unnest(%s::int[], %s::int[], %s::int[]) AS d(y, mo, dd), "
+            "LATERAL (SELECT c.occurred_at AT TIME ZONE 'UTC' AS t) u "
+            "WHERE (d.y IS NULL OR d.y = extract(year FROM u.t)) "
+            "AND d.mo = extract(month FROM u.t) "
+            "AND (d.dd IS NULL OR d.dd = extract(day FROM u.t))), 0)"
+        )
+        params.extend([dates.years, dates.months, dates.days])
+    mention_sql = (
+        f"CASE WHEN jsonb_typeof(c.mentions) = 'array' AND EXISTS (SELECT 1 FROM "
+        "jsonb_array_elements(c.mentions) e, qv WHERE jsonb_typeof(e) = 'object' "
+        "AND (e->>'name') ~ '[[:alnum:]]' AND qv.v @@ plainto_tsquery('simple'::regconfig, "
+        f"e->>'name')) THEN {float(context.MENTION_BOOST)!r} ELSE 1.0 END"
+    )
+    return (
+        f"SELECT id, (b + {float(context.NEIGHBOUR_WEIGHT)!r} * nb "
+        f"+ {float(context.SEQUENCE_WEIGHT)!r} * sq + dt) * mb AS score FROM ("
+        "SELECT c.id, c.b, GREATEST(COALESCE(p.b, 0), COALESCE(n.b, 0)) AS nb, "
+        f"CASE WHEN c.thread_id IS NULL THEN 0 ELSE COALESCE({others}, 0) END AS sq, "
+        f"CASE WHEN c.occurred_at IS NULL THEN 0 ELSE {date_sql} END AS dt, "
+        f"{mention_sql} AS mb "
+        "FROM based c LEFT JOIN based p ON p.id = c.prev_id "
+        "LEFT JOIN based n ON n.id = c.next_id) ctx"
+    )

@@ -166,6 +166,7 @@ def _store_fields(prepared: PreparedStore) -> dict[str, Any]:
         "capture_mode": inp.capture_mode,
         "source_provider": inp.source_provider,
         "mentions": inp.mentions,
+        "occurred_at": inp.occurred_at,
         "expires_at": inp.expires_at,
         "last_confirmed_at": inp.last_confirmed_at,
         "size_bytes": prepared.size_bytes,

@@ -112,6 +112,28 @@ def test_add_forms_an_inferred_memory_with_evidence_by_system_extract(principal,
 
 
 @pytest.mark.django_db
+def test_an_added_memory_takes_occurred_at_from_the_model_or_else_its_evidence(
+    principal, fake_llm, llm
+):
+    ingest(principal, "We hiked Sintra in March", "Lovely", "I start at Globex tomorrow")
+    Message.objects.filter(seq=3).update(created_at=NOW - timedelta(days=2))
+    fake_llm.queue_json(
+        {
+            "operations": [
+                add_op("The user hiked Sintra", occurred_at="2026-03-16", evidence=[1]),
+                add_op("The user starts at Globex", evidence=[3]),
+                add_op("The user has plans", occurred_at="someday", evidence=[9]),
+            ]
+        }
+    )
+    extract(principal, llm)
+    when = dict(Memory.objects.values_list("text", "occurred_at"))
+    assert when["The user hiked Sintra"] == datetime(2026, 3, 16, tzinfo=UTC)
+    assert when["The user starts at Globex"] == NOW - timedelta(days=2)
+    assert when["The user has plans"] is None  # unreadable, and no evidence this run showed
+
+
+@pytest.mark.django_db
 def test_update_forget_and_confirm_go_through_compare_and_set(principal, fake_llm, llm):
     a = memory_store(principal=principal, data={"text": "Works at Acme"}, now=NOW).memory
     b = memory_store(principal=principal, data={"text": "Has a cat"}, now=NOW).memory

@@ -61,6 +61,7 @@ def test_store_returns_the_whole_memory_object(api_client, agent):
             "capture_mode": "explicit",
             "source_provider": "openai",
             "mentions": [{"name": "Email", "type": "channel"}],
+            "occurred_at": None,
             "expires_at": None,
             "last_confirmed_at": ts,
             "created_at": ts,

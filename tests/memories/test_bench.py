@@ -68,6 +68,13 @@ def test_locomo_parsing(tmp_path):
     path.write_text(json.dumps(TINY_LOCOMO))
     [conversation] = load(path)
     assert [t.dia_id for t in conversation.turns] == ["D1:1", "D1:2", "D1:3", "D2:1"]
+    # A turn's metadata: its session as thread, the session's time a second a turn, the speaker.
+    assert conversation.turns[1].metadata == {
+        "thread_id": "session-1",
+        "occurred_at": "2023-05-08T13:56:01+00:00",
+        "mentions": [{"name": "Ben", "type": "person"}],
+    }
+    assert conversation.turns[3].metadata["occurred_at"] == "2023-05-09T14:00:00+00:00"
     assert (
         conversation.turns[2].text == "Ana: Look at this. [shares a photo of a lighthouse at dusk]"
     )
@@ -140,6 +147,11 @@ def test_bench_command_runs_end_to_end_at_tiny_scale(tmp_path):
     # Every question names its evidence in its own words: keyword and hybrid find it all.
     assert locomo_result["modes"]["keyword"]["R@5"] == 100.0
     assert locomo_result["modes"]["hybrid"]["R@5"] == 100.0
+    # Stored with their metadata (the headline) and as text only; one conversation: one half.
+    runs = locomo_result["runs"]
+    assert runs["metadata"]["modes"] == locomo_result["modes"]
+    assert runs["plain"]["modes"]["keyword"]["R@5"] == 100.0
+    assert set(runs["plain"]["modes"]["hybrid"]["halves"]) == {"0-4"}
     assert "LoCoMo evidence recall" in completed.stdout
     assert "search_hybrid" in completed.stdout
     # Formation: ingest batches over HTTP (skipped, saying why, where the build has no ingest

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from memories.jsonl import memory_to_record
-from memories.models import PUBLIC_FIELDS, VECTOR_FIELDS, Memory
+from memories.models import PUBLIC_FIELDS, SEQUENCE_FIELDS, VECTOR_FIELDS, Memory
 from memories.retrieval.search import RESPONSE_FIELDS
 from memories.revisions import SNAPSHOT_FIELDS
 from memories.serialization import memory_json
@@ -24,8 +24,12 @@ def test_search_reads_the_public_columns_and_snapshots_record_a_subset():
     assert set(SNAPSHOT_FIELDS) < set(PUBLIC_FIELDS)
 
 
-def test_a_backup_line_holds_every_column_but_the_tenant_and_the_tsvector():
+def test_a_backup_line_holds_every_column_but_the_tenant_and_the_derived_ones():
     """A column added to Memory is backed up: public ones by `PUBLIC_FIELDS`, others by name in
-    `memories.jsonl`."""
-    columns = {f.name for f in Memory._meta.concrete_fields} - {"tenant", "search_vector"}
+    `memories.jsonl`; the tsvector and the sequence links are derived by the database."""
+    columns = {f.name for f in Memory._meta.concrete_fields} - {
+        "tenant",
+        "search_vector",
+        *SEQUENCE_FIELDS,
+    }
     assert set(memory_to_record(Memory())) == columns | {"format"}

@@ -68,7 +68,8 @@ def test_schema_is_public_valid_and_complete(client):
     memory = document["components"]["schemas"]["Memory"]
     assert list(memory["properties"]) == [
         "id", "key", "category", "kind", "text", "data", "tags", "subject_id", "thread_id",
-        "importance", "confidence", "capture_mode", "source_provider", "mentions", "expires_at",
+        "importance", "confidence", "capture_mode", "source_provider", "mentions", "occurred_at",
+            "expires_at",
         "last_confirmed_at", "created_at", "updated_at", "version", "status", "review_state",
         "size_bytes", "agent", "source", "evidence",
     ]  # fmt: skip

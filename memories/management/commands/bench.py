@@ -313,17 +313,17 @@ class Command(BaseCommand):
         questions: int | None,
     ) -> dict:
         tenant = tenant_get_or_create(slug="locomo")
-        keys: dict[int, str] = {}
+        keys: dict[tuple[int, str], str] = {}
 
-        def key_for(index: int) -> str:
-            if index not in keys:
-                agent = agent_get_or_create(tenant=tenant, slug=f"conversation-{index}")
+        def key_for(index: int, variant: str) -> str:
+            if (index, variant) not in keys:
+                agent = agent_get_or_create(tenant=tenant, slug=f"conversation-{index}-{variant}")
                 agent.entry_cap = 100_000
                 agent.save(update_fields=["entry_cap"])
-                keys[index] = api_key_create(tenant=tenant, agent=agent, scopes=["read", "write"])[
-                    1
-                ]
-            return keys[index]
+                keys[index, variant] = api_key_create(
+                    tenant=tenant, agent=agent, scopes=["read", "write"]
+                )[1]
+            return keys[index, variant]
 
         with ApiServer(data_dir, embedder=embedder) as server:
             result = run_locomo(
@@ -344,9 +344,15 @@ class Command(BaseCommand):
             f"LoCoMo evidence recall, {result['questions']} questions, "
             f"{result['turns']} turns, embedder {model}{subset}"
         )
-        self.out(f"{'mode':<10}" + "".join(f"{'R@' + str(k):>8}" for k in KS))
-        for mode in MODES:
-            row = result["modes"][mode]
-            self.out(f"{mode:<10}" + "".join(f"{row['R@' + str(k)]:>8.1f}" for k in KS))
+        self.out(f"{'run':<15}{'mode':<10}{'part':<6}" + "".join(f"{'R@' + str(k):>8}" for k in KS))
+        for variant, run in result["runs"].items():
+            for mode in MODES:
+                row = run["modes"][mode]
+                parts = {"all": row, **row["halves"]}
+                for part, figures in parts.items():
+                    self.out(
+                        f"{variant:<15}{mode:<10}{part:<6}"
+                        + "".join(f"{figures['R@' + str(k)]:>8.1f}" for k in KS)
+                    )
         self.out("")
         return result
