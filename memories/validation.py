@@ -177,9 +177,7 @@ def key_prefix(value: Any) -> str | None:
     memory_key(value, "key_prefix")  # refuses control and invisible characters
     value = unicodedata.normalize("NFKC", value)
     if len(value) > MAX_ID_CHARS:
-        raise InvalidInput(
-            f"'key_prefix' is longer than {MAX_ID_CHARS} characters", field="key_prefix"
-        )
+        raise InvalidInput(f"'key_prefix' is over {MAX_ID_CHARS} characters", field="key_prefix")
     return value
 
 
