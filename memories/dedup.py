@@ -145,7 +145,7 @@ def _with_agents(rows: list[Memory], known: Sequence[Agent]) -> None:
     query."""
     agents = {agent.pk: agent for agent in known}
     missing = {m.agent_id for m in rows if m.agent_id is not None} - set(agents)
-    if missing:
-        agents.update(Agent.objects.in_bulk(missing))
+    if missing:  # rows of one tenant: the candidate sets are tenant-scoped
+        agents.update(Agent.objects.for_tenant(rows[0].tenant_id).in_bulk(missing))
     for memory in rows:
         memory.agent = agents[memory.agent_id] if memory.agent_id is not None else None

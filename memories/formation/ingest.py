@@ -136,7 +136,8 @@ def _thread_locked(principal: Principal, thread_id: str, subject_id: str | None,
             ignore_conflicts=True,  # a concurrent first batch may have created it
         )
         thread = _thread_for_update(principal, thread_id, subject_id)
-    assert thread is not None
+        if thread is None:  # created just now (by this batch or a concurrent one): never gone
+            raise RuntimeError(f"thread {thread_id!r} vanished while being created")
     thread.tenant, thread.agent = principal.tenant, principal.agent
     return thread
 
