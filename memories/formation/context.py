@@ -3,6 +3,8 @@ rolling summary, and the agent's most related live memories."""
 
 from __future__ import annotations
 
+from django.db.models import Func, IntegerField, Sum
+
 from memories.embeddings import get_embedder
 from memories.formation.llm import PromptMemory, PromptMessage
 from memories.models import Category, Memory, Message, Thread
@@ -11,6 +13,7 @@ from memories.retrieval.ranking import ranked_ids
 from memories.visibility import visible_memories
 
 RELATED_LIMIT = 12
+WINDOW_PAGE = 100
 
 
 def _prompt_messages(rows) -> list[PromptMessage]:
@@ -24,29 +27,42 @@ def _prompt_messages(rows) -> list[PromptMessage]:
 
 def message_window(thread: Thread) -> list[PromptMessage]:
     """The messages after the watermark, oldest first, as many as fit the agent's summary
-    threshold (at least one): a long backlog is extracted window by window."""
+    threshold (at least one): a long backlog is extracted window by window, read a page at a
+    time (plain LIMIT queries: a server-side cursor costs three round trips)."""
     limit = thread.agent.summary_threshold_bytes
-    rows, size = [], 0
-    pending = (
-        Message.objects.for_tenant(thread.tenant_id)
-        .filter(thread=thread, seq__gt=thread.extracted_seq)
-        .order_by("seq")
-        .iterator(chunk_size=100)
-    )
-    for message in pending:
-        size += len(message.content.encode())
-        if rows and size > limit:
-            break
-        rows.append(message)
-    return _prompt_messages(rows)
+    rows, size, after = [], 0, thread.extracted_seq
+    while True:
+        page = list(
+            Message.objects.for_tenant(thread.tenant_id)
+            .filter(thread=thread, seq__gt=after)
+            .order_by("seq")[:WINDOW_PAGE]
+        )
+        for message in page:
+            size += len(message.content.encode())
+            if rows and size > limit:
+                return _prompt_messages(rows)
+            rows.append(message)
+        if len(page) < WINDOW_PAGE:
+            return _prompt_messages(rows)
+        after = page[-1].seq
 
 
 def unsummarised(thread: Thread) -> list[PromptMessage]:
     """Extracted messages not yet folded into the summary."""
-    return _prompt_messages(
-        Message.objects.for_tenant(thread.tenant_id)
-        .filter(thread=thread, seq__gt=thread.summarized_seq, seq__lte=thread.extracted_seq)
-        .order_by("seq")
+    return _prompt_messages(_unsummarised_rows(thread).order_by("seq"))
+
+
+def unsummarised_bytes(thread: Thread) -> int:
+    """The size of `unsummarised(thread)`, counted by PostgreSQL (UTF-8 bytes)."""
+    total = _unsummarised_rows(thread).aggregate(
+        n=Sum(Func("content", function="octet_length", output_field=IntegerField()))
+    )
+    return total["n"] or 0
+
+
+def _unsummarised_rows(thread: Thread):
+    return Message.objects.for_tenant(thread.tenant_id).filter(
+        thread=thread, seq__gt=thread.summarized_seq, seq__lte=thread.extracted_seq
     )
 
 

@@ -38,7 +38,12 @@ from django_q.tasks import async_task
 from accounts.models import Extraction
 from memories.clock import resolve_now
 from memories.formation.apply import apply_operations
-from memories.formation.context import message_window, related_memories, unsummarised
+from memories.formation.context import (
+    message_window,
+    related_memories,
+    unsummarised,
+    unsummarised_bytes,
+)
 from memories.formation.llm import LLMClient, LLMError, get_llm, llm_configured
 from memories.formation.operations import Operation, operation_json, parse_operations
 from memories.models import OPEN_RUN_STATES, ExtractionRun, RunState, Thread
@@ -352,10 +357,9 @@ def _summarise_if_due(
     run: ExtractionRun, thread: Thread, *, llm: LLMClient | None, now: datetime
 ) -> None:
     """Fold extracted messages into the rolling summary once they exceed the threshold."""
-    messages = unsummarised(thread)
-    size = sum(len(m.content.encode()) for m in messages)
-    if size <= thread.agent.summary_threshold_bytes:
+    if unsummarised_bytes(thread) <= thread.agent.summary_threshold_bytes:
         return
+    messages = unsummarised(thread)
     try:
         answer = (llm or get_llm()).summarize(summary=thread.summary, messages=messages)
     except LLMError as exc:  # the next run tries again; the extraction itself stands

@@ -154,21 +154,23 @@ def _ranking_sql(
         sql, p = _keyword_matches(scope, query)
         parts.append(
             f"kw_all AS MATERIALIZED ({sql}), "
-            "kw_lex AS (SELECT DISTINCT lexeme, quote_literal(lexeme)::tsquery AS q, "
+            "kw_lex AS MATERIALIZED (SELECT DISTINCT lexeme, quote_literal(lexeme)::tsquery AS q, "
             "(quote_literal(lexeme) || ':A')::tsquery AS qa "
             "FROM unnest(to_tsvector('english'::regconfig, %s))), "
-            "kw_hits AS MATERIALIZED (SELECT a.id, l.lexeme, "
+            # Each (memory, lexeme it holds), with the lexeme's document frequency counted by a
+            # window: no join on estimates the planner cannot make (CTEs look like one row).
+            "kw_hits AS (SELECT h.*, count(*) OVER (PARTITION BY h.lexeme)::float8 AS df, "
+            "(SELECT count(*) FROM kw_all)::float8 AS n "
+            "FROM (SELECT a.id, a.kw_rank, l.lexeme, "
             # Only a memory with neighbours' words can hold a lexeme at D alone.
             "CASE WHEN NOT a.has_context OR a.search_vector @@ l.qa THEN 1.0 "
             f"ELSE {float(context.NEIGHBOUR_IDF)!r} END AS w "
-            "FROM kw_all a JOIN kw_lex l ON a.search_vector @@ l.q), "
-            "kw_n AS MATERIALIZED (SELECT count(*)::float8 AS n FROM kw_all), "
-            "kw_df AS MATERIALIZED (SELECT lexeme, count(*)::float8 AS df "
-            "FROM kw_hits GROUP BY lexeme), "
-            "kw_idf AS (SELECT h.id, sum(h.w * ln(1 + (kw_n.n - d.df + 0.5) / (d.df + 0.5))) "
-            "AS s FROM kw_hits h JOIN kw_df d USING (lexeme) CROSS JOIN kw_n GROUP BY h.id), "
-            "kw_full AS (SELECT a.id, COALESCE(i.s, 0) + 5.0 * a.kw_rank "
-            "AS kw_score FROM kw_all a LEFT JOIN kw_idf i USING (id)), "
+            "FROM kw_all a JOIN kw_lex l ON a.search_vector @@ l.q) h), "
+            # Every matching memory holds at least one of the lexemes its match ORs together,
+            # so grouping the hits gives each its score.
+            "kw_full AS MATERIALIZED (SELECT h.id, "
+            "sum(h.w * ln(1 + (h.n - h.df + 0.5) / (h.df + 0.5))) + 5.0 * max(h.kw_rank) "
+            "AS kw_score FROM kw_hits h GROUP BY h.id), "
             "kw AS (SELECT id, kw_score "
             f"FROM kw_full ORDER BY kw_score DESC, id LIMIT {int(depth)})"
         )
@@ -227,14 +229,18 @@ def _hybrid(
     # Candidates only: a neighbour outside both lists scores too little to matter, and
     # reading the neighbours' rows as well cost a fifth more time (README "Search quality").
     parts.append(
-        "cand AS (SELECT id FROM kw UNION SELECT id FROM sem), "
+        # Each candidate with its keyword score: the keyword list's own, and for the semantic
+        # list's the matching memories' (an array test, not a join the planner would nest).
+        "cand AS (SELECT id, max(kw_score) AS kws FROM ("
+        "SELECT id, kw_score FROM kw UNION ALL SELECT id, NULL FROM sem UNION ALL "
+        "SELECT id, kw_score FROM kw_full WHERE id = ANY (ARRAY(SELECT id FROM sem))"
+        ") c GROUP BY id), "
         "based AS (SELECT *, (1.5 * GREATEST(sim, 0) + COALESCE(kws / NULLIF("
         "max(kws) OVER (), 0), 0)) / 2.5 AS b FROM ("
         "SELECT m.id, m.prev_id, m.next_id, m.agent_id, m.subject_id, m.thread_id, "
         f"m.occurred_at, m.mentions, COALESCE({sim_sql}, 0) AS sim, "
-        "COALESCE(f.kw_score, 0) AS kws "
-        f"FROM {table} m LEFT JOIN kw_full f ON f.id = m.id "
-        "WHERE m.id IN (SELECT id FROM cand)) scored), "
+        "COALESCE(c.kws, 0) AS kws "
+        f"FROM cand c JOIN {table} m ON m.id = c.id) scored), "
         "qv AS (SELECT to_tsvector('simple'::regconfig, %s) AS v)"
     )
     params.extend([model] if model else [])
