@@ -90,12 +90,13 @@ def related_memories(*, thread: Thread, messages: list[PromptMessage]) -> list[P
             model=embedder.model_name,
         )
     ]
-    rows = (
-        Memory.objects.for_tenant(thread.tenant_id)
-        .only("id", "key", "version", "category", "text")
-        .in_bulk(ids)
-    )
+    rows = {
+        row[0]: row
+        for row in Memory.objects.for_tenant(thread.tenant_id)
+        .filter(id__in=ids)
+        .values_list("id", "key", "version", "category", "text")
+    }
     return [
-        PromptMemory(memory_id=m.id, key=m.key, version=m.version, category=m.category, text=m.text)
+        PromptMemory(memory_id=m[0], key=m[1], version=m[2], category=m[3], text=m[4])
         for m in (rows[i] for i in ids if i in rows)
     ]

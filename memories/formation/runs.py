@@ -31,7 +31,7 @@ from datetime import datetime, timedelta
 from functools import partial
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Sum
+from django.db.models import F, Sum
 from django.utils import timezone
 from django_q.tasks import async_task
 
@@ -152,7 +152,7 @@ def _claim(run_id: int, now: datetime) -> ExtractionRun | None:
     if not _advisory("pg_try_advisory_lock", run_id):
         return None  # a live worker is on it
     claimed = ExtractionRun.objects.filter(pk=run_id, state__in=OPEN_RUN_STATES).update(
-        state=RunState.RUNNING, started_at=now
+        state=RunState.RUNNING, started_at=now, attempts=F("attempts") + 1
     )
     if not claimed:
         _advisory("pg_advisory_unlock", run_id)
@@ -160,8 +160,6 @@ def _claim(run_id: int, now: datetime) -> ExtractionRun | None:
     run = ExtractionRun.objects.select_related("thread", "agent", "tenant").get(pk=run_id)
     # The thread's agent and tenant are the run's own rows: not loaded a second time.
     run.thread.agent, run.thread.tenant = run.agent, run.tenant
-    run.attempts += 1
-    run.save(update_fields=["attempts"])
     return run
 
 
