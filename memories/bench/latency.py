@@ -239,6 +239,9 @@ def bulk_load(jobs: list[dict], out: Callable[[str], None]) -> float:
     index_started = time.monotonic()
     with connection.cursor() as cursor:
         cursor.execute("SET max_parallel_maintenance_workers = 2")
+        # The HNSW build is several times slower once its graph outgrows this (1M vectors of
+        # 384 dimensions take ~2 GB); a session setting, for the rebuild only.
+        cursor.execute("SET maintenance_work_mem = '3GB'")
         for definition in definitions.values():
             cursor.execute(definition)
         cursor.execute("VACUUM ANALYZE memories_memory")
