@@ -19,6 +19,7 @@ import pytest
 from django.db import connection, connections, transaction
 
 from accounts.principal import Principal
+from memories.jobs.prune import prune_memories
 from memories.models import Memory
 from memories.services.changes import memory_confirm, memory_update
 from memories.services.lifecycle import memory_forget, thread_end
@@ -193,6 +194,23 @@ def test_a_thread_end_racing_an_insert_waits_instead_of_deadlocking(me):
     errors = race_an_insert(me, a, lambda: thread_end(principal=me, thread_id=THREAD))
 
     assert errors == []
+    assert Memory.objects.get(pk=a.pk).status == "expired"
+    _assert_links_follow_the_order()
+
+
+def test_a_prune_racing_an_insert_skips_the_busy_thread_instead_of_deadlocking(me):
+    a = _turn(me, "Ana: we took the night train to Vienna", 10, category="conversation")
+    _turn(me, "Ben: how long did it take?", 20)
+    later = T0 + timedelta(days=2)  # A's conversation has been idle 24 h and more
+    counts = []
+
+    errors = race_an_insert(me, a, lambda: counts.append(prune_memories(now=later)))
+
+    assert errors == []
+    _assert_links_follow_the_order()
+    # The busy thread was left for the next run, which takes A.
+    if counts[0]["conversation_ended"] == 0:
+        assert prune_memories(now=later)["conversation_ended"] == 1
     assert Memory.objects.get(pk=a.pk).status == "expired"
     _assert_links_follow_the_order()
 
