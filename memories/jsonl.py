@@ -44,6 +44,7 @@ from memories.models import (
 )
 from memories.revisions import revision_build, snapshot
 from memories.secrets_scan import scan_secrets
+from memories.services.sequences import lock_rows
 from memoryhub.errors import InvalidInput, SecretRejected
 
 CHUNK_SIZE = 500
@@ -257,9 +258,10 @@ def import_jsonl(*, tenant: Tenant, lines: Iterable[str | bytes], actor: str) ->
         _refuse_unimportable_ids(tenant, records)
         agents = {a.slug: a for a in Agent.objects.for_tenant(tenant)}
         ids = [r["id"] for _, r in records]
+        # Their sequences' locks first (`services.sequences`); a line that moves a memory to
+        # another thread takes that one's in the update trigger, holding no row of it.
         existing = {
-            m.pk: m
-            for m in Memory.objects.for_tenant(tenant).filter(pk__in=ids).select_for_update()
+            m.pk: m for m in lock_rows(Memory.objects.for_tenant(tenant).filter(pk__in=ids))
         }
         # The newest revision version of each id in this tenant's history: the row may be gone
         # (retention) while its revisions stay, and a version must not repeat.

@@ -60,6 +60,7 @@ from memories.jobs.batches import (
 from memories.revisions import insert_revisions_sql
 from memories.services.common import advisory_lock
 from memories.services.eviction import cap_lock_name, cap_reason, eviction_order_sql
+from memories.services.sequences import SEQUENCE_KEY_SQL
 
 ACTOR = "system:prune"
 DAILY_MAX_AGE = timedelta(hours=72)
@@ -130,12 +131,35 @@ INSERT_REVISIONS = f"""
     )
 """
 
-AGE_BATCH = """
-WITH picked AS (
-    SELECT m.id, m.{order} AS sort_key
-    FROM memories_memory m
+# Sequences (`services.sequences`: their lock before any row's): a batch takes the locks of the
+# threads of its candidates (the rows it would pick, read without locking) that are free — a
+# try, never a wait, as SKIP LOCKED for rows — and picks no memory of another thread: a busy
+# thread's memories wait for the next run. Appended to `WITH`, before `picked`.
+FREE_SEQUENCES = f"""
+    free AS (
+        SELECT k FROM (
+            SELECT DISTINCT {SEQUENCE_KEY_SQL.format(t="c")} AS k
+            FROM ({{candidates}}) c WHERE c.thread_id IS NOT NULL
+        ) keys
+        WHERE pg_try_advisory_xact_lock(hashtextextended(k, 0))
+    ),"""
+IN_FREE_SEQUENCE = (
+    f"(m.thread_id IS NULL OR {SEQUENCE_KEY_SQL.format(t='m')} = ANY (ARRAY(SELECT k FROM free)))"
+)
+
+AGE_CANDIDATES = """
+    SELECT m.tenant_id, m.agent_id, m.subject_id, m.thread_id FROM memories_memory m
     WHERE {where} AND {scope} AND m.{order} >= %(after)s
     ORDER BY m.{order}
+    LIMIT %(limit)s"""
+
+AGE_BATCH = f"""
+WITH {FREE_SEQUENCES.format(candidates=AGE_CANDIDATES)}
+picked AS (
+    SELECT m.id, m.{{order}} AS sort_key
+    FROM memories_memory m
+    WHERE {{where}} AND {{scope}} AND m.{{order}} >= %(after)s AND {IN_FREE_SEQUENCE}
+    ORDER BY m.{{order}}
     LIMIT %(limit)s
     FOR UPDATE OF m SKIP LOCKED
 ),
@@ -143,12 +167,12 @@ changed AS (
     UPDATE memories_memory m
     SET status = %(status)s, status_changed_at = %(now)s, updated_at = %(now)s,
         version = m.version + 1
-    WHERE m.id = ANY (ARRAY(SELECT id FROM picked)) AND {where}
+    WHERE m.id = ANY (ARRAY(SELECT id FROM picked)) AND {{where}}
     RETURNING m.id, m.tenant_id, m.version
 ),
-{insert_revisions}
+{{insert_revisions}}
 SELECT (SELECT count(*) FROM picked), (SELECT max(sort_key) FROM picked),
-       (SELECT count(*) FROM revisions), {per_tenant}
+       (SELECT count(*) FROM revisions), {{per_tenant}}
 """
 
 OVER_CAP_OWNERS = f"""
@@ -178,12 +202,19 @@ SELECT count(*) FROM memories_memory m
 WHERE m.tenant_id = %(tenant_id)s AND {owner_match} AND {remaining}
 """
 
-EVICT_BATCH = """
-WITH picked AS (
-    SELECT m.id
-    FROM memories_memory m
+EVICT_CANDIDATES = """
+    SELECT m.tenant_id, m.agent_id, m.subject_id, m.thread_id FROM memories_memory m
     WHERE m.tenant_id = %(tenant_id)s AND {owner_match} AND {remaining}
     ORDER BY {eviction_order}
+    LIMIT %(limit)s"""
+
+EVICT_BATCH = f"""
+WITH {FREE_SEQUENCES.format(candidates=EVICT_CANDIDATES)}
+picked AS (
+    SELECT m.id
+    FROM memories_memory m
+    WHERE m.tenant_id = %(tenant_id)s AND {{owner_match}} AND {{remaining}} AND {IN_FREE_SEQUENCE}
+    ORDER BY {{eviction_order}}
     LIMIT %(limit)s
     FOR UPDATE OF m SKIP LOCKED
 ),
@@ -194,7 +225,7 @@ changed AS (
     WHERE m.id = ANY (ARRAY(SELECT id FROM picked)) AND m.status = 'active'
     RETURNING m.id, m.tenant_id, m.version
 ),
-{insert_revisions}
+{{insert_revisions}}
 SELECT count(*) FROM revisions
 """
 

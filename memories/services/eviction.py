@@ -21,6 +21,7 @@ from accounts.models import Agent, Tenant
 from memories.clock import resolve_now
 from memories.models import Category, ChangeType, Memory, OwnerCount, Status
 from memories.services.common import advisory_lock
+from memories.services.sequences import lock_rows
 from memories.services.writes import status_change
 
 CAP_ACTOR = "system:cap"
@@ -117,10 +118,10 @@ def evict_over_cap(
     excess = live.count() - cap
     if excess <= 0:
         return 0
-    victims = list(
-        live.exclude(pk__in=list(exclude_ids))
-        .order_by(*eviction_order())
-        .select_for_update(skip_locked=True, of=("self",))[:excess]
+    victims = lock_rows(
+        live.exclude(pk__in=list(exclude_ids)).order_by(*eviction_order()),
+        limit=excess,
+        skip_locked=True,
     )
     for memory in victims:
         status_change(

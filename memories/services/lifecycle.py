@@ -21,6 +21,7 @@ from memories.revisions import revision_write, snapshot
 from memories.secrets_scan import scan_secrets
 from memories.services.changes import writable
 from memories.services.common import MAX_RETRIES, clean_reason
+from memories.services.sequences import lock_rows
 from memories.services.writes import (
     change,
     conditional_update,
@@ -139,7 +140,7 @@ def thread_end(
     removed = 0
     with transaction.atomic():
         threads_close(principal=principal, thread_id=thread_id, subject_id=subject, now=now)
-        for memory in rows.order_by("id").select_for_update():
+        for memory in lock_rows(rows.order_by("id")):
             removed += status_change(
                 memory,
                 status=Status.EXPIRED,
@@ -212,8 +213,12 @@ def purge_content(memory: Memory, *, actor: str, reason: str, now: datetime) -> 
         )
     with transaction.atomic():
         for _ in range(MAX_RETRIES):
-            if conditional_update(memory, fields=fields, now=now, expected_version=memory.version):
-                break
+            with transaction.atomic():
+                if conditional_update(
+                    memory, fields=fields, now=now, expected_version=memory.version
+                ):
+                    break
+                transaction.set_rollback(True)  # a lost UPDATE's row lock: see writes.change
             memory = reload_any(memory)
             if memory is None:
                 raise NotFound()

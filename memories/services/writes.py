@@ -17,6 +17,7 @@ from memories.embeddings import get_embedder
 from memories.models import Category, Memory, Status
 from memories.revisions import revision_write, snapshot
 from memories.services.common import MAX_RETRIES, embed_text, embed_texts
+from memories.services.sequences import sequence_keys, sequence_lock
 from memoryhub.errors import Conflict, InvalidInput, NotFound
 
 
@@ -28,7 +29,12 @@ def conditional_update(
     expected_version: int,
     expected_updated_at: datetime | None = None,
 ) -> bool:
-    """The compare-and-set: one UPDATE guarded by the version; applies the values on success."""
+    """The compare-and-set: one UPDATE guarded by the version; applies the values on success.
+
+    The memory's sequence lock comes first (`sequences`: before the row's lock, as an insert
+    takes it). The sequences are those of the row as read: if it moved meanwhile its version
+    moved too, and the UPDATE changes nothing."""
+    sequence_lock(sequence_keys(memory, fields))
     rows = Memory.objects.for_tenant(memory.tenant_id).filter(
         pk=memory.pk, version=expected_version
     )
@@ -130,6 +136,10 @@ def change(
                 expected_updated_at=cas.updated_at if cas else None,
             ):
                 return memory
+            # A lost UPDATE may still have locked the row (READ COMMITTED rechecks the newest
+            # version under its lock): undo it, so the next attempt takes the sequence lock of
+            # the row as it is now before that row's lock (`sequences`).
+            transaction.set_rollback(True)
         if cas is not None:
             current = current_version(memory.pk, memory.tenant_id)
             if current is None:

@@ -62,6 +62,17 @@ def test_detail_fragment_for_htmx(owner_client, agent, store_memory):
     assert "Detail fragment" in fragment
 
 
+def test_detail_shows_when_the_event_occurred(owner_client, agent, store_memory):
+    timed = store_memory(agent, "Flew to Lisbon", occurred_at="2026-05-08T13:56:00Z")
+    untimed = store_memory(agent, "Likes window seats")
+
+    shown = owner_client.get(f"/console/memories/{timed.pk}/", **HX).content.decode()
+    empty = owner_client.get(f"/console/memories/{untimed.pk}/", **HX).content.decode()
+
+    assert "<dt>Occurred</dt><dd>2026-05-08 13:56:00</dd>" in shown
+    assert '<dt>Occurred</dt><dd><span class="none" title="none">—</span></dd>' in empty
+
+
 def test_boosted_and_history_restore_requests_get_whole_pages(owner_client):
     response = owner_client.get("/console/memories/", HTTP_HX_BOOSTED="true", **HX)
     assert "<html" in response.content.decode()
