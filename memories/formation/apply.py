@@ -18,9 +18,10 @@ from accounts.models import Extraction
 from accounts.principal import Principal
 from memories import validation
 from memories.formation.operations import AddOp, ConfirmOp, ForgetOp, Operation, UpdateOp
-from memories.models import ExtractionRun, Message, Thread
+from memories.models import Category, ExtractionRun, Message, Thread
 from memories.serialization import iso
 from memories.services.changes import memory_confirm, memory_update
+from memories.services.eviction import cap_lock
 from memories.services.lifecycle import memory_forget
 from memories.services.store import Formation, memory_store_prepare, memory_store_write
 from memories.services.writes import embeddings_remembered, embeddings_seed
@@ -110,6 +111,7 @@ def apply_operations(
     texts = [op.text for op in operations if isinstance(op, AddOp | UpdateOp)]
     with embeddings_remembered():
         embeddings_seed(texts)  # one forward pass for the run, before any row is locked
+        _lock_caps(thread, operations)
         for operation in operations:
             try:
                 with transaction.atomic():
@@ -126,6 +128,18 @@ def apply_operations(
             if name == "added" and _pending(operation, agent):
                 outcome.counts["pending_review"] += 1
     return outcome
+
+
+def _lock_caps(thread: Thread, operations: list[Operation]) -> None:
+    """The cap locks the run's adds will take, taken first: the operations share one
+    transaction, and an update or forget before an add would otherwise hold a sequence's lock
+    or an owner's counter row while waiting for the cap lock, the reverse of a store's order
+    (`memories.services.sequences`), and deadlock with a concurrent store."""
+    if not operations:
+        return
+    cap_lock(thread.tenant, thread.agent)
+    if any(isinstance(op, AddOp) and op.category == Category.WORKSPACE for op in operations):
+        cap_lock(thread.tenant, None)
 
 
 def _pending(operation: Operation, agent) -> bool:
