@@ -10,11 +10,11 @@ import time
 import pytest
 from django.db import connection, connections, transaction
 
+from accounts.principal import Principal
+from memories.formation.llm import LLMClient
 from memories.models import ExtractionRun, Memory
 from memories.services.eviction import cap_lock_name
 from memories.services.store import memory_store
-from accounts.principal import Principal
-from memories.formation.llm import LLMClient
 from tests.formation.test_runs import NOW, add_op, extract, ingest
 
 pytestmark = pytest.mark.django_db(transaction=True)
