@@ -229,12 +229,12 @@ def _hybrid(
     # Candidates only: a neighbour outside both lists scores too little to matter, and
     # reading the neighbours' rows as well cost a fifth more time (README "Search quality").
     parts.append(
-        # Each candidate with its keyword score: the keyword list's own, and for the semantic
-        # list's the matching memories' (an array test, not a join the planner would nest).
+        # Each candidate (of either list) with its keyword score, if it matched: one grouping
+        # over the matches and both lists, not a join the planner would nest.
         "cand AS (SELECT id, max(kw_score) AS kws FROM ("
-        "SELECT id, kw_score FROM kw UNION ALL SELECT id, NULL FROM sem UNION ALL "
-        "SELECT id, kw_score FROM kw_full WHERE id = ANY (ARRAY(SELECT id FROM sem))"
-        ") c GROUP BY id), "
+        "SELECT id, kw_score, false AS pick FROM kw_full UNION ALL "
+        "SELECT id, NULL, true FROM kw UNION ALL SELECT id, NULL, true FROM sem"
+        ") c GROUP BY id HAVING bool_or(pick)), "
         "based AS (SELECT *, (1.5 * GREATEST(sim, 0) + COALESCE(kws / NULLIF("
         "max(kws) OVER (), 0), 0)) / 2.5 AS b FROM ("
         "SELECT m.id, m.prev_id, m.next_id, m.agent_id, m.subject_id, m.thread_id, "
