@@ -7,20 +7,24 @@ moment it expires and another subject's memory never shows up.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
 from django.db.models import Case, F, IntegerField, OuterRef, Subquery, Value, When
 from django.db.models.functions import Coalesce
 
+from accounts.models import Agent
 from accounts.principal import Principal
 from memories import validation
 from memories.access import bump_access
 from memories.clock import resolve_now
+from memories.compiled import CompiledQuery, Slot
 from memories.cursors import WalkCursor
 from memories.ids import is_memory_id
 from memories.models import VECTOR_FIELDS, Memory, MemoryQuerySet, MemoryRevision, Status
-from memories.visibility import visible_memories, visible_q
+from memories.visibility import reads_from_ids, visible_memories, visible_q
 from memoryhub.errors import InvalidInput, NotFound
 
 LIST_FILTERS = frozenset(
@@ -48,6 +52,79 @@ def _touch(memory: Memory, now: datetime) -> None:
     bump_access(memory.tenant_id, [memory.pk], now)
 
 
+def _by_id(*, tenant, agent, subject, now, target) -> MemoryQuerySet:
+    """The visible memory with id `target` (a one-row queryset, ordered as `.first()` is)."""
+    return (
+        visible_memories(tenant=tenant, agent=agent, subject_id=subject, now=now)
+        .select_related("agent")
+        .defer(*VECTOR_FIELDS)
+        .filter(pk=target)
+        .order_by("pk")[:1]
+    )
+
+
+def _by_key(*, tenant, agent, subject, now, target) -> MemoryQuerySet:
+    """The visible memory under key `target` that wins: the agent's own over the workspace's
+    over a shared one, the subject's own over a subject-less one, then the newest."""
+    return (
+        visible_memories(tenant=tenant, agent=agent, subject_id=subject, now=now)
+        .select_related("agent")
+        .defer(*VECTOR_FIELDS)
+        .filter(key=target)
+        .order_by(
+            Case(
+                When(agent_id=agent.pk, then=Value(0)),
+                When(agent_id__isnull=True, then=Value(1)),
+                default=Value(2),
+                output_field=IntegerField(),
+            ),
+            Case(
+                When(subject_id__isnull=False, then=Value(0)),
+                default=Value(1),
+                output_field=IntegerField(),
+            ),
+            "-updated_at",
+        )[:1]
+    )
+
+
+@lru_cache(maxsize=256)
+def _compiled_read(build: Callable[..., MemoryQuerySet], with_subject: bool, shared: int):
+    """`build`'s statement for one shape (a subject or not, how many agents shared), compiled
+    once per process: the ORM's query compilation cost more than the query."""
+    slots = Slot()
+    agent = Agent(pk=slots.int("agent"))
+    agent._reads_from_ids = [slots.int(f"shared{i}") for i in range(shared)]
+    queryset = build(
+        tenant=slots.int("tenant"),
+        agent=agent,
+        subject=slots.text("subject") if with_subject else None,
+        now=slots.time("now"),
+        target=slots.text("target"),
+    )
+    return CompiledQuery(queryset, slots)
+
+
+def _read_one(
+    build: Callable[..., MemoryQuerySet],
+    *,
+    principal: Principal,
+    subject: str | None,
+    now: datetime,
+    target: str,
+) -> Memory | None:
+    """`build(...)`'s one row for this principal and subject, through its compiled statement."""
+    shared = reads_from_ids(principal.agent)
+    statement = _compiled_read(build, bool(subject), len(shared))
+    values = {f"shared{i}": pk for i, pk in enumerate(shared)}
+    if subject:
+        values["subject"] = subject
+    rows = statement.fetch(
+        tenant=principal.tenant.pk, agent=principal.agent.pk, now=now, target=target, **values
+    )
+    return rows[0] if rows else None
+
+
 def memory_get(
     *,
     principal: Principal,
@@ -61,15 +138,7 @@ def memory_get(
     subject = principal.resolve_subject(validation.identifier(subject_id, "subject_id"))
     memory = None
     if is_memory_id(memory_id):
-        memory = (
-            visible_memories(
-                tenant=principal.tenant, agent=principal.agent, subject_id=subject, now=now
-            )
-            .select_related("agent")
-            .defer(*VECTOR_FIELDS)
-            .filter(pk=memory_id)
-            .first()
-        )
+        memory = _read_one(_by_id, principal=principal, subject=subject, now=now, target=memory_id)
     if memory is None:
         raise NotFound()
     _touch(memory, now)
@@ -92,29 +161,7 @@ def memory_recall(
     key = validation.memory_key(key)
     if key is None:
         raise InvalidInput("'key' is required", field="key")
-    memory = (
-        visible_memories(
-            tenant=principal.tenant, agent=principal.agent, subject_id=subject, now=now
-        )
-        .select_related("agent")
-        .defer(*VECTOR_FIELDS)
-        .filter(key=key)
-        .order_by(
-            Case(
-                When(agent_id=principal.agent.pk, then=Value(0)),
-                When(agent_id__isnull=True, then=Value(1)),
-                default=Value(2),
-                output_field=IntegerField(),
-            ),
-            Case(
-                When(subject_id__isnull=False, then=Value(0)),
-                default=Value(1),
-                output_field=IntegerField(),
-            ),
-            "-updated_at",
-        )
-        .first()
-    )
+    memory = _read_one(_by_key, principal=principal, subject=subject, now=now, target=key)
     if memory is not None:
         _touch(memory, now)
     return memory
