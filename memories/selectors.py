@@ -12,7 +12,8 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
-from django.db.models import Case, F, IntegerField, OuterRef, Subquery, Value, When
+from django.db.models import Case, F, IntegerField, OuterRef, Subquery, TextField, Value, When
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce
 
 from accounts.models import Agent
@@ -24,6 +25,7 @@ from memories.compiled import CompiledQuery, Slot
 from memories.cursors import WalkCursor
 from memories.ids import is_memory_id
 from memories.models import VECTOR_FIELDS, Memory, MemoryQuerySet, MemoryRevision, Status
+from memories.serialization import memory_json_sql
 from memories.visibility import reads_from_ids, visible_memories, visible_q
 from memoryhub.errors import InvalidInput, NotFound
 
@@ -221,8 +223,11 @@ def memory_export(
 # --- list with a keyset cursor ---------------------------------------------------------------
 
 
-def _page(rows, *, cursor: WalkCursor, limit: int) -> tuple[list[Memory], WalkCursor | None]:
-    """One page of the walk, in the order the rows had when the walk began.
+def _page(
+    rows, *, cursor: WalkCursor, limit: int, as_json_for: Agent | None = None
+) -> tuple[list, WalkCursor | None]:
+    """One page of the walk, in the order the rows had when the walk began: memories, or with
+    `as_json_for` rows of (id, walk_at, json), `json` being the memory object that agent sees.
 
     Rows unchanged since `as_of` are read straight off the (updated_at, id) index. The few
     changed since then are placed where they stood at `as_of`: their `updated_at` of that time
@@ -231,12 +236,21 @@ def _page(rows, *, cursor: WalkCursor, limit: int) -> tuple[list[Memory], WalkCu
     visible exactly once, even when memories change between pages; memories created after it
     began are not part of it (fetch them with `updated_after`).
     """
+
+    def read(rows):
+        if as_json_for is None:
+            return rows.select_related("agent").defer(*VECTOR_FIELDS)
+        json = RawSQL(_LIST_JSON_SQL, [as_json_for.pk], output_field=TextField())
+        return rows.annotate(json=json).values_list("id", "walk_at", "json", named=True)
+
     rows = rows.filter(created_at__lte=cursor.as_of)
     steady = list(
-        rows.filter(updated_at__lte=cursor.as_of)
-        .filter(cursor.before("updated_at"))
-        .annotate(walk_at=F("updated_at"))
-        .order_by("-updated_at", "-id")[: limit + 1]
+        read(
+            rows.filter(updated_at__lte=cursor.as_of)
+            .filter(cursor.before("updated_at"))
+            .annotate(walk_at=F("updated_at"))
+            .order_by("-updated_at", "-id")
+        )[: limit + 1]
     )
     as_of_then = (
         MemoryRevision.objects.filter(
@@ -246,10 +260,12 @@ def _page(rows, *, cursor: WalkCursor, limit: int) -> tuple[list[Memory], WalkCu
         .values("created_at")[:1]
     )
     moved = list(
-        rows.filter(updated_at__gt=cursor.as_of)
-        .annotate(walk_at=Coalesce(Subquery(as_of_then), F("created_at")))
-        .filter(cursor.before("walk_at"))
-        .order_by("-walk_at", "-id")[: limit + 1]
+        read(
+            rows.filter(updated_at__gt=cursor.as_of)
+            .annotate(walk_at=Coalesce(Subquery(as_of_then), F("created_at")))
+            .filter(cursor.before("walk_at"))
+            .order_by("-walk_at", "-id")
+        )[: limit + 1]
     )
     merged = sorted(steady + moved, key=lambda m: (m.walk_at, m.id), reverse=True)
     page = merged[:limit]
@@ -279,9 +295,42 @@ def memory_list(
 
     Filters (all optional): category, kind, tag (repeatable, AND), subject_id, thread_id,
     key_prefix, updated_after, include_shared (default true), limit (default 50, max 200),
-    cursor. A walk keeps the order of the moment it began (see `_page`): no memory is skipped or repeated when
-    memories change, appear or disappear between pages.
+    cursor. A walk keeps the order of the moment it began (see `_page`): no memory is skipped
+    or repeated when memories change, appear or disappear between pages.
     """
+    rows, cursor, limit = _list_rows(principal=principal, filters=filters, now=now)
+    page, next_cursor = _page(rows, cursor=cursor, limit=limit)
+    return page, next_cursor.encode() if next_cursor else None
+
+
+def memory_list_json(
+    *,
+    principal: Principal,
+    filters: dict,
+    now: datetime | None = None,
+) -> tuple[list[str], str | None]:
+    """`memory_list` with each memory as the JSON text of `memory_json(memory, agent=<the
+    principal's agent>)`, written by PostgreSQL (`memory_json_sql`): a page of 50 costs a
+    fraction of decoding 50 rows into models and encoding them again in Python."""
+    rows, cursor, limit = _list_rows(principal=principal, filters=filters, now=now)
+    page, next_cursor = _page(rows, cursor=cursor, limit=limit, as_json_for=principal.agent)
+    return [row.json for row in page], next_cursor.encode() if next_cursor else None
+
+
+# The owner's slug without a join: the list's querysets select from the memory table alone.
+_LIST_JSON_SQL = memory_json_sql(
+    f'"{Memory._meta.db_table}"',
+    owner_slug=(
+        f"(SELECT o.slug FROM {Agent._meta.db_table} o "
+        f'WHERE o.id = "{Memory._meta.db_table}".agent_id)'
+    ),
+)
+
+
+def _list_rows(
+    *, principal: Principal, filters: dict, now: datetime | None
+) -> tuple[MemoryQuerySet, WalkCursor, int]:
+    """`memory_list`'s filtered visible memories, the walk's cursor and the page size."""
     principal.require_scope("read")
     now = resolve_now(now)
     if not isinstance(filters, dict):
@@ -301,8 +350,7 @@ def memory_list(
         subject_id=subject,
         include_shared=include_shared,
         now=now,
-    ).select_related("agent")
-    rows = rows.defer(*VECTOR_FIELDS)
+    )
     if filters.get("category"):
         rows = rows.filter(category=validation.category(filters["category"], default=""))
     if filters.get("kind"):
@@ -324,5 +372,4 @@ def memory_list(
         if filters.get("cursor")
         else WalkCursor(as_of=now)
     )
-    page, next_cursor = _page(rows, cursor=cursor, limit=limit)
-    return page, next_cursor.encode() if next_cursor else None
+    return rows, cursor, limit

@@ -9,6 +9,7 @@ from memories import selectors
 from memories.clock import resolve_now
 from memories.compiled import CompiledQuery, Slot
 from memories.models import VECTOR_FIELDS, Memory
+from memories.serialization import memory_json
 from memories.services.store import memory_store
 from memories.visibility import reads_from_ids, visible_memories
 from memoryhub.errors import NotFound
@@ -115,3 +116,33 @@ def test_a_value_the_orm_rewrites_cannot_be_a_slot():
     rewritten = Memory.objects.filter(key__startswith=slots.text("prefix"))  # becomes 'x%'
     with pytest.raises(ValueError, match="prefix"):
         CompiledQuery(rewritten, slots)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("subject_id", [None, "ann"])
+def test_list_objects_written_by_postgres_are_memory_json(
+    tenant, agent, crowd, api_client, subject_id
+):
+    """`GET /memories` has PostgreSQL write each memory object: the same as `memory_json`
+    (own, workspace and shared owners; data, tags, expiry), the order and walk unchanged."""
+    memory_store(
+        principal=Principal(tenant=tenant, agent=agent),
+        data={"text": "With data.", "data": {"zeta": 1.5, "a": [1, None]}, "tags": ["X y"]},
+    )
+    params = {"limit": 3, **({"subject_id": subject_id} if subject_id else {})}
+    walked, cursor = [], None
+    while True:
+        query = {**params, "cursor": cursor} if cursor else params
+        body = api_client.get("/api/v1/memories", query).json()
+        walked += body["memories"]
+        cursor = body["next_cursor"]
+        if cursor is None:
+            break
+    expected = Memory.objects.filter(pk__in=[m["id"] for m in walked]).select_related("agent")
+    by_id = {m.pk: memory_json(m, agent=agent) for m in expected}
+    assert walked == [by_id[m["id"]] for m in walked]
+    visible = visible_memories(tenant=tenant, agent=agent, subject_id=subject_id)
+    assert [m["id"] for m in walked] == list(
+        visible.order_by("-updated_at", "-id").values_list("id", flat=True)
+    )
+    assert {m["source"] for m in walked} == {"own", "workspace", "shared:friend-bot"}
