@@ -7,20 +7,26 @@ moment it expires and another subject's memory never shows up.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
-from django.db.models import Case, F, IntegerField, OuterRef, Subquery, Value, When
+from django.db.models import Case, F, IntegerField, OuterRef, Subquery, TextField, Value, When
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce
 
+from accounts.models import Agent
 from accounts.principal import Principal
 from memories import validation
 from memories.access import bump_access
 from memories.clock import resolve_now
+from memories.compiled import CompiledQuery, Slot
 from memories.cursors import WalkCursor
 from memories.ids import is_memory_id
 from memories.models import VECTOR_FIELDS, Memory, MemoryQuerySet, MemoryRevision, Status
-from memories.visibility import visible_memories, visible_q
+from memories.serialization import memory_json_sql
+from memories.visibility import reads_from_ids, visible_memories, visible_q
 from memoryhub.errors import InvalidInput, NotFound
 
 LIST_FILTERS = frozenset(
@@ -48,6 +54,79 @@ def _touch(memory: Memory, now: datetime) -> None:
     bump_access(memory.tenant_id, [memory.pk], now)
 
 
+def _by_id(*, tenant, agent, subject, now, target) -> MemoryQuerySet:
+    """The visible memory with id `target` (a one-row queryset, ordered as `.first()` is)."""
+    return (
+        visible_memories(tenant=tenant, agent=agent, subject_id=subject, now=now)
+        .select_related("agent")
+        .defer(*VECTOR_FIELDS)
+        .filter(pk=target)
+        .order_by("pk")[:1]
+    )
+
+
+def _by_key(*, tenant, agent, subject, now, target) -> MemoryQuerySet:
+    """The visible memory under key `target` that wins: the agent's own over the workspace's
+    over a shared one, the subject's own over a subject-less one, then the newest."""
+    return (
+        visible_memories(tenant=tenant, agent=agent, subject_id=subject, now=now)
+        .select_related("agent")
+        .defer(*VECTOR_FIELDS)
+        .filter(key=target)
+        .order_by(
+            Case(
+                When(agent_id=agent.pk, then=Value(0)),
+                When(agent_id__isnull=True, then=Value(1)),
+                default=Value(2),
+                output_field=IntegerField(),
+            ),
+            Case(
+                When(subject_id__isnull=False, then=Value(0)),
+                default=Value(1),
+                output_field=IntegerField(),
+            ),
+            "-updated_at",
+        )[:1]
+    )
+
+
+@lru_cache(maxsize=256)
+def _compiled_read(build: Callable[..., MemoryQuerySet], with_subject: bool, shared: int):
+    """`build`'s statement for one shape (a subject or not, how many agents shared), compiled
+    once per process: the ORM's query compilation cost more than the query."""
+    slots = Slot()
+    agent = Agent(pk=slots.int("agent"))
+    agent._reads_from_ids = [slots.int(f"shared{i}") for i in range(shared)]
+    queryset = build(
+        tenant=slots.int("tenant"),
+        agent=agent,
+        subject=slots.text("subject") if with_subject else None,
+        now=slots.time("now"),
+        target=slots.text("target"),
+    )
+    return CompiledQuery(queryset, slots)
+
+
+def _read_one(
+    build: Callable[..., MemoryQuerySet],
+    *,
+    principal: Principal,
+    subject: str | None,
+    now: datetime,
+    target: str,
+) -> Memory | None:
+    """`build(...)`'s one row for this principal and subject, through its compiled statement."""
+    shared = reads_from_ids(principal.agent)
+    statement = _compiled_read(build, bool(subject), len(shared))
+    values = {f"shared{i}": pk for i, pk in enumerate(shared)}
+    if subject:
+        values["subject"] = subject
+    rows = statement.fetch(
+        tenant=principal.tenant.pk, agent=principal.agent.pk, now=now, target=target, **values
+    )
+    return rows[0] if rows else None
+
+
 def memory_get(
     *,
     principal: Principal,
@@ -61,15 +140,7 @@ def memory_get(
     subject = principal.resolve_subject(validation.identifier(subject_id, "subject_id"))
     memory = None
     if is_memory_id(memory_id):
-        memory = (
-            visible_memories(
-                tenant=principal.tenant, agent=principal.agent, subject_id=subject, now=now
-            )
-            .select_related("agent")
-            .defer(*VECTOR_FIELDS)
-            .filter(pk=memory_id)
-            .first()
-        )
+        memory = _read_one(_by_id, principal=principal, subject=subject, now=now, target=memory_id)
     if memory is None:
         raise NotFound()
     _touch(memory, now)
@@ -92,29 +163,7 @@ def memory_recall(
     key = validation.memory_key(key)
     if key is None:
         raise InvalidInput("'key' is required", field="key")
-    memory = (
-        visible_memories(
-            tenant=principal.tenant, agent=principal.agent, subject_id=subject, now=now
-        )
-        .select_related("agent")
-        .defer(*VECTOR_FIELDS)
-        .filter(key=key)
-        .order_by(
-            Case(
-                When(agent_id=principal.agent.pk, then=Value(0)),
-                When(agent_id__isnull=True, then=Value(1)),
-                default=Value(2),
-                output_field=IntegerField(),
-            ),
-            Case(
-                When(subject_id__isnull=False, then=Value(0)),
-                default=Value(1),
-                output_field=IntegerField(),
-            ),
-            "-updated_at",
-        )
-        .first()
-    )
+    memory = _read_one(_by_key, principal=principal, subject=subject, now=now, target=key)
     if memory is not None:
         _touch(memory, now)
     return memory
@@ -174,8 +223,11 @@ def memory_export(
 # --- list with a keyset cursor ---------------------------------------------------------------
 
 
-def _page(rows, *, cursor: WalkCursor, limit: int) -> tuple[list[Memory], WalkCursor | None]:
-    """One page of the walk, in the order the rows had when the walk began.
+def _page(
+    rows, *, cursor: WalkCursor, limit: int, as_json_for: Agent | None = None
+) -> tuple[list, WalkCursor | None]:
+    """One page of the walk, in the order the rows had when the walk began: memories, or with
+    `as_json_for` rows of (id, walk_at, json), `json` being the memory object that agent sees.
 
     Rows unchanged since `as_of` are read straight off the (updated_at, id) index. The few
     changed since then are placed where they stood at `as_of`: their `updated_at` of that time
@@ -184,12 +236,21 @@ def _page(rows, *, cursor: WalkCursor, limit: int) -> tuple[list[Memory], WalkCu
     visible exactly once, even when memories change between pages; memories created after it
     began are not part of it (fetch them with `updated_after`).
     """
+
+    def read(rows):
+        if as_json_for is None:
+            return rows.select_related("agent").defer(*VECTOR_FIELDS)
+        json = RawSQL(_LIST_JSON_SQL, [as_json_for.pk], output_field=TextField())
+        return rows.annotate(json=json).values_list("id", "walk_at", "json", named=True)
+
     rows = rows.filter(created_at__lte=cursor.as_of)
     steady = list(
-        rows.filter(updated_at__lte=cursor.as_of)
-        .filter(cursor.before("updated_at"))
-        .annotate(walk_at=F("updated_at"))
-        .order_by("-updated_at", "-id")[: limit + 1]
+        read(
+            rows.filter(updated_at__lte=cursor.as_of)
+            .filter(cursor.before("updated_at"))
+            .annotate(walk_at=F("updated_at"))
+            .order_by("-updated_at", "-id")
+        )[: limit + 1]
     )
     as_of_then = (
         MemoryRevision.objects.filter(
@@ -199,10 +260,12 @@ def _page(rows, *, cursor: WalkCursor, limit: int) -> tuple[list[Memory], WalkCu
         .values("created_at")[:1]
     )
     moved = list(
-        rows.filter(updated_at__gt=cursor.as_of)
-        .annotate(walk_at=Coalesce(Subquery(as_of_then), F("created_at")))
-        .filter(cursor.before("walk_at"))
-        .order_by("-walk_at", "-id")[: limit + 1]
+        read(
+            rows.filter(updated_at__gt=cursor.as_of)
+            .annotate(walk_at=Coalesce(Subquery(as_of_then), F("created_at")))
+            .filter(cursor.before("walk_at"))
+            .order_by("-walk_at", "-id")
+        )[: limit + 1]
     )
     merged = sorted(steady + moved, key=lambda m: (m.walk_at, m.id), reverse=True)
     page = merged[:limit]
@@ -232,9 +295,42 @@ def memory_list(
 
     Filters (all optional): category, kind, tag (repeatable, AND), subject_id, thread_id,
     key_prefix, updated_after, include_shared (default true), limit (default 50, max 200),
-    cursor. A walk keeps the order of the moment it began (see `_page`): no memory is skipped or repeated when
-    memories change, appear or disappear between pages.
+    cursor. A walk keeps the order of the moment it began (see `_page`): no memory is skipped
+    or repeated when memories change, appear or disappear between pages.
     """
+    rows, cursor, limit = _list_rows(principal=principal, filters=filters, now=now)
+    page, next_cursor = _page(rows, cursor=cursor, limit=limit)
+    return page, next_cursor.encode() if next_cursor else None
+
+
+def memory_list_json(
+    *,
+    principal: Principal,
+    filters: dict,
+    now: datetime | None = None,
+) -> tuple[list[str], str | None]:
+    """`memory_list` with each memory as the JSON text of `memory_json(memory, agent=<the
+    principal's agent>)`, written by PostgreSQL (`memory_json_sql`): a page of 50 costs a
+    fraction of decoding 50 rows into models and encoding them again in Python."""
+    rows, cursor, limit = _list_rows(principal=principal, filters=filters, now=now)
+    page, next_cursor = _page(rows, cursor=cursor, limit=limit, as_json_for=principal.agent)
+    return [row.json for row in page], next_cursor.encode() if next_cursor else None
+
+
+# The owner's slug without a join: the list's querysets select from the memory table alone.
+_LIST_JSON_SQL = memory_json_sql(
+    f'"{Memory._meta.db_table}"',
+    owner_slug=(
+        f"(SELECT o.slug FROM {Agent._meta.db_table} o "
+        f'WHERE o.id = "{Memory._meta.db_table}".agent_id)'
+    ),
+)
+
+
+def _list_rows(
+    *, principal: Principal, filters: dict, now: datetime | None
+) -> tuple[MemoryQuerySet, WalkCursor, int]:
+    """`memory_list`'s filtered visible memories, the walk's cursor and the page size."""
     principal.require_scope("read")
     now = resolve_now(now)
     if not isinstance(filters, dict):
@@ -254,8 +350,7 @@ def memory_list(
         subject_id=subject,
         include_shared=include_shared,
         now=now,
-    ).select_related("agent")
-    rows = rows.defer(*VECTOR_FIELDS)
+    )
     if filters.get("category"):
         rows = rows.filter(category=validation.category(filters["category"], default=""))
     if filters.get("kind"):
@@ -277,5 +372,4 @@ def memory_list(
         if filters.get("cursor")
         else WalkCursor(as_of=now)
     )
-    page, next_cursor = _page(rows, cursor=cursor, limit=limit)
-    return page, next_cursor.encode() if next_cursor else None
+    return rows, cursor, limit

@@ -125,9 +125,10 @@ def _sql_encoder(field: models.Field, column: str) -> str:
     return f"to_json({column})"
 
 
-def memory_json_sql(table: str = "m", owner: str = "o") -> str:
+def memory_json_sql(table: str = "m", owner: str = "o", *, owner_slug: str | None = None) -> str:
     """SQL for `memory_json(memory, agent=viewer)` as compact JSON text, one per row of `table`
-    joined to its owner agent as `owner`; its one parameter is the viewing agent's id.
+    joined to its owner agent as `owner` (or with `owner_slug`, SQL for the owner's slug, where
+    there is no such join); its one parameter is the viewing agent's id.
 
     Hydrate returns a hundred or more memory objects; PostgreSQL writes them in a fraction of
     the time Python takes to decode rows and encode dicts. The text is `memory_json`'s JSON:
@@ -135,10 +136,11 @@ def memory_json_sql(table: str = "m", owner: str = "o") -> str:
     two together.
     """
     expressions = {field.name: _sql_encoder(field, f"{table}.{field.column}") for field in _COLUMNS}
-    expressions["agent"] = f"to_json({owner}.slug)"
+    slug = owner_slug or f"{owner}.slug"
+    expressions["agent"] = f"to_json({slug})"
     expressions["source"] = (
         f"to_json(CASE WHEN {table}.agent_id IS NULL THEN 'workspace' WHEN {table}.agent_id = %s "
-        f"THEN 'own' ELSE 'shared:' || {owner}.slug END)"
+        f"THEN 'own' ELSE 'shared:' || {slug} END)"
     )
     parts = [
         f"'{',' if i else '{'}\"{name}\":' || COALESCE(({expressions[name]})::text, 'null')"

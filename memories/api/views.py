@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import orjson
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -119,12 +120,11 @@ class MemoriesView(AgentAPIView):
         tags = params.getlist("tag") + params.getlist("tags")
         if tags:
             filters["tag"] = tags
-        memories, next_cursor = selectors.memory_list(principal=request.user, filters=filters)
-        agent = request.user.agent
+        memories, next_cursor = selectors.memory_list_json(principal=request.user, filters=filters)
         return Response(
             {
                 "ok": True,
-                "memories": [memory_json(m, agent=agent) for m in memories],
+                "memories": [orjson.Fragment(text) for text in memories],
                 "next_cursor": next_cursor,
             }
         )
