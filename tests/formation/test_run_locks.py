@@ -15,7 +15,8 @@ from memories.formation.llm import LLMClient
 from memories.models import ExtractionRun, Memory
 from memories.services.eviction import cap_lock_name
 from memories.services.store import memory_store
-from tests.formation.test_runs import NOW, add_op, extract, ingest
+from tests.formation.test_runs import NOW, add_op, extract, ingest, update_op
+from tests.support.locks import waiting_for_a_lock
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -30,14 +31,6 @@ def llm(fake_llm):
     return LLMClient(url=fake_llm.url, model="stand-in", timeout=5)
 
 
-def _waiting_for_a_lock(pid: int) -> bool:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = %s AND NOT granted)", [pid]
-        )
-        return cursor.fetchone()[0]
-
-
 def test_a_run_takes_the_cap_lock_before_it_locks_a_row(principal, tenant, agent, fake_llm, llm):
     a = memory_store(
         principal=principal, data={"text": "Works at Acme", "thread_id": "t-9"}, now=NOW
@@ -46,14 +39,7 @@ def test_a_run_takes_the_cap_lock_before_it_locks_a_row(principal, tenant, agent
     fake_llm.queue_json(
         {
             "operations": [
-                {
-                    "op": "update",
-                    "memory_id": a.pk,
-                    "version": 1,
-                    "text": "Works at Globex",
-                    "confidence": 0.9,
-                    "evidence": [1],
-                },
+                update_op(a.pk, "Works at Globex"),
                 add_op("Adopted a dog", evidence=[2]),
             ]
         }
@@ -81,7 +67,7 @@ def test_a_run_takes_the_cap_lock_before_it_locks_a_row(principal, tenant, agent
         thread = threading.Thread(target=worker)
         thread.start()
         deadline = time.monotonic() + 30
-        while not pid or not _waiting_for_a_lock(pid[0]):
+        while not pid or not waiting_for_a_lock(pid[0]):
             assert pid[-1:] != [None], errors
             assert time.monotonic() < deadline
             time.sleep(0.01)  # polling a condition (the run queued on a lock), not timing

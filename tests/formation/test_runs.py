@@ -61,6 +61,17 @@ def add_op(text, *, evidence=(1,), confidence=0.9, category="core", key=None, **
     }
 
 
+def update_op(memory_id, text, *, version=1, evidence=(1,), confidence=0.9):
+    return {
+        "op": "update",
+        "memory_id": memory_id,
+        "version": version,
+        "text": text,
+        "confidence": confidence,
+        "evidence": list(evidence),
+    }
+
+
 def extract(principal, llm, *, thread_id="t-1", now=NOW) -> ExtractionRun:
     thread = Thread.objects.get(thread_id=thread_id, agent=principal.agent)
     run = run_request(thread=thread, trigger="now", now=now)
@@ -142,14 +153,7 @@ def test_update_forget_and_confirm_go_through_compare_and_set(principal, fake_ll
     fake_llm.queue_json(
         {
             "operations": [
-                {
-                    "op": "update",
-                    "memory_id": a.pk,
-                    "version": 1,
-                    "text": "Works at Globex",
-                    "confidence": 0.9,
-                    "evidence": [1],
-                },
+                update_op(a.pk, "Works at Globex"),
                 {
                     "op": "forget",
                     "memory_id": b.pk,
@@ -193,14 +197,7 @@ def test_a_memory_changed_after_the_model_saw_it_is_a_conflict_and_left_alone(
     fake_llm.queue_json(
         {
             "operations": [
-                {
-                    "op": "update",
-                    "memory_id": memory.pk,
-                    "version": 1,
-                    "text": "Works at Globex",
-                    "confidence": 0.9,
-                    "evidence": [1],
-                },
+                update_op(memory.pk, "Works at Globex"),
                 {
                     "op": "forget",
                     "memory_id": memory.pk,

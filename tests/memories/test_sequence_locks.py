@@ -26,6 +26,7 @@ from memories.services.lifecycle import memory_forget, thread_end
 from memories.services.operator_actions import memory_correct, memory_restore
 from memories.services.sequences import sequence_key
 from memories.services.store import memory_store
+from tests.support.locks import waiting_for_a_lock
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -43,14 +44,6 @@ def _turn(principal: Principal, text: str, seconds: int, **fields) -> Memory:
         **fields,
     }
     return memory_store(principal=principal, data=body, now=T0).memory
-
-
-def _waiting_for_a_lock(pid: int) -> bool:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = %s AND NOT granted)", [pid]
-        )
-        return cursor.fetchone()[0]
 
 
 def race_an_insert(principal: Principal, a: Memory, write: Callable[[], object]) -> list:
@@ -91,7 +84,7 @@ def race_an_insert(principal: Principal, a: Memory, write: Callable[[], object])
     assert holding.wait(timeout=30)
     threads[1].start()
     deadline = time.monotonic() + 30
-    while not change_pid or not _waiting_for_a_lock(change_pid[0]):
+    while not change_pid or not waiting_for_a_lock(change_pid[0]):
         if change_pid[-1:] == [None] or time.monotonic() > deadline:
             break  # the change ended without waiting: nothing left to hold open
         time.sleep(0.01)  # polling a condition (the change queued on a lock), not timing
