@@ -21,9 +21,9 @@ from django.db.models.query import get_related_populators
 
 
 class Slot:
-    """Placeholder values, one per name, that no request sends: negative ids, a timestamp in
-    year 1, text with a NUL (refused by every input path). A compiled statement is checked to
-    carry each exactly where the ORM put the value."""
+    """Placeholder values, one per name, that no request sends: negative ids and scores, a
+    timestamp in year 1, text with a NUL (refused by every input path). A compiled statement
+    is checked to carry each exactly where the ORM put the value."""
 
     _INT_BASE = -7_340_000_000_000
 
@@ -43,6 +43,10 @@ class Slot:
         self._names[value] = name
         return value
 
+    def float(self, name: str) -> float:
+        # Not a whole number: never equal (so never confused) with an `int` slot.
+        return self._add(self._INT_BASE - len(self._names) - 0.5, name)
+
     @property
     def names(self) -> Mapping[Any, str]:
         return self._names
@@ -52,14 +56,11 @@ def _slot_name(value: Any, names: Mapping[Any, str]) -> str | None:
     return names.get(value) if isinstance(value, Hashable) else None
 
 
-class CompiledQuery:
-    """`queryset` (built with `slots`' values) compiled once; `fetch(**values)` runs it with
-    each slot's name bound to a value and returns model instances as iterating it would."""
+class CompiledSQL:
+    """A statement written once with `slots`' values among its `params`; `bind(**values)` gives
+    it again with each slot's name bound to a request's value."""
 
-    def __init__(self, queryset: QuerySet, slots: Slot):
-        self.db = queryset.db
-        compiler = queryset.query.get_compiler(using=self.db)
-        sql, params = compiler.as_sql()
+    def __init__(self, sql: str, params: list | tuple, slots: Slot):
         self.sql, self.params = sql, list(params)
         self.positions = [
             (index, name)
@@ -67,8 +68,25 @@ class CompiledQuery:
             if (name := _slot_name(value, slots.names)) is not None
         ]
         missing = set(slots.names.values()) - {name for _, name in self.positions}
-        if missing:  # the ORM changed a value on its way to SQL: it cannot be bound again
+        if missing:  # a value changed on its way to SQL: it cannot be bound again
             raise ValueError(f"placeholders not found in the compiled statement: {missing}")
+
+    def bind(self, **values: Any) -> tuple[str, list]:
+        params = list(self.params)
+        for index, name in self.positions:
+            params[index] = values[name]
+        return self.sql, params
+
+
+class CompiledQuery(CompiledSQL):
+    """`queryset` (built with `slots`' values) compiled once; `fetch(**values)` runs it with
+    each slot's name bound to a value and returns model instances as iterating it would."""
+
+    def __init__(self, queryset: QuerySet, slots: Slot):
+        self.db = queryset.db
+        compiler = queryset.query.get_compiler(using=self.db)
+        sql, params = compiler.as_sql()
+        super().__init__(sql, params, slots)
         select, klass_info = compiler.select, compiler.klass_info
         self.col_count = compiler.col_count
         self.converters = list(compiler.get_converters([s[0] for s in select]).items())
@@ -79,12 +97,9 @@ class CompiledQuery:
         self.related_populators = get_related_populators(klass_info, select, self.db)
 
     def fetch(self, **values: Any) -> list[Model]:
-        params = list(self.params)
-        for index, name in self.positions:
-            params[index] = values[name]
         connection = connections[self.db]
         with connection.cursor() as cursor:
-            cursor.execute(self.sql, params)
+            cursor.execute(*self.bind(**values))
             rows = cursor.fetchall()
         out = []
         for fetched in rows:

@@ -82,6 +82,13 @@ class QueryDates:
     def __bool__(self) -> bool:
         return bool(self.months)
 
+    def arrays(self) -> tuple[str, str, str]:
+        """Years, months and days as PostgreSQL `int[]` literals (`{2023,NULL}`)."""
+        return tuple(  # type: ignore[return-value]
+            "{" + ",".join("NULL" if v is None else str(int(v)) for v in values) + "}"
+            for values in (self.years, self.months, self.days)
+        )
+
 
 def _month(value: str) -> int:
     return int(value) if value.isdigit() else MONTHS[value.lower().rstrip(".")]

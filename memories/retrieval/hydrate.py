@@ -22,8 +22,8 @@ from memories.embeddings import get_embedder
 from memories.models import Category, Memory
 from memories.retrieval.formats import hydrate_markdown
 from memories.retrieval.params import HydrateParams, SearchParams, parse_hydrate
-from memories.retrieval.ranking import ranked_ids, sql_with_params
-from memories.retrieval.search import search_scope
+from memories.retrieval.ranking import sql_with_params
+from memories.retrieval.search import ranked_search
 from memories.serialization import memory_json_sql
 from memories.visibility import visible_memories, visible_memories_by_owner
 
@@ -185,18 +185,17 @@ def _archival_matches(
 ) -> list[tuple[str, float]]:
     search_params = SearchParams(
         query=params.query or "",
+        limit=params.archival_limit,
+        min_score=params.archival_min_score,
         subject_id=params.subject_id,
         categories=[Category.ARCHIVAL],
     )
-    scope = search_scope(principal, search_params, now)
     embedder = get_embedder()
-    return ranked_ids(
-        scope,
-        query=params.query,
+    return ranked_search(
+        principal,
+        search_params,
+        now,
         vector=embedder.embed([params.query])[0],
-        mode="hybrid",
-        limit=params.archival_limit,
-        min_score=params.archival_min_score,
         model=embedder.model_name,
     )
 

@@ -19,6 +19,8 @@ memories (`memories.retrieval.search.search_scope`), the console its tenant-wide
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection, transaction
@@ -71,12 +73,12 @@ def _keyword_matches(scope: QuerySet, query: str) -> tuple[str, tuple]:
 
 
 def _semantic_branch(
-    scope: QuerySet, vector: list[float], depth: int, model: str | None, exact: bool
+    scope: QuerySet, vector: str, depth: int, model: str | None, exact: bool
 ) -> tuple[str, tuple]:
     if model:
         # Vectors of another model are not comparable; `reembed` brings them over.
         scope = scope.filter(embedding_model=model)
-    distance = CosineDistance("embedding", vector)
+    distance = CosineDistance("embedding", Value(vector))
     if exact:
         # `+ 0` hides the operator from the planner: an exact scan of the scope, no HNSW.
         distance = ExpressionWrapper(distance + Value(0.0), output_field=FloatField())
@@ -86,6 +88,45 @@ def _semantic_branch(
         .order_by("sem_dist")
         .values_list("id", "sem_dist")[:depth]
     )
+
+
+@dataclass(frozen=True)
+class RankingArgs:
+    """What a ranking statement takes besides its scope, as SQL parameters: the vector as
+    pgvector's text input and the query's dates as `int[]` literals (`context.QueryDates`), so
+    that a compiled statement (`memories.retrieval.search`) can take any of them as a slot."""
+
+    query: str
+    vector: str | None
+    mode: str
+    limit: int
+    depth: int
+    min_score: float | None = None
+    model: str | None = None
+    dates: tuple[str, str, str] | None = None
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        query: str,
+        vector: list[float] | None,
+        mode: str,
+        limit: int,
+        min_score: float | None = None,
+        model: str | None = None,
+    ) -> RankingArgs:
+        dates = context.query_dates(query) if mode == "hybrid" else None
+        return cls(
+            query=query,
+            vector=None if vector is None else vector_literal(vector),
+            mode=mode,
+            limit=limit,
+            depth=max(DEPTH, limit),
+            min_score=min_score,
+            model=model,
+            dates=dates.arrays() if dates else None,
+        )
 
 
 def ranked_ids(
@@ -106,18 +147,31 @@ def ranked_ids(
     score relative to the best among the candidates) / 2.5, both recomputed for every candidate
     of either list (a memory found by one list still gets the other's score).
     """
-    depth = max(DEPTH, limit)
-    args = (scope, query, vector, mode, limit, min_score, model)
+    args = RankingArgs.of(
+        query=query, vector=vector, mode=mode, limit=limit, min_score=min_score, model=model
+    )
+    return run_ranking(
+        lambda exact: ranking_sql(scope, args, exact=exact),
+        has_vector=vector is not None,
+        depth=args.depth,
+    )
+
+
+def run_ranking(
+    statement: Callable[[bool], tuple[str, list]], *, has_vector: bool, depth: int
+) -> list[tuple[str, float]]:
+    """Runs `statement(exact)` (`ranking_sql`'s, or the same compiled once) as `ranked_ids`
+    describes: the HNSW walk first, then the exact scan when the walk came back short."""
     with transaction.atomic(), connection.cursor() as cursor:
-        if vector is not None:
+        if has_vector:
             # Filtered HNSW scans keep walking the graph until `depth` rows pass the filters.
             cursor.execute(
                 "SET LOCAL hnsw.iterative_scan = relaxed_order; "
                 f"SET LOCAL hnsw.ef_search = {int(max(EF_SEARCH, depth))}"
             )
-        cursor.execute(*_ranking_sql(*args, exact=False))
+        cursor.execute(*statement(False))
         rows = cursor.fetchall()
-        if vector is not None:
+        if has_vector:
             found = next(int(row[1]) for row in rows if row[0] is None)
             rows = [row for row in rows if row[0] is not None]
             if found < depth:
@@ -125,24 +179,15 @@ def ranked_ids(
                 # walk stopped before finding the scope's rows among many others (a small
                 # tenant in a big table, dead tuples). An exact scan of the scope is cheap in
                 # both cases and always complete.
-                cursor.execute(*_ranking_sql(*args, exact=True))
+                cursor.execute(*statement(True))
                 rows = cursor.fetchall()
     rows.sort(key=lambda row: (-row[2], row[0]))
     return [(row[0], float(row[1])) for row in rows]
 
 
-def _ranking_sql(
-    scope: QuerySet,
-    query: str,
-    vector: list[float] | None,
-    mode: str,
-    limit: int,
-    min_score: float | None,
-    model: str | None,
-    *,
-    exact: bool,
-) -> tuple[str, list]:
-    depth = max(DEPTH, limit)
+def ranking_sql(scope: QuerySet, args: RankingArgs, *, exact: bool) -> tuple[str, list]:
+    """The ranking statement over `scope` (its SQL and parameters)."""
+    query, vector, mode, depth, model = args.query, args.vector, args.mode, args.depth, args.model
     parts: list[str] = []
     params: list[Any] = []
     if mode in ("keyword", "hybrid"):
@@ -188,13 +233,13 @@ def _ranking_sql(
     elif mode == "semantic":
         select = "SELECT id, LEAST(1, GREATEST(0, 1 - sem_dist)) AS score FROM sem"
     else:
-        select = _hybrid(scope, query, vector, model, parts, params)
+        select = _hybrid(args, parts, params)
     ranked = f"SELECT id, LEAST(score, 1.0) AS relevance, score FROM ({select}) fused"
-    if min_score is not None:
+    if args.min_score is not None:
         ranked += " WHERE LEAST(score, 1.0) >= %s"
-        params.append(min_score)
+        params.append(args.min_score)
     ranked += " ORDER BY score DESC, id LIMIT %s"
-    params.append(limit)
+    params.append(args.limit)
     if vector is None or exact:
         return f"WITH {', '.join(parts)} {ranked}", params
     # A first row (id NULL) counts what the HNSW scan returned, so the caller can tell an
@@ -207,14 +252,7 @@ def _ranking_sql(
     return sql, params
 
 
-def _hybrid(
-    scope: QuerySet,
-    query: str,
-    vector: list[float] | None,
-    model: str | None,
-    parts: list[str],
-    params: list[Any],
-) -> str:
+def _hybrid(args: RankingArgs, parts: list[str], params: list[Any]) -> str:
     """The hybrid ranking's CTEs (appended to `parts`) and its final SELECT (id, score).
 
     Both scores again for every candidate of either list, then mixed: b = (1.5 · cosine
@@ -224,7 +262,7 @@ def _hybrid(
     """
     table = Memory._meta.db_table
     sim_sql = "1 - (m.embedding <=> %s::vector)"
-    if model:
+    if args.model:
         sim_sql = f"CASE WHEN m.embedding_model = %s THEN {sim_sql} END"
     # Candidates only: a neighbour outside both lists scores too little to matter, and
     # reading the neighbours' rows as well cost a fifth more time (README "Search quality").
@@ -243,9 +281,9 @@ def _hybrid(
         f"FROM cand c JOIN {table} m ON m.id = c.id) scored), "
         "qv AS (SELECT to_tsvector('simple'::regconfig, %s) AS v)"
     )
-    params.extend([model] if model else [])
-    params.append(vector_literal(vector))
-    params.append(query)
+    params.extend([args.model] if args.model else [])
+    params.append(args.vector)
+    params.append(args.query)
     seq = "PARTITION BY c.agent_id, c.subject_id, c.thread_id ORDER BY c.b DESC, c.id"
     others = (
         "GREATEST("
@@ -254,9 +292,8 @@ def _hybrid(
         f"max(c.b) OVER ({seq} "
         "ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING))"
     )
-    dates = context.query_dates(query)
     date_sql = "0"
-    if dates:
+    if args.dates:
         date_sql = (
             "COALESCE((SELECT max(CASE WHEN d.dd IS NULL THEN "
             f"{float(context.DATE_MONTH_WEIGHT)!r} ELSE {float(context.DATE_DAY_WEIGHT)!r} END) "
@@ -266,7 +303,7 @@ def _hybrid(
             "AND d.mo = extract(month FROM u.t) "
             "AND (d.dd IS NULL OR d.dd = extract(day FROM u.t))), 0)"
         )
-        params.extend([dates.years, dates.months, dates.days])
+        params.extend(args.dates)
     mention_sql = (
         f"CASE WHEN jsonb_typeof(c.mentions) = 'array' AND EXISTS (SELECT 1 FROM "
         "jsonb_array_elements(c.mentions) e, qv WHERE jsonb_typeof(e) = 'object' "
