@@ -30,7 +30,7 @@ class Probe:
     without an `embedding` only the same text counts."""
 
     content_hash: str
-    embedding: Sequence[float] | None
+    embedding: Sequence[float] | str | None
     embedding_model: str
     memory_id: str | None = None
 
@@ -69,6 +69,20 @@ def near_duplicates_in(
     flat = [(candidates, probe) for candidates, probes in searches for probe in probes]
     if not flat:
         return [[] for _ in searches]
+    return run_near_duplicates(
+        near_duplicates_sql(flat, threshold=threshold, limit=limit),
+        [len(probes) for _, probes in searches],
+        threshold=threshold,
+        limit=limit,
+        agents=agents,
+    )
+
+
+def near_duplicates_sql(
+    flat: Sequence[tuple[QuerySet[Memory], Probe]], *, threshold: float, limit: int
+) -> tuple[str, list]:
+    """The statement `near_duplicates_in` runs for these (candidate set, probe) pairs. A probe's
+    `embedding` may be given as pgvector's text input already (a compiled statement's slot)."""
     wheres: dict[int, tuple[str, list]] = {}  # each candidate set's WHERE, compiled once
     branches: list[str] = []
     params: list = []
@@ -84,20 +98,38 @@ def near_duplicates_in(
         )
         params += [index, *where_params, probe.content_hash, limit]
         if probe.embedding is not None:
+            vector = probe.embedding
+            # The threshold outside the LIMIT (the index walk stays a plain k-NN): only actual
+            # duplicates come back, usually none.
             branches.append(
-                f"(SELECT {_COLUMNS}, %s AS probe, embedding <=> %s::vector AS distance "
-                f"FROM {_TABLE} WHERE {where} AND embedding_model = %s "
-                "AND embedding IS NOT NULL ORDER BY distance LIMIT %s)"
+                f"(SELECT * FROM (SELECT {_COLUMNS}, %s AS probe, embedding <=> %s::vector "
+                f"AS distance FROM {_TABLE} WHERE {where} AND embedding_model = %s "
+                "AND embedding IS NOT NULL ORDER BY distance LIMIT %s) v "
+                "WHERE 1 - v.distance >= %s)"
             )
-            params += [index, vector_literal(probe.embedding), *where_params, probe.embedding_model]
-            params.append(2 * limit)
-    exact: list[list[Memory]] = [[] for _ in flat]
-    near: list[list[Memory]] = [[] for _ in flat]
+            params += [index, vector if isinstance(vector, str) else vector_literal(vector)]
+            params += [*where_params, probe.embedding_model, 2 * limit, threshold]
+    return " UNION ALL ".join(branches), params
+
+
+def run_near_duplicates(
+    statement: tuple[str, list],
+    counts: Sequence[int],
+    *,
+    threshold: float,
+    limit: int = NEAR_LIMIT,
+    agents: Sequence[Agent] | None = None,
+) -> list[list[list[Near]]]:
+    """Runs `near_duplicates_sql`'s statement (of `counts[i]` probes for the i-th candidate
+    set) and gives what `near_duplicates_in` gives."""
+    total = sum(counts)
+    exact: list[list[Memory]] = [[] for _ in range(total)]
+    near: list[list[Memory]] = [[] for _ in range(total)]
     with transaction.atomic(savepoint=False):
         # Let HNSW keep scanning past filtered-out rows (pgvector ≥ 0.8) for this transaction.
         with connection.cursor() as cursor:
             cursor.execute("SET LOCAL hnsw.iterative_scan = 'relaxed_order'")
-        rows = list(Memory.objects.raw(" UNION ALL ".join(branches), params))
+        rows = list(Memory.objects.raw(*statement))
     if agents is not None:
         _with_agents(rows, agents)
     for memory in rows:
@@ -116,9 +148,9 @@ def near_duplicates_in(
         found.append(pairs[:limit])
     out: list[list[list[Near]]] = []
     position = 0
-    for _, probes in searches:
-        out.append(found[position : position + len(probes)])
-        position += len(probes)
+    for count in counts:
+        out.append(found[position : position + count])
+        position += count
     return out
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import BooleanField, ExpressionWrapper, OrderBy, Q
 
 from accounts.models import Agent, Tenant
@@ -97,24 +97,24 @@ def evict_over_cap(
     # both see room for themselves.
     if not cap_locked:
         cap_lock(tenant, agent)
+    cap = agent.entry_cap if agent is not None else tenant.workspace_cap
+    # The trigger-kept active count bounds the live count (live ≤ active): the common answer,
+    # "not over", costs one row read (written out: the queryset cost more than the read).
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT active FROM {OwnerCount._meta.db_table} WHERE tenant_id = %s "
+            "AND owner_id = %s",
+            [tenant.pk, agent.pk if agent else 0],
+        )
+        row = cursor.fetchone()
+    if row is not None and row[0] <= cap:
+        return 0
+    # Only an owner that may be over its cap is counted.
     live = Memory.objects.for_tenant(tenant).live(now)
     if agent is not None:
-        live, cap = live.filter(agent=agent), agent.entry_cap
+        live = live.filter(agent=agent)
     else:
-        live, cap = (
-            live.filter(agent__isnull=True, category=Category.WORKSPACE),
-            tenant.workspace_cap,
-        )
-    # The trigger-kept active count bounds the live count (live ≤ active): the common answer,
-    # "not over", costs one row read. Only an owner that may be over its cap is counted.
-    active = (
-        OwnerCount.objects.for_tenant(tenant)
-        .filter(owner_id=agent.pk if agent else 0)
-        .values_list("active", flat=True)
-        .first()
-    )
-    if active is not None and active <= cap:
-        return 0
+        live = live.filter(agent__isnull=True, category=Category.WORKSPACE)
     excess = live.count() - cap
     if excess <= 0:
         return 0

@@ -11,22 +11,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.db.models import QuerySet
 
 from accounts.models import Agent, Tenant
 from accounts.principal import Principal
 from memories import validation
 from memories.clock import resolve_now
-from memories.dedup import Near, Probe, near_duplicates_in
+from memories.compiled import CompiledSQL, Slot
+from memories.dedup import NEAR_LIMIT, Near, Probe, near_duplicates_sql, run_near_duplicates
+from memories.embeddings import vector_literal
 from memories.models import ChangeType, Memory, ReviewState, Status
 from memories.revisions import revision_write, snapshot
 from memories.services.common import MAX_RETRIES
 from memories.services.eviction import cap_lock, evict_over_cap
 from memories.services.lifecycle import expire
 from memories.services.writes import change, embedding_for
-from memories.visibility import visible_memories, visible_q
+from memories.visibility import reads_from_ids, visible_memories, visible_q
 from memoryhub.errors import Conflict, NotFound, QuotaExceeded
 
 
@@ -298,25 +302,76 @@ def _upsert(prepared: PreparedStore, *, corrected: list[Near]) -> StoreResult:
     raise Conflict(details={"current_version": None})
 
 
+def look_alike_sets(
+    tenant: Tenant | int, agent: Agent, subject_id: str | None, now: datetime | None, *, live: bool
+) -> list[QuerySet[Memory]]:
+    """Where a store's look-alikes are: the tombstones the agent can see (content not purged)
+    and, when `live`, the live memories it can see."""
+    sets = [
+        Memory.objects.for_tenant(tenant)
+        .filter(status=Status.TOMBSTONED, purged_at__isnull=True)
+        .filter(visible_q(agent=agent, subject_id=subject_id))
+    ]
+    if live:
+        sets.append(visible_memories(tenant=tenant, agent=agent, subject_id=subject_id, now=now))
+    return sets
+
+
+@lru_cache(maxsize=64)
+def _look_alike_statement(*, subject: bool, shared: int, live: bool, vector: bool) -> CompiledSQL:
+    """`_look_alikes`' statement for one shape, compiled once per process: building and
+    compiling its querysets was a third of a store's CPU."""
+    slots = Slot()
+    agent = Agent(pk=slots.int("agent"))
+    agent._reads_from_ids = [slots.int(f"shared{i}") for i in range(shared)]
+    probe = Probe(
+        content_hash=slots.text("hash"),
+        embedding=slots.text("vector") if vector else None,
+        embedding_model=slots.text("model") if vector else "",
+    )
+    sets = look_alike_sets(
+        slots.int("tenant"),
+        agent,
+        slots.text("subject") if subject else None,
+        slots.time("now") if live else None,
+        live=live,
+    )
+    threshold = slots.float("threshold") if vector else 0.0
+    sql, params = near_duplicates_sql(
+        [(rows, probe) for rows in sets], threshold=threshold, limit=NEAR_LIMIT
+    )
+    return CompiledSQL(sql, params, slots)
+
+
+def look_alike_statement(prepared: PreparedStore, *, live: bool) -> tuple[str, list]:
+    """`near_duplicates_sql` of `look_alike_sets` for this store, from the statement compiled
+    for its shape."""
+    principal = prepared.principal
+    shared = reads_from_ids(principal.agent)
+    vector = prepared.embedding is not None
+    statement = _look_alike_statement(
+        subject=bool(prepared.subject_id), shared=len(shared), live=live, vector=vector
+    )
+    return statement.bind(
+        tenant=principal.tenant.pk,
+        agent=principal.agent.pk,
+        subject=prepared.subject_id,
+        now=prepared.now,
+        hash=prepared.content_hash,
+        vector=vector_literal(prepared.embedding) if vector else None,
+        model=prepared.embedding_model,
+        threshold=principal.agent.dedup_threshold,
+        **{f"shared{i}": pk for i, pk in enumerate(shared)},
+    )
+
+
 def _look_alikes(prepared: PreparedStore, *, live: bool) -> tuple[list[Near], list[Near]]:
     """Tombstones the agent can see (content not purged) that said the same thing, and, when
     `live`, the live memories it can see that say it: one statement for both."""
-    principal = prepared.principal
-    tombstones = (
-        Memory.objects.for_tenant(principal.tenant)
-        .filter(status=Status.TOMBSTONED, purged_at__isnull=True)
-        .filter(visible_q(agent=principal.agent, subject_id=prepared.subject_id))
-    )
-    searches = [(tombstones, [prepared.probe])]
-    if live:
-        rows = visible_memories(
-            tenant=principal.tenant,
-            agent=principal.agent,
-            subject_id=prepared.subject_id,
-            now=prepared.now,
-        )
-        searches.append((rows, [prepared.probe]))
-    found = near_duplicates_in(
-        searches, threshold=principal.agent.dedup_threshold, agents=[principal.agent]
+    found = run_near_duplicates(
+        look_alike_statement(prepared, live=live),
+        [1, 1] if live else [1],
+        threshold=prepared.principal.agent.dedup_threshold,
+        agents=[prepared.principal.agent],
     )
     return found[0][0], (found[1][0] if live else [])
