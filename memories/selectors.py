@@ -12,7 +12,17 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
-from django.db.models import Case, F, IntegerField, OuterRef, Subquery, TextField, Value, When
+from django.db.models import (
+    Case,
+    F,
+    IntegerField,
+    OuterRef,
+    Q,
+    Subquery,
+    TextField,
+    Value,
+    When,
+)
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce
 
@@ -26,7 +36,12 @@ from memories.cursors import WalkCursor
 from memories.ids import is_memory_id
 from memories.models import VECTOR_FIELDS, Memory, MemoryQuerySet, MemoryRevision, Status
 from memories.serialization import memory_json_sql
-from memories.visibility import reads_from_ids, visible_memories, visible_q
+from memories.visibility import (
+    reads_from_ids,
+    visible_memories,
+    visible_memories_by_owner,
+    visible_q,
+)
 from memoryhub.errors import InvalidInput, NotFound
 
 LIST_FILTERS = frozenset(
@@ -224,7 +239,7 @@ def memory_export(
 
 
 def _page(
-    rows, *, cursor: WalkCursor, limit: int, as_json_for: Agent | None = None
+    rows, parts, *, cursor: WalkCursor, limit: int, as_json_for: Agent | None = None
 ) -> tuple[list, WalkCursor | None]:
     """One page of the walk, in the order the rows had when the walk began: memories, or with
     `as_json_for` rows of (id, walk_at, json), `json` being the memory object that agent sees.
@@ -243,15 +258,19 @@ def _page(
         json = RawSQL(_LIST_JSON_SQL, [as_json_for.pk], output_field=TextField())
         return rows.annotate(json=json).values_list("id", "walk_at", "json", named=True)
 
-    rows = rows.filter(created_at__lte=cursor.as_of)
-    steady = list(
-        read(
-            rows.filter(updated_at__lte=cursor.as_of)
+    # Unchanged rows owner by owner (`parts`, together exactly `rows`): each owner's walks its
+    # newest-first index and stops after a page, where the OR of owners sorted them all.
+    steady = [
+        row
+        for part in parts
+        for row in read(
+            part.filter(created_at__lte=cursor.as_of, updated_at__lte=cursor.as_of)
             .filter(cursor.before("updated_at"))
             .annotate(walk_at=F("updated_at"))
             .order_by("-updated_at", "-id")
         )[: limit + 1]
-    )
+    ]
+    rows = rows.filter(created_at__lte=cursor.as_of)
     as_of_then = (
         MemoryRevision.objects.filter(
             tenant_id=OuterRef("tenant_id"), memory_id=OuterRef("pk"), created_at__lte=cursor.as_of
@@ -298,8 +317,8 @@ def memory_list(
     cursor. A walk keeps the order of the moment it began (see `_page`): no memory is skipped
     or repeated when memories change, appear or disappear between pages.
     """
-    rows, cursor, limit = _list_rows(principal=principal, filters=filters, now=now)
-    page, next_cursor = _page(rows, cursor=cursor, limit=limit)
+    rows, parts, cursor, limit = _list_rows(principal=principal, filters=filters, now=now)
+    page, next_cursor = _page(rows, parts, cursor=cursor, limit=limit)
     return page, next_cursor.encode() if next_cursor else None
 
 
@@ -312,8 +331,8 @@ def memory_list_json(
     """`memory_list` with each memory as the JSON text of `memory_json(memory, agent=<the
     principal's agent>)`, written by PostgreSQL (`memory_json_sql`): a page of 50 costs a
     fraction of decoding 50 rows into models and encoding them again in Python."""
-    rows, cursor, limit = _list_rows(principal=principal, filters=filters, now=now)
-    page, next_cursor = _page(rows, cursor=cursor, limit=limit, as_json_for=principal.agent)
+    rows, parts, cursor, limit = _list_rows(principal=principal, filters=filters, now=now)
+    page, next_cursor = _page(rows, parts, cursor=cursor, limit=limit, as_json_for=principal.agent)
     return [row.json for row in page], next_cursor.encode() if next_cursor else None
 
 
@@ -329,8 +348,9 @@ _LIST_JSON_SQL = memory_json_sql(
 
 def _list_rows(
     *, principal: Principal, filters: dict, now: datetime | None
-) -> tuple[MemoryQuerySet, WalkCursor, int]:
-    """`memory_list`'s filtered visible memories, the walk's cursor and the page size."""
+) -> tuple[MemoryQuerySet, list[MemoryQuerySet], WalkCursor, int]:
+    """`memory_list`'s filtered visible memories (whole, and split by owner as
+    `visible_memories_by_owner` splits them), the walk's cursor and the page size."""
     principal.require_scope("read")
     now = resolve_now(now)
     if not isinstance(filters, dict):
@@ -344,32 +364,40 @@ def _list_rows(
         filters.get("include_shared"), "include_shared", default=True
     )
     limit = validation.parse_limit(filters.get("limit"))
-    rows = visible_memories(
-        tenant=principal.tenant,
-        agent=principal.agent,
-        subject_id=subject,
-        include_shared=include_shared,
-        now=now,
-    )
+    narrowing: list[Q] = []
     if filters.get("category"):
-        rows = rows.filter(category=validation.category(filters["category"], default=""))
+        narrowing.append(Q(category=validation.category(filters["category"], default="")))
     if filters.get("kind"):
-        rows = rows.filter(kind=validation.kind(filters["kind"]))
+        narrowing.append(Q(kind=validation.kind(filters["kind"])))
     wanted_tags = _many(filters.get("tag")) + _many(filters.get("tags"))
     if len(wanted_tags) > validation.MAX_TAGS:  # each is a filter: bound the query's size
         raise InvalidInput(f"At most {validation.MAX_TAGS} tags", field="tag")
     for tag in wanted_tags:
-        rows = rows.filter(tags__contains=[validation.normalise_tag(tag)])
+        narrowing.append(Q(tags__contains=[validation.normalise_tag(tag)]))
     thread_id = validation.identifier(filters.get("thread_id"), "thread_id")
     if thread_id:
-        rows = rows.filter(thread_id=thread_id)
-    rows = _with_key_prefix(rows, filters.get("key_prefix"))
+        narrowing.append(Q(thread_id=thread_id))
+    prefix = filters.get("key_prefix")
     if filters.get("updated_after"):
         after = validation.parse_timestamp(filters["updated_after"], "updated_after")
-        rows = rows.filter(updated_at__gt=after)
+        narrowing.append(Q(updated_at__gt=after))
+
+    def narrow(rows: MemoryQuerySet) -> MemoryQuerySet:
+        for condition in narrowing:
+            rows = rows.filter(condition)
+        return _with_key_prefix(rows, prefix)
+
+    scope = {
+        "tenant": principal.tenant,
+        "agent": principal.agent,
+        "subject_id": subject,
+        "include_shared": include_shared,
+        "now": now,
+    }
     cursor = (
         WalkCursor.decode(str(filters["cursor"]))
         if filters.get("cursor")
         else WalkCursor(as_of=now)
     )
-    return rows, cursor, limit
+    rows = narrow(visible_memories(**scope))
+    return rows, [narrow(part) for part in visible_memories_by_owner(**scope)], cursor, limit

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
 import time_machine
 
+from accounts.principal import Principal
+from memories import selectors
 from memories.models import Memory, MemoryRevision
+from memories.services.store import memory_store
+from memories.visibility import visible_memories
+from tests.factories import make_agent
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -282,3 +288,35 @@ def test_nul_in_the_subject_query_parameter_is_invalid_input(api_client, method,
     }
     memory = Memory.objects.get()
     assert (memory.text, memory.version, memory.status) == ("unchanged", 1, "active")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("as_json", [False, True])
+def test_walk_merges_own_workspace_and_shared_memories_newest_first(tenant, agent, as_json):
+    """The list walks each owner's memories apart (its own index) and merges them: the pages
+    hold every visible memory once, in the one newest-first order across owners."""
+    friend = make_agent(tenant, "friend-bot")
+    agent.reads_from.set([friend])
+    me, them = Principal(tenant=tenant, agent=agent), Principal(tenant=tenant, agent=friend)
+    for i in range(12):  # owners interleaved in time, two rows per instant
+        who = (me, them, me)[i % 3]
+        body = {"text": f"fact {i}", "dedup_policy": "insert"}
+        if i % 4 == 1:
+            body["category"] = "workspace"
+        memory_store(principal=who, data=body, now=T0 + timedelta(minutes=i // 2))
+    expected = list(
+        visible_memories(tenant=tenant, agent=agent, subject_id=None, now=T0 + timedelta(hours=1))
+        .order_by("-updated_at", "-id")
+        .values_list("id", flat=True)
+    )
+    assert len({m.agent_id for m in Memory.objects.filter(pk__in=expected)}) == 3
+    listing = selectors.memory_list_json if as_json else selectors.memory_list
+    seen, cursor = [], None
+    with time_machine.travel(T0 + timedelta(hours=1), tick=False):
+        while True:
+            filters = {"limit": 4, **({"cursor": cursor} if cursor else {})}
+            page, cursor = listing(principal=me, filters=filters)
+            seen += [json.loads(row)["id"] if as_json else row.pk for row in page]
+            if cursor is None:
+                break
+    assert seen == expected
