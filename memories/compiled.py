@@ -60,14 +60,17 @@ class CompiledSQL:
     """A statement written once with `slots`' values among its `params`; `bind(**values)` gives
     it again with each slot's name bound to a request's value."""
 
-    def __init__(self, sql: str, params: list | tuple, slots: Slot):
+    def __init__(
+        self, sql: str, params: list | tuple, slots: Slot, *, optional: frozenset[str] = frozenset()
+    ):
         self.sql, self.params = sql, list(params)
         self.positions = [
             (index, name)
             for index, value in enumerate(self.params)
             if (name := _slot_name(value, slots.names)) is not None
         ]
-        missing = set(slots.names.values()) - {name for _, name in self.positions}
+        # `optional`: slots of the shape that this statement may not use.
+        missing = set(slots.names.values()) - optional - {name for _, name in self.positions}
         if missing:  # a value changed on its way to SQL: it cannot be bound again
             raise ValueError(f"placeholders not found in the compiled statement: {missing}")
 

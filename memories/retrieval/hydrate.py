@@ -7,17 +7,20 @@ written as JSON by PostgreSQL in one statement (`memory_json_sql`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
 import orjson
 from django.db import connection
 from django.db.models import Q, QuerySet
 
-from accounts.models import Agent
+from accounts.models import Agent, Tenant
 from accounts.principal import Principal
 from memories.access import bump_access
 from memories.clock import resolve_now
+from memories.compiled import CompiledSQL, Slot
 from memories.embeddings import get_embedder
 from memories.models import Category, Memory
 from memories.retrieval.formats import hydrate_markdown
@@ -25,7 +28,7 @@ from memories.retrieval.params import HydrateParams, SearchParams, parse_hydrate
 from memories.retrieval.ranking import sql_with_params
 from memories.retrieval.search import ranked_search
 from memories.serialization import memory_json_sql
-from memories.visibility import visible_memories, visible_memories_by_owner
+from memories.visibility import reads_from_ids, visible_memories, visible_memories_by_owner
 
 # Batch sizes of the candidate walk (`_fill`): enough rows for the budget left at a typical size.
 HYDRATE_BATCH = 300
@@ -72,12 +75,87 @@ def _hydrate_pools(principal: Principal, params: HydrateParams, now: datetime):
     return core, recent
 
 
+@dataclass(frozen=True)
+class _PoolShape:
+    """What makes two hydrations' pool statements differ in more than their values."""
+
+    subject: bool
+    shared: int
+    agent_core: bool
+    user_core: bool
+    thread: bool
+
+
+Statement = tuple[str, list]
+
+PART_COLUMNS = ("id", "size_bytes", "updated_at")
+
+
+@lru_cache(maxsize=64)
+def _compiled_pools(shape: _PoolShape) -> tuple[list[CompiledSQL], list[CompiledSQL]]:
+    """`_hydrate_pools`' parts as (id, size_bytes, updated_at) statements, compiled once per
+    shape: the ORM's compiles of four to six parts cost more than the walk itself."""
+    slots = Slot()
+    agent = Agent(pk=slots.int("agent"))
+    agent._reads_from_ids = [slots.int(f"shared{i}") for i in range(shape.shared)]
+    params = HydrateParams(
+        subject_id=slots.text("subject") if shape.subject else None,
+        thread_id=slots.text("thread") if shape.thread else None,
+        budget_bytes=0,
+        query=None,
+        archival_mode="off",
+        archival_limit=0,
+        archival_min_score=0.0,
+        include_agent_core=shape.agent_core,
+        include_user_core=shape.user_core,
+        format="json",
+        explain=False,
+    )
+    principal = Principal(tenant=Tenant(pk=slots.int("tenant")), agent=agent)
+    pools = _hydrate_pools(principal, params, slots.time("now"))
+    return tuple(  # type: ignore[return-value]
+        [
+            CompiledSQL(
+                *sql_with_params(part.values_list(*PART_COLUMNS)),
+                slots,
+                optional=frozenset({"thread"}),  # only the recency pool's parts name it
+            )
+            for part in pool
+        ]
+        for pool in pools
+    )
+
+
+def _pool_statements(
+    principal: Principal, params: HydrateParams, now: datetime
+) -> tuple[list[Statement], list[Statement]]:
+    """`_hydrate_pools`' parts as bound (id, size_bytes, updated_at) statements."""
+    shared = reads_from_ids(principal.agent)
+    shape = _PoolShape(
+        subject=bool(params.subject_id),
+        shared=len(shared),
+        agent_core=params.include_agent_core,
+        user_core=params.include_user_core,
+        thread=bool(params.thread_id),
+    )
+    values = {
+        "tenant": principal.tenant.pk,
+        "agent": principal.agent.pk,
+        "subject": params.subject_id,
+        "thread": params.thread_id,
+        "now": now,
+        **{f"shared{i}": pk for i, pk in enumerate(shared)},
+    }
+    core, recent = _compiled_pools(shape)
+    return [s.bind(**values) for s in core], [s.bind(**values) for s in recent]
+
+
 NEWEST = ("-updated_at", "-id")
 
 
 def _newest(parts: list[QuerySet]) -> QuerySet:
     """(id, size_bytes, updated_at) of the parts' rows, newest first."""
-    rows = [part.values_list("id", "size_bytes", "updated_at").order_by(*NEWEST) for part in parts]
+    rows = [part.values_list(*PART_COLUMNS).order_by(*NEWEST) for part in parts]
     return rows[0] if len(rows) == 1 else rows[0].union(*rows[1:], all=True).order_by(*NEWEST)
 
 
@@ -89,10 +167,8 @@ class _NewestFirst:
     PostgreSQL merges the walks (the parts are simple subqueries, pulled up into index scans).
     """
 
-    def __init__(self, pool: list[QuerySet]):
-        self.parts = [
-            sql_with_params(part.values_list("id", "size_bytes", "updated_at")) for part in pool
-        ]
+    def __init__(self, parts: list[Statement]):
+        self.parts = parts  # each part's (id, size_bytes, updated_at) statement
 
     def batch(
         self, *, max_size: int, after: tuple[datetime, str] | None, limit: int
@@ -114,14 +190,16 @@ class _NewestFirst:
             return cursor.fetchall()
 
 
-def _fill(pool: list[QuerySet], budget: _Budget, taken: list, reason: str, seen: set[str]) -> None:
+def _fill(
+    parts: list[Statement], budget: _Budget, taken: list, reason: str, seen: set[str]
+) -> None:
     """Newest first; skip what does not fit; stop reading once nothing more can fit.
 
     Only (id, size, updated_at) is read here, in batches of candidates no larger than the
     budget left, so an agent with 10k memories costs a query or two; the chosen memories are
     written out afterwards by `_entries`, in one statement.
     """
-    walk = _NewestFirst(pool)
+    walk = _NewestFirst(parts)
     after: tuple[datetime, str] | None = None
     while budget.left > 0:
         # Enough rows for the budget left at a typical memory size; more batches if not.
@@ -209,13 +287,13 @@ def hydrate_body(*, principal: Principal, data: dict, now: datetime | None = Non
     principal.require_scope("read")
     now = resolve_now(now)
     params = parse_hydrate(principal, data)
-    core, recent = _hydrate_pools(principal, params, now)
+    core, recent = _pool_statements(principal, params, now)
     budget = _Budget(params.budget_bytes)
     taken: list[tuple[str, str, int]] = []
     seen: set[str] = set()
     _fill(core, budget, taken, "core", seen)
     _fill(recent, budget, taken, "recent", seen)
-    pools = [core, recent]
+    pools = list(_hydrate_pools(principal, params, now)) if params.explain else []
     if params.archival_mode == "auto" and params.query and params.archival_limit:
         matches = [mid for mid, _ in _archival_matches(principal, params, now)]
         sizes = dict(
@@ -227,16 +305,17 @@ def hydrate_body(*, principal: Principal, data: dict, now: datetime | None = Non
             if mid in sizes and mid not in seen and budget.take(sizes[mid]):
                 taken.append((mid, "archival_match", sizes[mid]))
                 seen.add(mid)
-        pools.append(
-            [
-                visible_memories(
-                    tenant=principal.tenant,
-                    agent=principal.agent,
-                    subject_id=params.subject_id,
-                    now=now,
-                ).filter(pk__in=matches)
-            ]
-        )
+        if params.explain:
+            pools.append(
+                [
+                    visible_memories(
+                        tenant=principal.tenant,
+                        agent=principal.agent,
+                        subject_id=params.subject_id,
+                        now=now,
+                    ).filter(pk__in=matches)
+                ]
+            )
     entries = _entries(principal, taken, budget, now)
     body: dict[str, Any] = {
         "ok": True,

@@ -1,5 +1,6 @@
-"""Search and hydrate rank through statements compiled once per shape: each, bound to a
-request's values, is exactly the statement built for that request, and ranks alike."""
+"""Search, hydrate's archival match and hydrate's pools run statements compiled once per shape:
+each, bound to a request's values, is exactly the statement built for that request, and ranks
+alike."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from accounts.principal import Principal
 from memories.clock import resolve_now
 from memories.compiled import CompiledSQL, Slot
 from memories.embeddings import get_embedder
-from memories.retrieval import search
-from memories.retrieval.params import parse_search
-from memories.retrieval.ranking import RankingArgs, ranked_ids, ranking_sql
+from memories.retrieval import hydrate, search
+from memories.retrieval.params import parse_hydrate, parse_search
+from memories.retrieval.ranking import RankingArgs, ranked_ids, ranking_sql, sql_with_params
 from memories.services.store import memory_store
 from tests.factories import make_agent
 
@@ -117,3 +118,29 @@ def test_score_slots_never_equal_id_slots():
     scores = [slots.float(f"f{n}") for n in range(3)]
     assert not set(ids) & set(scores)
     assert len(slots.names) == 6
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        {"subject_id": "ann", "thread_id": "t1"},
+        {"include_agent_core": False},
+        {"include_user_core": False, "subject_id": "ann"},
+    ],
+)
+@pytest.mark.parametrize("shared", [False, True])
+def test_compiled_hydrate_pools_are_the_built_ones(reader, body, shared):
+    if not shared:
+        reader.agent.reads_from.clear()
+        reader.agent._reads_from_ids = None
+    params = parse_hydrate(reader, body)
+    now = resolve_now(None)
+    built = [
+        [sql_with_params(part.values_list(*hydrate.PART_COLUMNS)) for part in pool]
+        for pool in hydrate._hydrate_pools(reader, params, now)
+    ]
+    compiled = hydrate._pool_statements(reader, params, now)
+    assert [[(sql, tuple(p)) for sql, p in pool] for pool in compiled] == built
+    assert len(built[0]) == (3 if shared else 2)
