@@ -30,18 +30,32 @@ def reads_from_ids(agent: Agent) -> list[int]:
     return cached
 
 
+def _owner_qs(agent: Agent, include_shared: bool) -> list[Q]:
+    """The owners whose memories the agent sees, one condition each: its own, the workspace's,
+    and (with `include_shared`) the non-conversation ones of the agents it reads from."""
+    owners = [Q(agent_id=agent.pk), Q(agent__isnull=True, category=Category.WORKSPACE)]
+    shared = reads_from_ids(agent) if include_shared else []
+    if shared:
+        owners.append(Q(agent_id__in=shared) & ~Q(category=Category.CONVERSATION))
+    return owners
+
+
+def _subject_q(subject_id: str | None) -> Q:
+    """Of no subject, or of this one."""
+    subjects = Q(subject_id__isnull=True)
+    if subject_id:
+        subjects |= Q(subject_id=subject_id)
+    return subjects
+
+
 def visible_q(*, agent: Agent, subject_id: str | None, include_shared: bool = True) -> Q:
     """The owner/subject rule: the agent's own and the workspace's memories (and, with
     `include_shared`, the non-conversation ones of the agents it reads from), of no subject or
     of this one. Liveness is `MemoryQuerySet.live`'s."""
-    owners = Q(agent_id=agent.pk) | Q(agent__isnull=True, category=Category.WORKSPACE)
-    shared = reads_from_ids(agent) if include_shared else []
-    if shared:
-        owners |= Q(agent_id__in=shared) & ~Q(category=Category.CONVERSATION)
-    subjects = Q(subject_id__isnull=True)
-    if subject_id:
-        subjects |= Q(subject_id=subject_id)
-    return owners & subjects
+    owners = Q()
+    for owner in _owner_qs(agent, include_shared):
+        owners |= owner
+    return owners & _subject_q(subject_id)
 
 
 def owned_q(*, agent: Agent, subject_id: str | None) -> Q:
@@ -75,17 +89,12 @@ def visible_memories_by_owner(
     now: datetime | None = None,
 ) -> list[MemoryQuerySet]:
     """`visible_memories` split by owner: the agent's own, the workspace's, and the shared
-    agents'. Each part is `visible_memories` narrowed to one owner, so together they are
+    agents'. Each part is one owner's condition of `visible_q` (not the OR of them all, whose
+    estimate misleads the planner into sorting a whole owner's rows), so together they are
     exactly the visible set (tests hold them to it); apart, each can walk an index newest
     first, which the OR of owners cannot."""
-    base = visible_memories(
-        tenant=tenant, agent=agent, subject_id=subject_id, include_shared=include_shared, now=now
-    )
-    parts = [base.filter(agent_id=agent.pk), base.filter(agent__isnull=True)]
-    shared = reads_from_ids(agent) if include_shared else []
-    if shared:
-        parts.append(base.filter(agent_id__in=shared))
-    return parts
+    base = Memory.objects.for_tenant(tenant).live(resolve_now(now)).filter(_subject_q(subject_id))
+    return [base.filter(owner) for owner in _owner_qs(agent, include_shared)]
 
 
 def source_label(memory: Memory, agent: Agent, slugs: dict[int, str] | None = None) -> str:

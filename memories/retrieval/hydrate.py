@@ -113,13 +113,11 @@ def _compiled_pools(shape: _PoolShape) -> tuple[list[CompiledSQL], list[Compiled
     )
     principal = Principal(tenant=Tenant(pk=slots.int("tenant")), agent=agent)
     pools = _hydrate_pools(principal, params, slots.time("now"))
+    # Each part names its own owner only, the thread only the recency pool's parts.
+    optional = frozenset(slots.names.values()) - {"tenant", "now"}
     return tuple(  # type: ignore[return-value]
         [
-            CompiledSQL(
-                *sql_with_params(part.values_list(*PART_COLUMNS)),
-                slots,
-                optional=frozenset({"thread"}),  # only the recency pool's parts name it
-            )
+            CompiledSQL(*sql_with_params(part.values_list(*PART_COLUMNS)), slots, optional=optional)
             for part in pool
         ]
         for pool in pools
