@@ -19,6 +19,9 @@ from django.db import connections
 from django.db.models import Model, QuerySet
 from django.db.models.query import get_related_populators
 
+from accounts.models import Agent, Tenant
+from accounts.principal import Principal
+
 
 class Slot:
     """Placeholder values, one per name, that no request sends: negative ids and scores, a
@@ -50,6 +53,24 @@ class Slot:
     @property
     def names(self) -> Mapping[Any, str]:
         return self._names
+
+
+def slot_principal(slots: Slot, *, shared: int) -> Principal:
+    """A principal made of slots: its tenant's and agent's ids (`tenant`, `agent`) and the ids
+    of the `shared` agents it reads from (`shared0`, …); `principal_values` binds them."""
+    agent = Agent(pk=slots.int("agent"))
+    agent._reads_from_ids = [slots.int(f"shared{i}") for i in range(shared)]
+    return Principal(tenant=Tenant(pk=slots.int("tenant")), agent=agent)
+
+
+def principal_values(principal: Principal, shared: list[int]) -> dict[str, Any]:
+    """The values of `slot_principal`'s slots for this principal (`shared`: the ids of the
+    agents it reads from, as the statement was compiled for)."""
+    return {
+        "tenant": principal.tenant.pk,
+        "agent": principal.agent.pk,
+        **{f"shared{i}": pk for i, pk in enumerate(shared)},
+    }
 
 
 def _slot_name(value: Any, names: Mapping[Any, str]) -> str | None:

@@ -31,7 +31,7 @@ from accounts.principal import Principal
 from memories import validation
 from memories.access import bump_access
 from memories.clock import resolve_now
-from memories.compiled import CompiledQuery, Slot
+from memories.compiled import CompiledQuery, Slot, principal_values, slot_principal
 from memories.cursors import WalkCursor
 from memories.ids import is_memory_id
 from memories.models import VECTOR_FIELDS, Memory, MemoryQuerySet, MemoryRevision, Status
@@ -110,11 +110,10 @@ def _compiled_read(build: Callable[..., MemoryQuerySet], with_subject: bool, sha
     """`build`'s statement for one shape (a subject or not, how many agents shared), compiled
     once per process: the ORM's query compilation cost more than the query."""
     slots = Slot()
-    agent = Agent(pk=slots.int("agent"))
-    agent._reads_from_ids = [slots.int(f"shared{i}") for i in range(shared)]
+    principal = slot_principal(slots, shared=shared)
     queryset = build(
-        tenant=slots.int("tenant"),
-        agent=agent,
+        tenant=principal.tenant.pk,
+        agent=principal.agent,
         subject=slots.text("subject") if with_subject else None,
         now=slots.time("now"),
         target=slots.text("target"),
@@ -133,11 +132,8 @@ def _read_one(
     """`build(...)`'s one row for this principal and subject, through its compiled statement."""
     shared = reads_from_ids(principal.agent)
     statement = _compiled_read(build, bool(subject), len(shared))
-    values = {f"shared{i}": pk for i, pk in enumerate(shared)}
-    if subject:
-        values["subject"] = subject
     rows = statement.fetch(
-        tenant=principal.tenant.pk, agent=principal.agent.pk, now=now, target=target, **values
+        **principal_values(principal, shared), subject=subject, now=now, target=target
     )
     return rows[0] if rows else None
 

@@ -16,11 +16,11 @@ import orjson
 from django.db import connection
 from django.db.models import Q, QuerySet
 
-from accounts.models import Agent, Tenant
+from accounts.models import Agent
 from accounts.principal import Principal
 from memories.access import bump_access
 from memories.clock import resolve_now
-from memories.compiled import CompiledSQL, Slot
+from memories.compiled import CompiledSQL, Slot, principal_values, slot_principal
 from memories.embeddings import get_embedder
 from memories.models import Category, Memory
 from memories.retrieval.formats import hydrate_markdown
@@ -96,8 +96,7 @@ def _compiled_pools(shape: _PoolShape) -> tuple[list[CompiledSQL], list[Compiled
     """`_hydrate_pools`' parts as (id, size_bytes, updated_at) statements, compiled once per
     shape: the ORM's compiles of four to six parts cost more than the walk itself."""
     slots = Slot()
-    agent = Agent(pk=slots.int("agent"))
-    agent._reads_from_ids = [slots.int(f"shared{i}") for i in range(shape.shared)]
+    principal = slot_principal(slots, shared=shape.shared)
     params = HydrateParams(
         subject_id=slots.text("subject") if shape.subject else None,
         thread_id=slots.text("thread") if shape.thread else None,
@@ -111,7 +110,6 @@ def _compiled_pools(shape: _PoolShape) -> tuple[list[CompiledSQL], list[Compiled
         format="json",
         explain=False,
     )
-    principal = Principal(tenant=Tenant(pk=slots.int("tenant")), agent=agent)
     pools = _hydrate_pools(principal, params, slots.time("now"))
     # Each part names its own owner only, the thread only the recency pool's parts.
     optional = frozenset(slots.names.values()) - {"tenant", "now"}
@@ -137,12 +135,10 @@ def _pool_statements(
         thread=bool(params.thread_id),
     )
     values = {
-        "tenant": principal.tenant.pk,
-        "agent": principal.agent.pk,
+        **principal_values(principal, shared),
         "subject": params.subject_id,
         "thread": params.thread_id,
         "now": now,
-        **{f"shared{i}": pk for i, pk in enumerate(shared)},
     }
     core, recent = _compiled_pools(shape)
     return [s.bind(**values) for s in core], [s.bind(**values) for s in recent]

@@ -15,11 +15,17 @@ from functools import lru_cache
 from django.db.models import BooleanField, QuerySet
 from django.db.models.expressions import RawSQL
 
-from accounts.models import Agent, Tenant
+from accounts.models import Agent
 from accounts.principal import Principal
 from memories.access import bump_access
 from memories.clock import resolve_now
-from memories.compiled import CompiledQuery, CompiledSQL, Slot
+from memories.compiled import (
+    CompiledQuery,
+    CompiledSQL,
+    Slot,
+    principal_values,
+    slot_principal,
+)
 from memories.embeddings import get_embedder
 from memories.models import PUBLIC_FIELDS, Category, Memory, MemoryRevision
 from memories.retrieval.formats import search_hit_json
@@ -92,9 +98,7 @@ def _compiled_ranking(shape: _Shape, exact: bool) -> CompiledSQL:
     (`memories.compiled`): building the scope's and the ranking's querysets cost about 2 ms a
     search, a third of what the statement itself takes at 10k memories."""
     slots = Slot()
-    agent = Agent(pk=slots.int("agent"))
-    agent._reads_from_ids = [slots.int(f"shared{i}") for i in range(shape.shared)]
-    principal = Principal(tenant=Tenant(pk=slots.int("tenant")), agent=agent)
+    principal = slot_principal(slots, shared=shape.shared)
     params = SearchParams(
         query="",
         categories=[slots.text(f"category{i}") for i in range(shape.categories)],
@@ -168,8 +172,7 @@ def search_statement(
         kind=bool(params.kind),
     )
     values = {
-        "tenant": principal.tenant.pk,
-        "agent": principal.agent.pk,
+        **principal_values(principal, shared),
         "now": now,
         "subject": params.subject_id,
         "thread": params.thread_id,
@@ -179,7 +182,6 @@ def search_statement(
         "limit": args.limit,
         "min_score": args.min_score,
         "model": args.model,
-        **{f"shared{i}": pk for i, pk in enumerate(shared)},
         **{f"category{i}": name for i, name in enumerate(params.categories)},
         **dict(zip(("years", "months", "days"), args.dates or (), strict=False)),
     }

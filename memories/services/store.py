@@ -21,7 +21,7 @@ from accounts.models import Agent, Tenant
 from accounts.principal import Principal
 from memories import validation
 from memories.clock import resolve_now
-from memories.compiled import CompiledSQL, Slot
+from memories.compiled import CompiledSQL, Slot, principal_values, slot_principal
 from memories.dedup import NEAR_LIMIT, Near, Probe, near_duplicates_sql, run_near_duplicates
 from memories.embeddings import vector_literal
 from memories.models import ChangeType, Memory, ReviewState, Status
@@ -322,16 +322,15 @@ def _look_alike_statement(*, subject: bool, shared: int, live: bool, vector: boo
     """`_look_alikes`' statement for one shape, compiled once per process: building and
     compiling its querysets was a third of a store's CPU."""
     slots = Slot()
-    agent = Agent(pk=slots.int("agent"))
-    agent._reads_from_ids = [slots.int(f"shared{i}") for i in range(shared)]
+    principal = slot_principal(slots, shared=shared)
     probe = Probe(
         content_hash=slots.text("hash"),
         embedding=slots.text("vector") if vector else None,
         embedding_model=slots.text("model") if vector else "",
     )
     sets = look_alike_sets(
-        slots.int("tenant"),
-        agent,
+        principal.tenant.pk,
+        principal.agent,
         slots.text("subject") if subject else None,
         slots.time("now") if live else None,
         live=live,
@@ -353,15 +352,13 @@ def look_alike_statement(prepared: PreparedStore, *, live: bool) -> tuple[str, l
         subject=bool(prepared.subject_id), shared=len(shared), live=live, vector=vector
     )
     return statement.bind(
-        tenant=principal.tenant.pk,
-        agent=principal.agent.pk,
+        **principal_values(principal, shared),
         subject=prepared.subject_id,
         now=prepared.now,
         hash=prepared.content_hash,
         vector=vector_literal(prepared.embedding) if vector else None,
         model=prepared.embedding_model,
         threshold=principal.agent.dedup_threshold,
-        **{f"shared{i}": pk for i, pk in enumerate(shared)},
     )
 
 

@@ -49,15 +49,23 @@ def reader(tenant, agent):
     return Principal(tenant=tenant, agent=agent)
 
 
-def _args(params, embedder) -> RankingArgs:
-    vector = None if params.mode == "keyword" else embedder.embed([params.query])[0]
+def _vector(params) -> tuple[list[float] | None, str | None]:
+    """The request's query vector and model (none for a keyword search)."""
+    if params.mode == "keyword":
+        return None, None
+    embedder = get_embedder()
+    return embedder.embed([params.query])[0], embedder.model_name
+
+
+def _args(params) -> RankingArgs:
+    vector, model = _vector(params)
     return RankingArgs.of(
         query=params.query,
         vector=vector,
         mode=params.mode,
         limit=params.limit,
         min_score=params.min_score,
-        model=None if vector is None else embedder.model_name,
+        model=model,
     )
 
 
@@ -67,7 +75,7 @@ def _args(params, embedder) -> RankingArgs:
 def test_compiled_statement_is_the_statement_built_for_the_request(reader, body, exact):
     params = parse_search(reader, body)
     now = resolve_now(None)
-    args = _args(params, get_embedder())
+    args = _args(params)
     built = ranking_sql(search.search_scope(reader, params, now), args, exact=exact)
     assert search.search_statement(reader, params, now, args)(exact) == built
     # The same again (the cached statement, another request's values bound to it).
@@ -79,9 +87,7 @@ def test_compiled_statement_is_the_statement_built_for_the_request(reader, body,
 def test_ranked_search_ranks_as_ranked_ids(reader, body):
     params = parse_search(reader, body)
     now = resolve_now(None)
-    embedder = get_embedder()
-    vector = None if params.mode == "keyword" else embedder.embed([params.query])[0]
-    model = None if vector is None else embedder.model_name
+    vector, model = _vector(params)
     expected = ranked_ids(
         search.search_scope(reader, params, now),
         query=params.query,
@@ -97,19 +103,13 @@ def test_ranked_search_ranks_as_ranked_ids(reader, body):
         assert got  # the fixture holds matches: the comparison is not of two empty lists
 
 
-def test_a_slot_the_statement_lost_is_refused():
+def test_a_slot_the_statement_lost_is_refused_unless_optional():
     slots = Slot()
     kept, lost = slots.int("kept"), slots.text("lost")
     with pytest.raises(ValueError, match="lost"):
         CompiledSQL("SELECT %s, %s", [kept, lost.upper()], slots)
-    statement = CompiledSQL("SELECT %s, %s", [kept, 7], slots=_only(kept))
-    assert statement.bind(kept=3) == ("SELECT %s, %s", [3, 7])
-
-
-def _only(value) -> Slot:
-    slots = Slot()
-    slots._add(value, "kept")
-    return slots
+    statement = CompiledSQL("SELECT %s, %s", [kept, 7], slots, optional=frozenset({"lost"}))
+    assert statement.bind(kept=3, lost="unused") == ("SELECT %s, %s", [3, 7])
 
 
 def test_score_slots_never_equal_id_slots():
