@@ -245,12 +245,8 @@ class Memory(models.Model):
                 condition=Q(status="active") & Q(thread_id__isnull=False),
                 name="memory_sequence_idx",
             ),
-            # Entry-cap eviction: coldest first.
-            models.Index(
-                fields=["tenant", "agent", "last_accessed_at", "updated_at"],
-                condition=Q(status="active"),
-                name="memory_live_cold_idx",
-            ),
+            # No index names `last_accessed_at` or `access_count`: a read's access bump then
+            # changes no indexed column and is a HOT update (memories/access.py, migration 0020).
             # Hydrate: "does anything still fit the budget left?" without walking every row.
             models.Index(
                 fields=["tenant", "agent", "size_bytes"],

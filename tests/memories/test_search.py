@@ -333,6 +333,41 @@ def test_deferred_access_bumps_are_merged_into_one_update(me, corpus, settings):
     assert coffee.access_count == 2 and coffee.last_accessed_at == second
 
 
+def _hot_updates() -> tuple[int, int]:
+    """This transaction's updates of the memories table so far: (all, heap-only)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables "
+            "WHERE relname = 'memories_memory'"
+        )
+        return cursor.fetchone()
+
+
+@pytest.mark.django_db
+def test_access_bumps_are_heap_only_updates(me, corpus, settings):
+    """A bump changes no indexed column and finds room on its page: PostgreSQL writes no index
+    entry for it (not the HNSW graph, not the GIN index), which is what keeps reads cheap."""
+    from memories import access
+
+    settings.MEMORYHUB_ACCESS_BUMP = "deferred"
+    search(me, query="coffee sugar blue Subaru", mode="keyword", now=T0 + timedelta(hours=1))
+    updates, hot = _hot_updates()
+    assert access.flush_access() >= 2
+    after_updates, after_hot = _hot_updates()
+    assert after_updates - updates >= 2
+    assert after_hot - hot == after_updates - updates
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT reloptions FROM pg_class WHERE relname = 'memories_memory'")
+        assert "fillfactor=75" in cursor.fetchone()[0]
+        cursor.execute(
+            "SELECT i.indexrelid::regclass::text FROM pg_index i JOIN pg_attribute a "
+            "ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) "
+            "WHERE i.indrelid = 'memories_memory'::regclass "
+            "AND a.attname IN ('last_accessed_at', 'access_count')"
+        )
+        assert cursor.fetchall() == []
+
+
 @pytest.mark.django_db
 def test_vectors_of_another_model_are_not_compared(me, corpus):
     Memory.objects.filter(pk=corpus["car"].id).update(embedding_model="some-other-model")
