@@ -131,6 +131,15 @@ if env_bool("MEMORYHUB_DB_POOL", default=not TESTING and not _QCLUSTER):
         # Reports a failed connection attempt at once (fail fast: memoryhub/db_outage.py).
         "connection_class": ReportingConnection,
     }
+# Server-side parameter binding, and statements run 5 times on a connection are prepared there
+# (psycopg's prepare_threshold): PostgreSQL then parses and plans a simple statement once (the
+# API-key lookup planned for 0.3 ms and ran for 0.06). Statements whose best plan depends on
+# the values (the search ranking) keep custom plans: PostgreSQL's plan_cache_mode=auto decides.
+# Off (MEMORYHUB_DB_PREPARE=0) behind a transaction-mode pooler that cannot keep prepared
+# statements (PgBouncer before 1.21).
+if env_bool("MEMORYHUB_DB_PREPARE", default=True):
+    DATABASES["default"]["OPTIONS"].setdefault("server_side_binding", True)
+    DATABASES["default"]["OPTIONS"].setdefault("prepare_threshold", 5)
 # Every test run gets its own database on the shared test server.
 DATABASES["default"]["TEST"] = {
     "NAME": env_str("MEMORYHUB_TEST_DB", f"test_memoryhub_{os.getpid()}"),

@@ -49,7 +49,7 @@ SELECT
     %(updated_at)s::timestamptz, %(updated_at)s::timestamptz,
     %(last_accessed_at)s::timestamptz, 0, 1, 'active', NULL, 'none',
     length(%(text)s::text) + 8, md5(%(text)s::text || g), NULL, '', '', '', NULL, NULL
-FROM generate_series(%(start)s, %(stop)s) g
+FROM generate_series(%(start)s::int, %(stop)s::int) g
 """
 
 

@@ -143,7 +143,7 @@ def _bulk_insert(tenant, agent, count: int) -> None:
             SELECT 'mem_' || lpad(i::text, 26, '0'), %s, %s, 'agent:bulk', 'k' || i, 'core',
                 'fact', 'bulk memory ' || i, '{{}}', 0.5, 1.0, 'explicit', '[]', now(), now(),
                 now(), now(), 0, 1, 'active', 'none', 16, '', '', '', ''
-            FROM generate_series(1, %s) AS i
+            FROM generate_series(1, %s::int) AS i
             """,
             [tenant.pk, agent.pk, count],
         )

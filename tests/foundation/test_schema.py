@@ -151,3 +151,16 @@ def test_migration_0010_renumbers_histories_that_repeat_a_version(tenant, agent)
     assert _history(gone) == [(1, 0, 1), (2, 1, 2), (3, None, None), (4, 3, 4)]
     assert _history(fine.pk) == [(5, 4, 5), (7, 6, 7)]  # no repeat: untouched
     assert Memory.objects.get(pk=fine.pk).version == 1
+
+
+@pytest.mark.django_db
+def test_repeated_statements_are_prepared_on_the_server(api_client, agent):
+    """Server-side binding (MEMORYHUB_DB_PREPARE): a statement the connection runs again and
+    again (here the API-key lookup of each request) is parsed and planned once, as a prepared
+    statement, instead of being planned anew each time."""
+    for _ in range(6):
+        assert api_client.get("/api/v1/memories").status_code == 200
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        prepared = [row[0] for row in cursor.fetchall()]
+    assert any("key_hash" in statement for statement in prepared), prepared
