@@ -107,7 +107,9 @@ _LIVENESS_NAMESPACE = 0x4D48_4A42  # "MHJB"
 
 def _advisory(function: str, run_id: int) -> bool:
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {function}(%s, %s)", [_LIVENESS_NAMESPACE, run_id % 2**31])
+        cursor.execute(
+            f"SELECT {function}(%s::int, %s::int)", [_LIVENESS_NAMESPACE, run_id % 2**31]
+        )
         return cursor.fetchone()[0] is not False
 
 

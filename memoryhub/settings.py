@@ -138,8 +138,16 @@ if env_bool("MEMORYHUB_DB_POOL", default=not TESTING and not _QCLUSTER):
 # Off (MEMORYHUB_DB_PREPARE=0) behind a transaction-mode pooler that cannot keep prepared
 # statements (PgBouncer before 1.21).
 if env_bool("MEMORYHUB_DB_PREPARE", default=True):
+    import psycopg
+    from psycopg.types.numeric import Int8Dumper
+
     DATABASES["default"]["OPTIONS"].setdefault("server_side_binding", True)
     DATABASES["default"]["OPTIONS"].setdefault("prepare_threshold", 5)
+    # A bound Python int is a bigint, as every id column is: psycopg would otherwise type a
+    # small one int2, and `agent_id = $1::int2` cannot use the btree_gin key of the full-text
+    # index (its operator class compares bigint with bigint only), so a keyword search would
+    # read the whole tenant's matches instead of the agent's.
+    psycopg.adapters.register_dumper(int, Int8Dumper)
 # Every test run gets its own database on the shared test server.
 DATABASES["default"]["TEST"] = {
     "NAME": env_str("MEMORYHUB_TEST_DB", f"test_memoryhub_{os.getpid()}"),

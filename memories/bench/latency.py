@@ -111,7 +111,7 @@ COLUMNS = (
     "tombstone_reason, tombstoned_by, tombstoned_at, purged_at"
 )
 # Indexes rebuilt after a bulk load instead of maintained row by row.
-BULK_INDEXES = ("memory_embedding_hnsw", "memory_fts_idx")
+BULK_INDEXES = ("memory_embedding_hnsw", "memory_fts_owner_idx", "memory_fts_workspace_idx")
 
 
 def fact(rng: random.Random, i: int) -> str:

@@ -126,7 +126,9 @@ def extract_due_threads(*, now: datetime | None = None, limit: int = DUE_BATCH) 
 
 def _advisory(function: str, run_id: int) -> bool:
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {function}(%s, %s)", [_LIVENESS_NAMESPACE, run_id % 2**31])
+        cursor.execute(
+            f"SELECT {function}(%s::int, %s::int)", [_LIVENESS_NAMESPACE, run_id % 2**31]
+        )
         return cursor.fetchone()[0] is not False
 
 

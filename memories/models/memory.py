@@ -286,8 +286,16 @@ class Memory(models.Model):
                 condition=Q(status="active") & Q(category__in=["daily", "conversation"]),
                 name="memory_age_prune_idx",
             ),
-            # Keyword search: full-text match within a tenant (btree_gin lets tenant lead).
-            GinIndex(fields=["tenant", "search_vector"], name="memory_fts_idx"),
+            # Keyword search: full-text match within one owner's memories (btree_gin lets the
+            # agent lead; an agent belongs to one tenant), and within a tenant's workspace ones.
+            # A search ORs its owners' conditions; PostgreSQL scans each owner's part of these
+            # indexes (a BitmapOr) instead of every match in the tenant.
+            GinIndex(fields=["agent", "search_vector"], name="memory_fts_owner_idx"),
+            GinIndex(
+                fields=["tenant", "search_vector"],
+                condition=Q(agent__isnull=True) & Q(status="active"),
+                name="memory_fts_workspace_idx",
+            ),
             # Semantic search: approximate cosine nearest neighbours among live memories.
             HnswIndex(
                 name="memory_embedding_hnsw",

@@ -95,7 +95,9 @@ def test_a_live_run_is_not_taken_for_abandoned(tenant, agent):
             other = connections.create_connection("default")
             try:
                 with other.cursor() as cursor:
-                    cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [0x4D48_4A42, running_id])
+                    cursor.execute(
+                        "SELECT pg_try_advisory_lock(%s::int, %s::int)", [0x4D48_4A42, running_id]
+                    )
                     seen.append(cursor.fetchone()[0])
             finally:
                 other.close()

@@ -380,7 +380,7 @@ def database_dies_after_authentication():
     def wrapper(execute, sql, params, many, context):
         if "accounts_apikey" not in sql and connection.settings_dict["HOST"] != "/nowhere":
             with killer.cursor() as cursor:
-                cursor.execute("SELECT pg_terminate_backend(%s, 5000)", [pid])
+                cursor.execute("SELECT pg_terminate_backend(%s::int, 5000)", [pid])
             connection.settings_dict["HOST"] = "/nowhere"
         return execute(sql, params, many, context)
 
