@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -366,6 +367,46 @@ def test_access_bumps_are_heap_only_updates(me, corpus, settings):
             "AND a.attname IN ('last_accessed_at', 'access_count')"
         )
         assert cursor.fetchall() == []
+
+
+@pytest.mark.django_db
+def test_keyword_matches_are_read_from_each_owners_part_of_the_index(tenant, me):
+    """The keyword branch's index scan is keyed by the agent (and, for workspace memories, by
+    the tenant): it does not read another agent's matches to throw them away."""
+    from memories.bench import latency
+    from memories.bench.server import Progress
+
+    with connection.cursor() as cursor:
+        # Not what this test reads, and the slowest index to keep up row by row (rolled back
+        # with the test's transaction).
+        cursor.execute("DROP INDEX memory_embedding_hnsw")
+    crowd = [make_agent(tenant, f"crowd-{i}") for i in range(9)]
+    for index, owner in enumerate([me.agent, *crowd]):
+        latency.seed_agent(
+            tenant_id=tenant.pk,
+            agent_id=owner.pk,
+            agent_index=index,
+            count=1500,
+            progress=Progress("seeding", 1500, stream=io.StringIO()),
+        )
+    statements = []
+
+    def capture(execute, sql, params, many, context):
+        if sql.lstrip().startswith("WITH"):
+            statements.append((sql, params))
+        return execute(sql, params, many, context)
+
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE memories_memory")
+    with connection.execute_wrapper(capture):
+        assert texts(search(me, query="what did alice say about the hiking boots", mode="keyword"))
+    (sql, params), *_ = statements
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (COSTS OFF) " + sql, params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "Bitmap Index Scan on memory_fts_owner_idx" in plan, plan
+    assert "Bitmap Index Scan on memory_fts_workspace_idx" in plan, plan
+    assert f"(agent_id = '{me.agent.pk}'::bigint) AND (search_vector @@" in plan, plan
 
 
 @pytest.mark.django_db
