@@ -143,8 +143,8 @@ if env_bool("MEMORYHUB_DB_PREPARE", default=True):
 
     DATABASES["default"]["OPTIONS"].setdefault("server_side_binding", True)
     DATABASES["default"]["OPTIONS"].setdefault("prepare_threshold", 5)
-    # A bound Python int is a bigint, as every id column is: psycopg would otherwise type a
-    # small one int2, and `agent_id = $1::int2` cannot use the btree_gin key of the full-text
+    # A bound Python int is a bigint, as tenant and agent ids are: psycopg would otherwise type
+    # a small one int2, and `agent_id = $1::int2` cannot use the btree_gin key of the full-text
     # index (its operator class compares bigint with bigint only), so a keyword search would
     # read the whole tenant's matches instead of the agent's.
     psycopg.adapters.register_dumper(int, Int8Dumper)
