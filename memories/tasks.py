@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from django.db import connection
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -26,6 +25,7 @@ from memories.jobs.prune import prune_memories
 from memories.jobs.reembed import reembed
 from memories.jobs.retention import purge_retention
 from memories.models import JobRun, PruneRun
+from memories.services.common import session_advisory
 
 JOBS: dict[str, Callable[..., dict]] = {
     "prune_memories": prune_memories,
@@ -106,11 +106,7 @@ _LIVENESS_NAMESPACE = 0x4D48_4A42  # "MHJB"
 
 
 def _advisory(function: str, run_id: int) -> bool:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT {function}(%s::int, %s::int)", [_LIVENESS_NAMESPACE, run_id % 2**31]
-        )
-        return cursor.fetchone()[0] is not False
+    return session_advisory(function, _LIVENESS_NAMESPACE, run_id)
 
 
 def _reap_abandoned(name: str) -> None:

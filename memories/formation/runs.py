@@ -30,7 +30,7 @@ import time
 from datetime import datetime, timedelta
 from functools import partial
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import F, Sum
 from django.utils import timezone
 from django_q.tasks import async_task
@@ -48,6 +48,7 @@ from memories.formation.llm import LLMClient, LLMError, get_llm, llm_configured
 from memories.formation.operations import Operation, operation_json, parse_operations
 from memories.models import OPEN_RUN_STATES, ExtractionRun, RunState, Thread
 from memories.secrets_scan import find_secret
+from memories.services.common import session_advisory
 
 log = logging.getLogger(__name__)
 
@@ -125,11 +126,7 @@ def extract_due_threads(*, now: datetime | None = None, limit: int = DUE_BATCH) 
 
 
 def _advisory(function: str, run_id: int) -> bool:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT {function}(%s::int, %s::int)", [_LIVENESS_NAMESPACE, run_id % 2**31]
-        )
-        return cursor.fetchone()[0] is not False
+    return session_advisory(function, _LIVENESS_NAMESPACE, run_id)
 
 
 def _requeue_abandoned() -> int:
