@@ -20,6 +20,7 @@ from django.utils import timezone
 from memories.bench.server import Progress, api_client
 from memories.embeddings import HashingEmbedder
 from memories.ids import new_ulid
+from memories.validation import content_hash
 
 PER_AGENT = 10_000
 
@@ -201,7 +202,7 @@ def seed_agent(
                     None,
                     "none",
                     len(text.encode()),
-                    "",
+                    content_hash(text, None),
                     _vector_text(vectors[i % SEED_CHUNK]),
                     embedder.model_name,
                     "",
