@@ -11,6 +11,8 @@ a second time by hand, and rows become model instances the way Django's own iter
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Hashable, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -77,13 +79,73 @@ def _slot_name(value: Any, names: Mapping[Any, str]) -> str | None:
     return names.get(value) if isinstance(value, Hashable) else None
 
 
+def _literal(value: Any) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, int | float) and math.isfinite(value):
+        # A space before a minus, as psycopg writes it: `x -%s` must not become a comment.
+        text = repr(int(value) if isinstance(value, int) else float(value))
+        return f" {text}" if text.startswith("-") else text
+    if isinstance(value, str) and "\x00" not in value:
+        # `%%`: the statement still goes through the driver's placeholder formatting.
+        return "'" + str(value).replace("'", "''").replace("%", "%%") + "'"
+    raise TypeError(f"not a constant to write into SQL: {value!r}")
+
+
+def inline_constants(sql: str, params: list | tuple, slots: Slot) -> tuple[str, list]:
+    """`sql` with every parameter that is not a slot written in as a literal, and the slots'
+    values left as parameters.
+
+    The parameters that are not slots are the shape's own constants (statuses, categories,
+    limits: the code's values, never a request's). Written in, they let one generic plan serve
+    every execution of a prepared statement: PostgreSQL proves a partial index's predicate
+    (`status = 'active'`) and costs a `LIMIT 10` only from literals, so with those as
+    parameters it re-plans each time (a custom plan) or plans without the indexes.
+    """
+    out: list[str] = []
+    kept: list = []
+    values = iter(params)
+    position = 0
+    for match in re.finditer(r"%[s%]", sql):
+        out.append(sql[position : match.start()])
+        position = match.end()
+        if match.group() == "%%":
+            out.append("%%")
+            continue
+        value = next(values, _END)
+        if value is _END:
+            raise ValueError("more placeholders than parameters")
+        if _slot_name(value, slots.names) is not None:
+            out.append("%s")
+            kept.append(value)
+        else:
+            out.append(_literal(value))
+    out.append(sql[position:])
+    if next(values, _END) is not _END:
+        raise ValueError("more parameters than placeholders")
+    return "".join(out), kept
+
+
+_END = object()
+
+
 class CompiledSQL:
     """A statement written once with `slots`' values among its `params`; `bind(**values)` gives
     it again with each slot's name bound to a request's value."""
 
     def __init__(
-        self, sql: str, params: list | tuple, slots: Slot, *, optional: frozenset[str] = frozenset()
+        self,
+        sql: str,
+        params: list | tuple,
+        slots: Slot,
+        *,
+        optional: frozenset[str] = frozenset(),
+        inline: bool = False,
     ):
+        if inline:
+            sql, params = inline_constants(sql, params, slots)
         self.sql, self.params = sql, list(params)
         self.positions = [
             (index, name)
@@ -106,11 +168,11 @@ class CompiledQuery(CompiledSQL):
     """`queryset` (built with `slots`' values) compiled once; `fetch(**values)` runs it with
     each slot's name bound to a value and returns model instances as iterating it would."""
 
-    def __init__(self, queryset: QuerySet, slots: Slot):
+    def __init__(self, queryset: QuerySet, slots: Slot, *, inline: bool = False):
         self.db = queryset.db
         compiler = queryset.query.get_compiler(using=self.db)
         sql, params = compiler.as_sql()
-        super().__init__(sql, params, slots)
+        super().__init__(sql, params, slots, inline=inline)
         select, klass_info = compiler.select, compiler.klass_info
         self.col_count = compiler.col_count
         self.converters = list(compiler.get_converters([s[0] for s in select]).items())

@@ -118,7 +118,7 @@ def _compiled_read(build: Callable[..., MemoryQuerySet], with_subject: bool, sha
         now=slots.time("now"),
         target=slots.text("target"),
     )
-    return CompiledQuery(queryset, slots)
+    return CompiledQuery(queryset, slots, inline=True)
 
 
 def _read_one(

@@ -13,6 +13,24 @@ from accounts.services import (
 TEST_PASSWORD = "correct-horse-battery-staple"
 
 
+def seed_synthetic(tenant: Tenant, agents: list[Agent], count: int) -> None:
+    """`count` of the bench's synthetic memories for each agent (its workspace ones the
+    tenant's), by COPY: a table of some size, for tests of what the planner does with it."""
+    import io
+
+    from memories.bench import latency
+    from memories.bench.server import Progress
+
+    for index, owner in enumerate(agents):
+        latency.seed_agent(
+            tenant_id=tenant.pk,
+            agent_id=owner.pk,
+            agent_index=index,
+            count=count,
+            progress=Progress("seeding", count, stream=io.StringIO()),
+        )
+
+
 def make_tenant(slug: str = "acme") -> Tenant:
     return tenant_get_or_create(slug=slug)
 

@@ -115,7 +115,12 @@ def _compiled_pools(shape: _PoolShape) -> tuple[list[CompiledSQL], list[Compiled
     optional = frozenset(slots.names.values()) - {"tenant", "now"}
     return tuple(  # type: ignore[return-value]
         [
-            CompiledSQL(*sql_with_params(part.values_list(*PART_COLUMNS)), slots, optional=optional)
+            CompiledSQL(
+                *sql_with_params(part.values_list(*PART_COLUMNS)),
+                slots,
+                optional=optional,
+                inline=True,
+            )
             for part in pool
         ]
         for pool in pools

@@ -120,7 +120,7 @@ def _compiled_ranking(shape: _Shape, exact: bool) -> CompiledSQL:
         else None,
     )
     scope = search_scope(principal, params, slots.time("now"))
-    return CompiledSQL(*ranking_sql(scope, args, exact=exact), slots)
+    return CompiledSQL(*ranking_sql(scope, args, exact=exact), slots, inline=True)
 
 
 def ranked_search(
@@ -145,7 +145,13 @@ def ranked_search(
         search_statement(principal, params, now, args),
         has_vector=vector is not None,
         depth=args.depth,
+        generic=_compiled(params),
     )
+
+
+def _compiled(params: SearchParams) -> bool:
+    """Whether the request's statement is compiled once for its shape (`search_statement`)."""
+    return not (params.tags or params.key_prefix)
 
 
 def search_statement(
@@ -155,7 +161,7 @@ def search_statement(
     statement compiled once for the request's shape. A request with `tags` or `key_prefix`
     (values the ORM rewrites on their way to SQL: an array, an escaped LIKE pattern) has its
     statement built for it."""
-    if params.tags or params.key_prefix:
+    if not _compiled(params):
         scope = search_scope(principal, params, now)
         return lambda exact: ranking_sql(scope, args, exact=exact)
     shared = reads_from_ids(principal.agent) if params.include_shared else []

@@ -339,7 +339,7 @@ def _look_alike_statement(*, subject: bool, shared: int, live: bool, vector: boo
     sql, params = near_duplicates_sql(
         [(rows, probe) for rows in sets], threshold=threshold, limit=NEAR_LIMIT
     )
-    return CompiledSQL(sql, params, slots)
+    return CompiledSQL(sql, params, slots, inline=True)
 
 
 def look_alike_statement(prepared: PreparedStore, *, live: bool) -> tuple[str, list]:

@@ -4,7 +4,10 @@ alike."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
+from django.db import connection
 
 from accounts.principal import Principal
 from memories.clock import resolve_now
@@ -15,6 +18,7 @@ from memories.retrieval.params import parse_hydrate, parse_search
 from memories.retrieval.ranking import RankingArgs, ranked_ids, ranking_sql, sql_with_params
 from memories.services.store import memory_store
 from tests.factories import make_agent
+from tests.support.sql import rendered
 
 BODIES = [
     {"query": "hiking trip"},
@@ -76,10 +80,10 @@ def test_compiled_statement_is_the_statement_built_for_the_request(reader, body,
     params = parse_search(reader, body)
     now = resolve_now(None)
     args = _args(params)
-    built = ranking_sql(search.search_scope(reader, params, now), args, exact=exact)
-    assert search.search_statement(reader, params, now, args)(exact) == built
+    built = rendered(*ranking_sql(search.search_scope(reader, params, now), args, exact=exact))
+    assert rendered(*search.search_statement(reader, params, now, args)(exact)) == built
     # The same again (the cached statement, another request's values bound to it).
-    assert search.search_statement(reader, params, now, args)(exact) == built
+    assert rendered(*search.search_statement(reader, params, now, args)(exact)) == built
 
 
 @pytest.mark.django_db
@@ -103,6 +107,20 @@ def test_ranked_search_ranks_as_ranked_ids(reader, body):
         assert got  # the fixture holds matches: the comparison is not of two empty lists
 
 
+@pytest.mark.django_db
+def test_a_search_inside_a_transaction_leaves_its_planning_as_it_was(reader):
+    """The ranking runs with one generic plan (`run_ranking(generic=True)`); a caller's
+    transaction around it (here the test's) plans its own statements as before."""
+    params = parse_search(reader, {"query": "hiking trip"})
+    vector, model = _vector(params)
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW plan_cache_mode")
+        assert cursor.fetchone() == ("auto",)
+        assert search.ranked_search(reader, params, resolve_now(None), vector=vector, model=model)
+        cursor.execute("SHOW plan_cache_mode")
+        assert cursor.fetchone() == ("auto",)
+
+
 def test_a_slot_the_statement_lost_is_refused_unless_optional():
     slots = Slot()
     kept, lost = slots.int("kept"), slots.text("lost")
@@ -110,6 +128,24 @@ def test_a_slot_the_statement_lost_is_refused_unless_optional():
         CompiledSQL("SELECT %s, %s", [kept, lost.upper()], slots)
     statement = CompiledSQL("SELECT %s, %s", [kept, 7], slots, optional=frozenset({"lost"}))
     assert statement.bind(kept=3, lost="unused") == ("SELECT %s, %s", [3, 7])
+
+
+def test_inlined_constants_are_literals_and_slots_stay_parameters():
+    slots = Slot()
+    tenant, text = slots.int("tenant"), slots.text("text")
+    sql = "SELECT %s WHERE t = %s AND s = %s AND x LIKE 'a%%' AND y -%s > %s LIMIT %s"
+    statement = CompiledSQL(sql, [text, tenant, "it's 5%", -3, 0.5, 10], slots, inline=True)
+    assert statement.sql == (
+        "SELECT %s WHERE t = %s AND s = 'it''s 5%%' AND x LIKE 'a%%' AND y - -3 > 0.5 LIMIT 10"
+    )
+    assert statement.bind(tenant=7, text="hi") == (statement.sql, ["hi", 7])
+    when = slots.time("when")
+    # Only the code's own constants are written in: anything else is refused, not guessed at.
+    for value in (datetime(2026, 1, 1, tzinfo=UTC), b"bytes", "nul\x00", float("nan")):
+        with pytest.raises(TypeError):
+            CompiledSQL("SELECT %s, %s", [when, value], slots, inline=True)
+    with pytest.raises(ValueError, match="more parameters"):
+        CompiledSQL("SELECT %s", [when, 1], slots, inline=True)
 
 
 def test_score_slots_never_equal_id_slots():
@@ -138,9 +174,9 @@ def test_compiled_hydrate_pools_are_the_built_ones(reader, body, shared):
     params = parse_hydrate(reader, body)
     now = resolve_now(None)
     built = [
-        [sql_with_params(part.values_list(*hydrate.PART_COLUMNS)) for part in pool]
+        [rendered(*sql_with_params(part.values_list(*hydrate.PART_COLUMNS))) for part in pool]
         for pool in hydrate._hydrate_pools(reader, params, now)
     ]
     compiled = hydrate._pool_statements(reader, params, now)
-    assert [[(sql, tuple(p)) for sql, p in pool] for pool in compiled] == built
+    assert [[rendered(*statement) for statement in pool] for pool in compiled] == built
     assert len(built[0]) == (3 if shared else 2)

@@ -4,6 +4,7 @@ values it is exactly the statement built from the look-alike querysets."""
 from __future__ import annotations
 
 import pytest
+from django.db import connection
 
 from accounts.principal import Principal
 from memories.dedup import NEAR_LIMIT, near_duplicates_sql
@@ -15,7 +16,8 @@ from memories.services.store import (
     memory_store_prepare,
 )
 from memories.visibility import reads_from_ids
-from tests.factories import make_agent
+from tests.factories import make_agent, seed_synthetic
+from tests.support.sql import rendered
 
 
 @pytest.mark.django_db
@@ -38,8 +40,12 @@ def test_compiled_look_alike_statement_is_the_built_one(
     built = near_duplicates_sql(
         [(rows, prepared.probe) for rows in sets], threshold=0.8125, limit=NEAR_LIMIT
     )
-    assert look_alike_statement(prepared, live=live) == built
-    assert look_alike_statement(prepared, live=live) == built  # from the cache, the same
+    compiled = look_alike_statement(prepared, live=live)
+    # The shape's constants (statuses, categories, limits) are written into its SQL; with the
+    # request's values written in as well, it is the same text PostgreSQL would be sent.
+    assert len(compiled[1]) < len(built[1])
+    assert rendered(*compiled) == rendered(*built)
+    assert look_alike_statement(prepared, live=live) == compiled  # from the cache, the same
 
 
 @pytest.mark.django_db
@@ -58,3 +64,58 @@ def test_only_duplicates_at_or_above_the_threshold_come_back(tenant, agent):
     assert found.pk == first.memory.pk and 0.5 < similarity < 1.0
     assert [m.pk for m, _ in near(similarity - 0.0001)] == [first.memory.pk]
     assert near(similarity + 0.0001) == []
+
+
+def _plans(fragment: str) -> tuple[int, int]:
+    """(generic, custom) plans so far of this connection's prepared statements holding
+    `fragment`."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*), sum(generic_plans), sum(custom_plans) FROM pg_prepared_statements "
+            "WHERE strpos(statement, %s) > 0",
+            [fragment],
+        )
+        count, generic, custom = cursor.fetchone()
+    assert count, f"no prepared statement holds {fragment}"
+    return generic, custom
+
+
+@pytest.mark.django_db
+def test_a_warm_connection_stores_recalls_and_searches_without_planning_again(
+    api_client, tenant, agent
+):
+    """The look-alike search of every store, the recall by key, the search ranking and
+    hydrate's pools are prepared statements whose constants are literals: after PostgreSQL's first few custom
+    plans, each execution reuses one generic plan (the look-alike one cost more to plan than to
+    run). With their statuses, categories and limits as parameters, a table of some size with
+    statistics made PostgreSQL plan every execution anew."""
+    seed_synthetic(tenant, [agent, make_agent(tenant, "crowd")], 1500)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE memories_memory")
+
+    def search(i: int) -> None:
+        body = {"query": f"what did Ann say about the trip {i}", "mode": "hybrid"}
+        assert api_client.post("/api/v1/search", body, format="json").status_code == 200
+
+    for i in range(12):
+        body = {"text": f"Reminder {i}: the office plants need water", "key": f"plants-{i}"}
+        assert api_client.post("/api/v1/memories", body, format="json").status_code == 201
+        body = {"text": f"Ann walked the greyhound on day {i}"}
+        assert api_client.post("/api/v1/memories", body, format="json").status_code == 201
+        assert api_client.get(f"/api/v1/memories/by-key/plants-{i}").status_code == 200
+        search(i)
+        assert api_client.post("/api/v1/hydrate", {}, format="json").status_code == 200
+    look_alike, recall, ranking = "AS probe", '"memories_memory"."key" = $', "kw_all AS"
+    pools = "SELECT id, size_bytes, updated_at FROM"
+    before = {name: _plans(name) for name in (look_alike, recall, ranking)}
+    before_pools = _plans(pools)
+    for i in range(3):
+        body = {"text": f"Bob fed the cat on day {i}"}
+        assert api_client.post("/api/v1/memories", body, format="json").status_code == 201
+        assert api_client.get(f"/api/v1/memories/by-key/plants-{i}").status_code == 200
+        search(20 + i)
+        assert api_client.post("/api/v1/hydrate", {}, format="json").status_code == 200
+    for name, (generic, custom) in before.items():
+        assert _plans(name) == (generic + 3, custom), name
+    generic, custom = _plans(pools)  # hydrate's pools: one statement per part
+    assert generic > before_pools[0] and custom == before_pools[1]

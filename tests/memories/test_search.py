@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -14,7 +13,7 @@ from memories.models import Memory
 from memories.retrieval.search import memory_search
 from memories.services.lifecycle import memory_forget
 from memories.services.store import memory_store
-from tests.factories import make_agent, make_tenant
+from tests.factories import make_agent, make_tenant, seed_synthetic
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -373,22 +372,12 @@ def test_access_bumps_are_heap_only_updates(me, corpus, settings):
 def test_keyword_matches_are_read_from_each_owners_part_of_the_index(tenant, me):
     """The keyword branch's index scan is keyed by the agent (and, for workspace memories, by
     the tenant): it does not read another agent's matches to throw them away."""
-    from memories.bench import latency
-    from memories.bench.server import Progress
-
     with connection.cursor() as cursor:
         # Not what this test reads, and the slowest index to keep up row by row (rolled back
         # with the test's transaction).
         cursor.execute("DROP INDEX memory_embedding_hnsw")
     crowd = [make_agent(tenant, f"crowd-{i}") for i in range(9)]
-    for index, owner in enumerate([me.agent, *crowd]):
-        latency.seed_agent(
-            tenant_id=tenant.pk,
-            agent_id=owner.pk,
-            agent_index=index,
-            count=1500,
-            progress=Progress("seeding", 1500, stream=io.StringIO()),
-        )
+    seed_synthetic(tenant, [me.agent, *crowd], 1500)
     statements = []
 
     def capture(execute, sql, params, many, context):
