@@ -158,34 +158,17 @@ def ranked_ids(
 
 
 def run_ranking(
-    statement: Callable[[bool], tuple[str, list]],
-    *,
-    has_vector: bool,
-    depth: int,
-    generic: bool = False,
+    statement: Callable[[bool], tuple[str, list]], *, has_vector: bool, depth: int
 ) -> list[tuple[str, float]]:
     """Runs `statement(exact)` (`ranking_sql`'s, or the same compiled once) as `ranked_ids`
-    describes: the HNSW walk first, then the exact scan when the walk came back short.
-
-    `generic`: the statement is compiled with its constants written in
-    (`memories.compiled.inline_constants`), so one generic plan serves every request of its
-    shape. PostgreSQL would otherwise plan it anew each time (its estimate of a custom plan is
-    lower), and planning cost a third of what running it did; measured from 4k to 1M memories,
-    the generic plan runs as fast.
-    """
-    nested = connection.in_atomic_block
+    describes: the HNSW walk first, then the exact scan when the walk came back short."""
     with transaction.atomic(), connection.cursor() as cursor:
-        settings = []
         if has_vector:
             # Filtered HNSW scans keep walking the graph until `depth` rows pass the filters.
-            settings += [
-                "SET LOCAL hnsw.iterative_scan = relaxed_order",
-                f"SET LOCAL hnsw.ef_search = {int(max(EF_SEARCH, depth))}",
-            ]
-        if generic:
-            settings.append("SET LOCAL plan_cache_mode = force_generic_plan")
-        if settings:
-            cursor.execute("; ".join(settings))
+            cursor.execute(
+                "SET LOCAL hnsw.iterative_scan = relaxed_order; "
+                f"SET LOCAL hnsw.ef_search = {int(max(EF_SEARCH, depth))}"
+            )
         cursor.execute(*statement(False))
         rows = cursor.fetchall()
         if has_vector:
@@ -198,8 +181,6 @@ def run_ranking(
                 # both cases and always complete.
                 cursor.execute(*statement(True))
                 rows = cursor.fetchall()
-        if generic and nested:  # the rest of the caller's transaction plans as before
-            cursor.execute("SET LOCAL plan_cache_mode = DEFAULT")
     rows.sort(key=lambda row: (-row[2], row[0]))
     return [(row[0], float(row[1])) for row in rows]
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-from django.db import connection
 
 from accounts.principal import Principal
 from memories.clock import resolve_now
@@ -105,20 +104,6 @@ def test_ranked_search_ranks_as_ranked_ids(reader, body):
     assert got == expected
     if body["query"] == "hiking trip" and params.mode != "semantic":
         assert got  # the fixture holds matches: the comparison is not of two empty lists
-
-
-@pytest.mark.django_db
-def test_a_search_inside_a_transaction_leaves_its_planning_as_it_was(reader):
-    """The ranking runs with one generic plan (`run_ranking(generic=True)`); a caller's
-    transaction around it (here the test's) plans its own statements as before."""
-    params = parse_search(reader, {"query": "hiking trip"})
-    vector, model = _vector(params)
-    with connection.cursor() as cursor:
-        cursor.execute("SHOW plan_cache_mode")
-        assert cursor.fetchone() == ("auto",)
-        assert search.ranked_search(reader, params, resolve_now(None), vector=vector, model=model)
-        cursor.execute("SHOW plan_cache_mode")
-        assert cursor.fetchone() == ("auto",)
 
 
 def test_a_slot_the_statement_lost_is_refused_unless_optional():
