@@ -289,12 +289,17 @@ class Memory(models.Model):
             # Keyword search: full-text match within one owner's memories (btree_gin lets the
             # agent lead; an agent belongs to one tenant), and within a tenant's workspace ones.
             # A search ORs its owners' conditions; PostgreSQL scans each owner's part of these
-            # indexes (a BitmapOr) instead of every match in the tenant.
-            GinIndex(fields=["agent", "search_vector"], name="memory_fts_owner_idx"),
+            # indexes (a BitmapOr) instead of every match in the tenant. No `fastupdate`: its
+            # pending list of new entries is read whole by every search until a vacuum merges
+            # it (migration 0022).
+            GinIndex(
+                fields=["agent", "search_vector"], name="memory_fts_owner_idx", fastupdate=False
+            ),
             GinIndex(
                 fields=["tenant", "search_vector"],
                 condition=Q(agent__isnull=True) & Q(status="active"),
                 name="memory_fts_workspace_idx",
+                fastupdate=False,
             ),
             # Semantic search: approximate cosine nearest neighbours among live memories.
             HnswIndex(

@@ -369,6 +369,27 @@ def test_access_bumps_are_heap_only_updates(me, corpus, settings):
 
 
 @pytest.mark.django_db
+def test_stored_words_go_straight_into_the_full_text_indexes(me):
+    """No GIN pending list: a stored memory's lexemes are in the index at once, so a keyword
+    search never reads a list of not-yet-merged entries first (migration 0022)."""
+    indexes = ["memory_fts_owner_idx", "memory_fts_workspace_idx"]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT relname, reloptions FROM pg_class WHERE relname = ANY(%s) ORDER BY 1",
+            [indexes],
+        )
+        assert cursor.fetchall() == [(name, ["fastupdate=off"]) for name in indexes]
+    put(me, "The orchard by the river floods every spring")
+    put(me, "Team handbook: the river path is closed", category="workspace")
+    assert texts(search(me, query="river orchard", mode="keyword"))
+    with connection.cursor() as cursor:
+        for name in indexes:
+            # The number of pending-list pages it had to merge: none.
+            cursor.execute("SELECT gin_clean_pending_list(%s::regclass)", [name])
+            assert cursor.fetchone() == (0,), name
+
+
+@pytest.mark.django_db
 def test_keyword_matches_are_read_from_each_owners_part_of_the_index(tenant, me):
     """The keyword branch's index scan is keyed by the agent (and, for workspace memories, by
     the tenant): it does not read another agent's matches to throw them away."""
@@ -386,6 +407,10 @@ def test_keyword_matches_are_read_from_each_owners_part_of_the_index(tenant, me)
         return execute(sql, params, many, context)
 
     with connection.cursor() as cursor:
+        # Earlier tests' rolled-back inserts may have left entries in the full-text indexes'
+        # pending lists, which every scan reads: the plan compared would depend on them.
+        for index in ("memory_fts_owner_idx", "memory_fts_workspace_idx"):
+            cursor.execute("SELECT gin_clean_pending_list(%s::regclass)", [index])
         cursor.execute("ANALYZE memories_memory")
     with connection.execute_wrapper(capture):
         assert texts(search(me, query="what did alice say about the hiking boots", mode="keyword"))
