@@ -133,7 +133,9 @@ _END = object()
 
 class CompiledSQL:
     """A statement written once with `slots`' values among its `params`; `bind(**values)` gives
-    it again with each slot's name bound to a request's value."""
+    it again with each slot's name bound to a request's value. With `inline`, the other
+    parameters (the shape's constants) are written into the SQL (`inline_constants`): only for
+    statements whose best plan does not depend on the request's values."""
 
     def __init__(
         self,

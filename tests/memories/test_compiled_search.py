@@ -17,7 +17,6 @@ from memories.retrieval.params import parse_hydrate, parse_search
 from memories.retrieval.ranking import RankingArgs, ranked_ids, ranking_sql, sql_with_params
 from memories.services.store import memory_store
 from tests.factories import make_agent
-from tests.support.sql import rendered
 
 BODIES = [
     {"query": "hiking trip"},
@@ -79,10 +78,10 @@ def test_compiled_statement_is_the_statement_built_for_the_request(reader, body,
     params = parse_search(reader, body)
     now = resolve_now(None)
     args = _args(params)
-    built = rendered(*ranking_sql(search.search_scope(reader, params, now), args, exact=exact))
-    assert rendered(*search.search_statement(reader, params, now, args)(exact)) == built
+    built = ranking_sql(search.search_scope(reader, params, now), args, exact=exact)
+    assert search.search_statement(reader, params, now, args)(exact) == built
     # The same again (the cached statement, another request's values bound to it).
-    assert rendered(*search.search_statement(reader, params, now, args)(exact)) == built
+    assert search.search_statement(reader, params, now, args)(exact) == built
 
 
 @pytest.mark.django_db
@@ -159,9 +158,9 @@ def test_compiled_hydrate_pools_are_the_built_ones(reader, body, shared):
     params = parse_hydrate(reader, body)
     now = resolve_now(None)
     built = [
-        [rendered(*sql_with_params(part.values_list(*hydrate.PART_COLUMNS))) for part in pool]
+        [sql_with_params(part.values_list(*hydrate.PART_COLUMNS)) for part in pool]
         for pool in hydrate._hydrate_pools(reader, params, now)
     ]
     compiled = hydrate._pool_statements(reader, params, now)
-    assert [[rendered(*statement) for statement in pool] for pool in compiled] == built
+    assert [[(sql, tuple(p)) for sql, p in pool] for pool in compiled] == built
     assert len(built[0]) == (3 if shared else 2)

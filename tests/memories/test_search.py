@@ -407,10 +407,6 @@ def test_keyword_matches_are_read_from_each_owners_part_of_the_index(tenant, me)
         return execute(sql, params, many, context)
 
     with connection.cursor() as cursor:
-        # Earlier tests' rolled-back inserts may have left entries in the full-text indexes'
-        # pending lists, which every scan reads: the plan compared would depend on them.
-        for index in ("memory_fts_owner_idx", "memory_fts_workspace_idx"):
-            cursor.execute("SELECT gin_clean_pending_list(%s::regclass)", [index])
         cursor.execute("ANALYZE memories_memory")
     with connection.execute_wrapper(capture):
         assert texts(search(me, query="what did alice say about the hiking boots", mode="keyword"))
