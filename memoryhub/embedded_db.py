@@ -30,18 +30,47 @@ logger = logging.getLogger(__name__)
 DB_NAME = "memoryhub"
 DB_USER = "postgres"
 
-# Tuned for a small shared machine; everything else keeps PostgreSQL's defaults.
+# Everything not set here keeps PostgreSQL's defaults. `shared_buffers` and
+# `effective_cache_size` follow the machine's memory (`memory_settings`).
 SERVER_SETTINGS = {
-    "shared_buffers": "256MB",
     "work_mem": "16MB",
     "maintenance_work_mem": "256MB",
     "max_connections": "200",
     "random_page_cost": "1.1",
-    "effective_cache_size": "2GB",
     # Crash recovery first syncs the whole data directory: one syncfs() per file system instead
     # of an fsync per file (seconds on a busy disk), so a killed server is back sooner.
     "recovery_init_sync_method": "syncfs",
 }
+MIB = 1024 * 1024
+# PostgreSQL's own advice: shared buffers a quarter of the memory, and the planner told that
+# about half of it caches pages. Between 128 MB (PostgreSQL's default, for a small machine)
+# and 8 GB (the web and worker processes share the machine). At 1M memories the HNSW index
+# alone is 2 GB: with 256 MB of buffers every search copied its pages in from the operating
+# system's cache again (README "Latency").
+SHARED_BUFFERS_MIN_MIB = 128
+SHARED_BUFFERS_MAX_MIB = 8 * 1024
+
+
+def machine_memory_bytes() -> int:
+    """The memory this process may use: the machine's, or its cgroup's limit when lower."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for limit_file in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        with suppress(OSError, ValueError):
+            limit = int(Path(limit_file).read_text().strip())  # "max" (no limit) is a ValueError
+            if 0 < limit < total:
+                total = limit
+            break
+    return total
+
+
+def memory_settings(memory_bytes: int) -> dict[str, str]:
+    """`shared_buffers` and `effective_cache_size` for a machine with `memory_bytes`."""
+    memory_mib = memory_bytes // MIB
+    shared = min(max(memory_mib // 4, SHARED_BUFFERS_MIN_MIB), SHARED_BUFFERS_MAX_MIB)
+    cache = max(memory_mib // 2, shared)
+    return {"shared_buffers": f"{shared}MB", "effective_cache_size": f"{cache}MB"}
+
+
 # A test or bench server holds throwaway data: durability costs time and buys nothing there.
 THROWAWAY_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
 
@@ -150,7 +179,7 @@ def _release_dead_postmaster(pgdata: Path) -> None:
 
 
 def _write_settings(pgdata: Path, throwaway: bool) -> None:
-    wanted = dict(SERVER_SETTINGS)
+    wanted = {**SERVER_SETTINGS, **memory_settings(machine_memory_bytes())}
     if throwaway:
         wanted.update(THROWAWAY_SETTINGS)
     conf = pgdata / "memoryhub.conf"

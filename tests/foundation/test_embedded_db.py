@@ -90,3 +90,37 @@ def test_server_killed_with_sigkill_is_recovered_with_its_data(data_dir):
     after = result(run_probe(data_dir))
     assert after["postmaster"] != before["postmaster"]
     assert after["kept"] == 1
+
+
+@pytest.mark.parametrize(
+    ("gib", "shared", "cache"),
+    [
+        (0.25, "128MB", "128MB"),  # never below PostgreSQL's own default
+        (2, "512MB", "1024MB"),
+        (24, "6144MB", "12288MB"),  # a quarter and a half
+        (64, "8192MB", "32768MB"),  # buffers capped: the web and workers share the machine
+    ],
+)
+def test_the_servers_memory_follows_the_machines(gib, shared, cache):
+    from memoryhub.embedded_db import memory_settings
+
+    assert memory_settings(int(gib * 2**30)) == {
+        "shared_buffers": shared,
+        "effective_cache_size": cache,
+    }
+
+
+def test_a_started_server_runs_with_the_memory_settings(data_dir):
+    import psycopg
+
+    from memoryhub.embedded_db import ensure_server, machine_memory_bytes, memory_settings
+
+    server = ensure_server(data_dir)
+    wanted = memory_settings(machine_memory_bytes())
+    with psycopg.connect(server.dsn(), autocommit=True) as conn:
+        for name, value in wanted.items():
+            shown = conn.execute(
+                "SELECT setting::bigint * pg_size_bytes(unit) FROM pg_settings WHERE name = %s",
+                [name],
+            ).fetchone()[0]
+            assert shown == int(value.removesuffix("MB")) * 2**20
