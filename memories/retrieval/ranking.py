@@ -201,21 +201,24 @@ def ranking_sql(scope: QuerySet, args: RankingArgs, *, exact: bool) -> tuple[str
             f"kw_all AS MATERIALIZED ({sql}), "
             "kw_lex AS MATERIALIZED (SELECT DISTINCT lexeme, quote_literal(lexeme)::tsquery AS q, "
             "(quote_literal(lexeme) || ':A')::tsquery AS qa "
-            "FROM unnest(to_tsvector('english'::regconfig, %s))), "
-            # Each (memory, lexeme it holds), with the lexeme's document frequency counted by a
-            # window: no join on estimates the planner cannot make (CTEs look like one row).
-            "kw_hits AS (SELECT h.*, count(*) OVER (PARTITION BY h.lexeme)::float8 AS df, "
-            "(SELECT count(*) FROM kw_all)::float8 AS n "
-            "FROM (SELECT a.id, a.kw_rank, l.lexeme, "
+            "FROM unnest(to_tsvector('english'::regconfig, %s)) ORDER BY lexeme), "
+            # Each (memory, lexeme it holds), tested once.
+            "kw_hits AS MATERIALIZED (SELECT a.id, a.kw_rank, l.lexeme, "
             # Only a memory with neighbours' words can hold a lexeme at D alone.
             "CASE WHEN NOT a.has_context OR a.search_vector @@ l.qa THEN 1.0 "
             f"ELSE {float(context.NEIGHBOUR_IDF)!r} END AS w "
-            "FROM kw_all a JOIN kw_lex l ON a.search_vector @@ l.q) h), "
+            "FROM kw_all a JOIN kw_lex l ON a.search_vector @@ l.q), "
+            # Each lexeme's document frequency: one hashed grouping of the hits, then joined
+            # back by lexeme (a handful of rows). No window, no sort of the hits by id: at 1M
+            # memories a question matches ~8k of them, whose ids sorted in the database's
+            # collation cost a sixth of the statement (README "Latency").
+            "kw_df AS (SELECT lexeme, count(*)::float8 AS df, "
+            "(SELECT count(*) FROM kw_all)::float8 AS n FROM kw_hits GROUP BY lexeme), "
             # Every matching memory holds at least one of the lexemes its match ORs together,
             # so grouping the hits gives each its score.
             "kw_full AS MATERIALIZED (SELECT h.id, "
-            "sum(h.w * ln(1 + (h.n - h.df + 0.5) / (h.df + 0.5))) + 5.0 * max(h.kw_rank) "
-            "AS kw_score FROM kw_hits h GROUP BY h.id), "
+            "sum(h.w * ln(1 + (d.n - d.df + 0.5) / (d.df + 0.5))) + 5.0 * max(h.kw_rank) "
+            "AS kw_score FROM kw_hits h JOIN kw_df d ON d.lexeme = h.lexeme GROUP BY h.id), "
             "kw AS (SELECT id, kw_score "
             f"FROM kw_full ORDER BY kw_score DESC, id LIMIT {int(depth)})"
         )
