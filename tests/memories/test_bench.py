@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from memories.bench import cpu
+from memories.bench import cpu, latency
 from memories.bench.latency import percentiles
 from memories.bench.locomo import evidence_ids, load, turn_text
 from tests.support.bench import run_bench
@@ -98,6 +98,28 @@ def test_on_cpu_deltas():
     assert cpu.process_ns(2**22 + 12345) is None  # no such process
 
 
+@pytest.mark.django_db
+def test_prewarm_reads_the_hnsw_index_first_and_only_what_fits(tenant, agent, monkeypatch):
+    from django.db import connection
+
+    from tests.factories import seed_synthetic
+
+    seed_synthetic(tenant, [agent], 200)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) + 1 FROM pg_index WHERE indrelid = 'memories_memory'::regclass"
+        )
+        (relations,) = cursor.fetchone()
+    said: list[str] = []
+    names = latency.prewarm(said.append)
+    assert names[:2] == ["memory_embedding_hnsw", "memories_memory"]
+    assert len(names) == relations and len(set(names)) == relations
+    assert said[-1].startswith("prewarmed ") and f"({relations} of the table" in said[-1]
+    # No room in the buffers: nothing is read.
+    monkeypatch.setattr(latency, "PREWARM_SHARE", 0.0)
+    assert latency.prewarm(said.append) == []
+
+
 @pytest.mark.slow
 def test_bench_command_runs_end_to_end_at_tiny_scale(tmp_path):
     locomo = tmp_path / "locomo.json"
@@ -154,6 +176,7 @@ def test_bench_command_runs_end_to_end_at_tiny_scale(tmp_path):
     assert set(runs["plain"]["modes"]["hybrid"]["halves"]) == {"0-4"}
     assert "LoCoMo evidence recall" in completed.stdout
     assert "search_hybrid" in completed.stdout
+    assert "prewarmed " in completed.stdout
     # Formation: ingest batches over HTTP (skipped, saying why, where the build has no ingest
     # route) and extraction runs against the stand-in model.
     ingest = results["formation"]["ingest"]
