@@ -176,7 +176,7 @@ def test_bench_command_runs_end_to_end_at_tiny_scale(tmp_path):
     assert set(runs["plain"]["modes"]["hybrid"]["halves"]) == {"0-4"}
     assert "LoCoMo evidence recall" in completed.stdout
     assert "search_hybrid" in completed.stdout
-    assert "prewarmed " in completed.stdout
+    assert "checkpoint after the load" in completed.stdout and "prewarmed " in completed.stdout
     # Formation: ingest batches over HTTP (skipped, saying why, where the build has no ingest
     # route) and extraction runs against the stand-in model.
     ingest = results["formation"]["ingest"]
