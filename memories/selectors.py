@@ -8,16 +8,19 @@ moment it expires and another subject's memory never shows up.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
+from django.db import connection
 from django.db.models import (
     Case,
     F,
     IntegerField,
     OuterRef,
     Q,
+    QuerySet,
     Subquery,
     TextField,
     Value,
@@ -31,7 +34,7 @@ from accounts.principal import Principal
 from memories import validation
 from memories.access import bump_access
 from memories.clock import resolve_now
-from memories.compiled import CompiledQuery, Slot, principal_values, slot_principal
+from memories.compiled import CompiledQuery, CompiledSQL, Slot, principal_values, slot_principal
 from memories.cursors import WalkCursor
 from memories.ids import is_memory_id
 from memories.models import VECTOR_FIELDS, Memory, MemoryQuerySet, MemoryRevision, Status
@@ -234,11 +237,13 @@ def memory_export(
 # --- list with a keyset cursor ---------------------------------------------------------------
 
 
-def _page(
+def _walk(
     rows, parts, *, cursor: WalkCursor, limit: int, as_json_for: Agent | None = None
-) -> tuple[list, WalkCursor | None]:
-    """One page of the walk, in the order the rows had when the walk began: memories, or with
-    `as_json_for` rows of (id, walk_at, json), `json` being the memory object that agent sees.
+) -> list[QuerySet]:
+    """The statements of one page of the walk, in the order the rows had when the walk began:
+    one per owner (`parts`) for the rows unchanged since `as_of`, and one for the rows changed
+    since; `_merged` makes the page of their rows. With `as_json_for`, rows of (id, walk_at,
+    json), `json` being the memory object that agent sees; else memories.
 
     Rows unchanged since `as_of` are read straight off the (updated_at, id) index. The few
     changed since then are placed where they stood at `as_of`: their `updated_at` of that time
@@ -252,19 +257,18 @@ def _page(
         if as_json_for is None:
             return rows.select_related("agent").defer(*VECTOR_FIELDS)
         json = RawSQL(_LIST_JSON_SQL, [as_json_for.pk], output_field=TextField())
-        return rows.annotate(json=json).values_list("id", "walk_at", "json", named=True)
+        return rows.annotate(json=json).values_list("id", "walk_at", "json")
 
     # Unchanged rows owner by owner (`parts`, together exactly `rows`): each owner's walks its
     # newest-first index and stops after a page, where the OR of owners sorted them all.
     steady = [
-        row
-        for part in parts
-        for row in read(
+        read(
             part.filter(created_at__lte=cursor.as_of, updated_at__lte=cursor.as_of)
             .filter(cursor.before("updated_at"))
             .annotate(walk_at=F("updated_at"))
             .order_by("-updated_at", "-id")
         )[: limit + 1]
+        for part in parts
     ]
     rows = rows.filter(created_at__lte=cursor.as_of)
     as_of_then = (
@@ -274,20 +278,26 @@ def _page(
         .order_by("-created_at")
         .values("created_at")[:1]
     )
-    moved = list(
-        read(
-            rows.filter(updated_at__gt=cursor.as_of)
-            .annotate(walk_at=Coalesce(Subquery(as_of_then), F("created_at")))
-            .filter(cursor.before("walk_at"))
-            .order_by("-walk_at", "-id")
-        )[: limit + 1]
-    )
-    merged = sorted(steady + moved, key=lambda m: (m.walk_at, m.id), reverse=True)
+    moved = read(
+        rows.filter(updated_at__gt=cursor.as_of)
+        .annotate(walk_at=Coalesce(Subquery(as_of_then), F("created_at")))
+        .filter(cursor.before("walk_at"))
+        .order_by("-walk_at", "-id")
+    )[: limit + 1]
+    return [*steady, moved]
+
+
+def _merged(
+    results: list[list], *, cursor: WalkCursor, limit: int, key: Callable[[Any], tuple]
+) -> tuple[list, WalkCursor | None]:
+    """The page `_walk`'s statements returned (`key`: a row's (walk_at, id)), and the cursor of
+    the next one (None on the last)."""
+    merged = sorted((row for rows in results for row in rows), key=key, reverse=True)
     page = merged[:limit]
     if len(merged) <= limit:
         return page, None
-    last = page[-1]
-    return page, WalkCursor(as_of=cursor.as_of, updated_at=last.walk_at, memory_id=last.id)
+    walk_at, memory_id = key(page[-1])
+    return page, WalkCursor(as_of=cursor.as_of, updated_at=walk_at, memory_id=memory_id)
 
 
 def _many(value: Any) -> list[str]:
@@ -310,11 +320,18 @@ def memory_list(
 
     Filters (all optional): category, kind, tag (repeatable, AND), subject_id, thread_id,
     key_prefix, updated_after, include_shared (default true), limit (default 50, max 200),
-    cursor. A walk keeps the order of the moment it began (see `_page`): no memory is skipped
+    cursor. A walk keeps the order of the moment it began (see `_walk`): no memory is skipped
     or repeated when memories change, appear or disappear between pages.
     """
-    rows, parts, cursor, limit = _list_rows(principal=principal, filters=filters, now=now)
-    page, next_cursor = _page(rows, parts, cursor=cursor, limit=limit)
+    request = _list_request(principal=principal, filters=filters, now=now)
+    rows, parts = _list_rows(principal.tenant, principal.agent, request)
+    statements = _walk(rows, parts, cursor=request.cursor, limit=request.limit)
+    page, next_cursor = _merged(
+        [list(statement) for statement in statements],
+        cursor=request.cursor,
+        limit=request.limit,
+        key=lambda memory: (memory.walk_at, memory.id),
+    )
     return page, next_cursor.encode() if next_cursor else None
 
 
@@ -326,10 +343,28 @@ def memory_list_json(
 ) -> tuple[list[str], str | None]:
     """`memory_list` with each memory as the JSON text of `memory_json(memory, agent=<the
     principal's agent>)`, written by PostgreSQL (`memory_json_sql`): a page of 50 costs a
-    fraction of decoding 50 rows into models and encoding them again in Python."""
-    rows, parts, cursor, limit = _list_rows(principal=principal, filters=filters, now=now)
-    page, next_cursor = _page(rows, parts, cursor=cursor, limit=limit, as_json_for=principal.agent)
-    return [row.json for row in page], next_cursor.encode() if next_cursor else None
+    fraction of decoding 50 rows into models and encoding them again in Python. Without tags or
+    a key prefix, the walk's statements are compiled once per shape (`_compiled_list`)."""
+    request = _list_request(principal=principal, filters=filters, now=now)
+    shared = reads_from_ids(principal.agent) if request.include_shared else []
+    shape = request.shape(len(shared))
+    if shape is None:
+        rows, parts = _list_rows(principal.tenant, principal.agent, request)
+        statements = _walk(
+            rows, parts, cursor=request.cursor, limit=request.limit, as_json_for=principal.agent
+        )
+        results = [list(statement) for statement in statements]
+    else:
+        values = {**principal_values(principal, shared), **request.slot_values()}
+        with connection.cursor() as db:
+            results = []
+            for statement in _compiled_list(shape):
+                db.execute(*statement.bind(**values))
+                results.append(db.fetchall())
+    page, next_cursor = _merged(
+        results, cursor=request.cursor, limit=request.limit, key=lambda row: (row[1], row[0])
+    )
+    return [row[2] for row in page], next_cursor.encode() if next_cursor else None
 
 
 # The owner's slug without a join: the list's querysets select from the memory table alone.
@@ -342,11 +377,92 @@ _LIST_JSON_SQL = memory_json_sql(
 )
 
 
-def _list_rows(
-    *, principal: Principal, filters: dict, now: datetime | None
-) -> tuple[MemoryQuerySet, list[MemoryQuerySet], WalkCursor, int]:
-    """`memory_list`'s filtered visible memories (whole, and split by owner as
-    `visible_memories_by_owner` splits them), the walk's cursor and the page size."""
+@dataclass(frozen=True)
+class _ListRequest:
+    """A list request's validated filters."""
+
+    now: datetime
+    cursor: WalkCursor
+    limit: int
+    subject: str | None
+    include_shared: bool
+    category: str | None
+    kind: str | None
+    tags: tuple[str, ...]
+    thread_id: str | None
+    key_prefix: str | None
+    updated_after: datetime | None
+
+    # The filters a compiled list statement takes as slots when they are given.
+    OPTIONAL = ("subject", "category", "kind", "thread_id", "updated_after")
+
+    def shape(self, shared: int) -> tuple | None:
+        """What its compiled statements depend on besides the slots' values; None for filters
+        the ORM rewrites on their way to SQL (tags as arrays, a key prefix as a LIKE pattern)."""
+        if self.tags or self.key_prefix:
+            return None
+        given = tuple(getattr(self, name) is not None for name in self.OPTIONAL)
+        return (shared, self.include_shared, self.limit, self.cursor.updated_at is None, given)
+
+    def slot_values(self) -> dict[str, Any]:
+        return {
+            **{name: getattr(self, name) for name in self.OPTIONAL},
+            "now": self.now,
+            "as_of": self.cursor.as_of,
+            "cursor_at": self.cursor.updated_at,
+            "cursor_id": self.cursor.memory_id,
+        }
+
+
+@lru_cache(maxsize=512)
+def _compiled_list(shape: tuple) -> list[CompiledSQL]:
+    """The walk's statements (`_walk`, as JSON rows) for one shape, compiled once per process:
+    building and compiling three querysets cost more than running them."""
+    shared, include_shared, limit, first_page, present = shape
+    slots = Slot()
+    principal = slot_principal(slots, shared=shared)
+    given = dict(zip(_ListRequest.OPTIONAL, present, strict=True))
+
+    def slot(name: str, kind: Callable[[str], Any]) -> Any:
+        return kind(name) if given[name] else None
+
+    cursor = WalkCursor(as_of=slots.time("as_of"))
+    if not first_page:
+        cursor = WalkCursor(
+            as_of=cursor.as_of,
+            updated_at=slots.time("cursor_at"),
+            memory_id=slots.text("cursor_id"),
+        )
+    request = _ListRequest(
+        now=slots.time("now"),
+        cursor=cursor,
+        limit=limit,
+        subject=slot("subject", slots.text),
+        include_shared=include_shared,
+        category=slot("category", slots.text),
+        kind=slot("kind", slots.text),
+        tags=(),
+        thread_id=slot("thread_id", slots.text),
+        key_prefix=None,
+        updated_after=slot("updated_after", slots.time),
+    )
+    rows, parts = _list_rows(principal.tenant, principal.agent, request)
+    statements = _walk(rows, parts, cursor=cursor, limit=limit, as_json_for=principal.agent)
+    # Each statement needs only some of the slots (the agent's own part, no shared agent's id);
+    # together they must carry them all, or a value changed on its way to SQL.
+    every = frozenset(slots.names.values())
+    compiled = [
+        CompiledSQL(*statement.query.sql_with_params(), slots, optional=every)
+        for statement in statements
+    ]
+    missing = every - {name for statement in compiled for _, name in statement.positions}
+    if missing:
+        raise ValueError(f"placeholders not found in the compiled list statements: {missing}")
+    return compiled
+
+
+def _list_request(*, principal: Principal, filters: dict, now: datetime | None) -> _ListRequest:
+    """`memory_list`'s filters, validated."""
     principal.require_scope("read")
     now = resolve_now(now)
     if not isinstance(filters, dict):
@@ -360,40 +476,68 @@ def _list_rows(
         filters.get("include_shared"), "include_shared", default=True
     )
     limit = validation.parse_limit(filters.get("limit"))
-    narrowing: list[Q] = []
+    category = kind = thread_id = updated_after = None
     if filters.get("category"):
-        narrowing.append(Q(category=validation.category(filters["category"], default="")))
+        category = validation.category(filters["category"], default="")
     if filters.get("kind"):
-        narrowing.append(Q(kind=validation.kind(filters["kind"])))
+        kind = validation.kind(filters["kind"])
     wanted_tags = _many(filters.get("tag")) + _many(filters.get("tags"))
     if len(wanted_tags) > validation.MAX_TAGS:  # each is a filter: bound the query's size
         raise InvalidInput(f"At most {validation.MAX_TAGS} tags", field="tag")
-    for tag in wanted_tags:
-        narrowing.append(Q(tags__contains=[validation.normalise_tag(tag)]))
-    thread_id = validation.identifier(filters.get("thread_id"), "thread_id")
-    if thread_id:
-        narrowing.append(Q(thread_id=thread_id))
-    prefix = filters.get("key_prefix")
+    tags = tuple(validation.normalise_tag(tag) for tag in wanted_tags)
+    thread_id = validation.identifier(filters.get("thread_id"), "thread_id") or None
     if filters.get("updated_after"):
-        after = validation.parse_timestamp(filters["updated_after"], "updated_after")
-        narrowing.append(Q(updated_at__gt=after))
-
-    def narrow(rows: MemoryQuerySet) -> MemoryQuerySet:
-        for condition in narrowing:
-            rows = rows.filter(condition)
-        return _with_key_prefix(rows, prefix)
-
-    scope = {
-        "tenant": principal.tenant,
-        "agent": principal.agent,
-        "subject_id": subject,
-        "include_shared": include_shared,
-        "now": now,
-    }
+        updated_after = validation.parse_timestamp(filters["updated_after"], "updated_after")
     cursor = (
         WalkCursor.decode(str(filters["cursor"]))
         if filters.get("cursor")
         else WalkCursor(as_of=now)
     )
+    return _ListRequest(
+        now=now,
+        cursor=cursor,
+        limit=limit,
+        subject=subject or None,
+        include_shared=include_shared,
+        category=category,
+        kind=kind,
+        tags=tags,
+        thread_id=thread_id,
+        key_prefix=validation.key_prefix(filters.get("key_prefix")) or None,
+        updated_after=updated_after,
+    )
+
+
+def _list_rows(
+    tenant, agent: Agent, request: _ListRequest
+) -> tuple[MemoryQuerySet, list[MemoryQuerySet]]:
+    """The request's filtered visible memories, whole and split by owner as
+    `visible_memories_by_owner` splits them."""
+    narrowing: list[Q] = []
+    if request.category is not None:
+        narrowing.append(Q(category=request.category))
+    if request.kind is not None:
+        narrowing.append(Q(kind=request.kind))
+    for tag in request.tags:
+        narrowing.append(Q(tags__contains=[tag]))
+    if request.thread_id is not None:
+        narrowing.append(Q(thread_id=request.thread_id))
+    if request.key_prefix:
+        narrowing.append(Q(key__startswith=request.key_prefix))
+    if request.updated_after is not None:
+        narrowing.append(Q(updated_at__gt=request.updated_after))
+
+    def narrow(rows: MemoryQuerySet) -> MemoryQuerySet:
+        for condition in narrowing:
+            rows = rows.filter(condition)
+        return rows
+
+    scope = {
+        "tenant": tenant,
+        "agent": agent,
+        "subject_id": request.subject,
+        "include_shared": request.include_shared,
+        "now": request.now,
+    }
     rows = narrow(visible_memories(**scope))
-    return rows, [narrow(part) for part in visible_memories_by_owner(**scope)], cursor, limit
+    return rows, [narrow(part) for part in visible_memories_by_owner(**scope)]

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from accounts.principal import Principal
 from memories import selectors
 from memories.clock import resolve_now
-from memories.compiled import CompiledQuery, Slot
+from memories.compiled import CompiledQuery, Slot, principal_values
 from memories.models import VECTOR_FIELDS, Memory
 from memories.serialization import memory_json
 from memories.services.store import memory_store
@@ -146,3 +148,59 @@ def test_list_objects_written_by_postgres_are_memory_json(
         visible.order_by("-updated_at", "-id").values_list("id", flat=True)
     )
     assert {m["source"] for m in walked} == {"own", "workspace", "shared:friend-bot"}
+
+
+LIST_BODIES = [
+    {},
+    {"limit": 2},
+    {"subject_id": "ann", "limit": 3},
+    {"include_shared": False},
+    {"category": "workspace", "kind": "fact"},
+    {"thread_id": "t1", "updated_after": "2020-01-01T00:00:00Z"},
+]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("body", LIST_BODIES)
+@pytest.mark.parametrize("viewer", ["agent", "stranger"])
+def test_compiled_list_statements_are_the_built_ones(tenant, agent, crowd, body, viewer):
+    """Each page of a walk (the first, and one after a cursor) runs the statements built for
+    that request, exactly, bound into the statements compiled for its shape."""
+    owner = agent if viewer == "agent" else crowd["stranger"]
+    principal = Principal(tenant=tenant, agent=owner)
+    cursor = None
+    for _ in range(2):
+        filters = {**body, **({"cursor": cursor} if cursor else {})}
+        request = selectors._list_request(principal=principal, filters=filters, now=None)
+        rows, parts = selectors._list_rows(tenant, owner, request)
+        built = [
+            (sql, list(params))
+            for sql, params in (
+                statement.query.sql_with_params()
+                for statement in selectors._walk(
+                    rows, parts, cursor=request.cursor, limit=request.limit, as_json_for=owner
+                )
+            )
+        ]
+        shared = reads_from_ids(owner) if request.include_shared else []
+        values = {**principal_values(principal, shared), **request.slot_values()}
+        compiled = selectors._compiled_list(request.shape(len(shared)))
+        assert [statement.bind(**values) for statement in compiled] == built
+        _, cursor = selectors.memory_list_json(principal=principal, filters=filters)
+        if cursor is None:
+            break
+
+
+@pytest.mark.django_db
+def test_a_list_by_tags_or_key_prefix_is_built_each_time(tenant, agent, crowd):
+    """The ORM rewrites tags (arrays) and key prefixes (LIKE patterns): not compiled."""
+    principal = Principal(tenant=tenant, agent=agent)
+    for filters in ({"tag": "x"}, {"key_prefix": "k.team."}):
+        request = selectors._list_request(principal=principal, filters=filters, now=None)
+        assert request.shape(1) is None
+    listed, _ = selectors.memory_list_json(principal=principal, filters={"key_prefix": "k.team."})
+    # Workspace memories are the tenant's: its three agents' ones, not the other tenant's.
+    assert sorted(json.loads(row)["key"] for row in listed) == [
+        f"k.team.{slug}" for slug in ("friend-bot", "stranger-bot", "support-bot")
+    ]
+    assert len(listed) == len({json.loads(row)["id"] for row in listed}) == 3
