@@ -522,15 +522,13 @@ def _list_rows(
         narrowing.append(Q(tags__contains=[tag]))
     if request.thread_id is not None:
         narrowing.append(Q(thread_id=request.thread_id))
-    if request.key_prefix:
-        narrowing.append(Q(key__startswith=request.key_prefix))
     if request.updated_after is not None:
         narrowing.append(Q(updated_at__gt=request.updated_after))
 
     def narrow(rows: MemoryQuerySet) -> MemoryQuerySet:
         for condition in narrowing:
             rows = rows.filter(condition)
-        return rows
+        return _with_key_prefix(rows, request.key_prefix)
 
     scope = {
         "tenant": tenant,

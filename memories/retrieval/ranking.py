@@ -211,7 +211,7 @@ def ranking_sql(scope: QuerySet, args: RankingArgs, *, exact: bool) -> tuple[str
             # Each lexeme's document frequency: one hashed grouping of the hits, then joined
             # back by lexeme (a handful of rows). No window, no sort of the hits by id: at 1M
             # memories a question matches ~8k of them, whose ids sorted in the database's
-            # collation cost a sixth of the statement (README "Latency").
+            # collation cost a sixth of the statement (README "Search quality").
             "kw_df AS (SELECT lexeme, count(*)::float8 AS df, "
             "(SELECT count(*) FROM kw_all)::float8 AS n FROM kw_hits GROUP BY lexeme), "
             # Every matching memory holds at least one of the lexemes its match ORs together,

@@ -186,7 +186,9 @@ def test_compiled_list_statements_are_the_built_ones(tenant, agent, crowd, body,
         values = {**principal_values(principal, shared), **request.slot_values()}
         compiled = selectors._compiled_list(request.shape(len(shared)))
         assert [statement.bind(**values) for statement in compiled] == built
+        served = selectors._compiled_list.cache_info().hits
         _, cursor = selectors.memory_list_json(principal=principal, filters=filters)
+        assert selectors._compiled_list.cache_info().hits == served + 1  # it ran these
         if cursor is None:
             break
 
