@@ -90,8 +90,11 @@ def _literal(value: Any) -> str:
         return f" {text}" if text.startswith("-") else text
     if isinstance(value, str) and "\x00" not in value:
         # `%%`: the statement still goes through the driver's placeholder formatting.
-        return "'" + str(value).replace("'", "''").replace("%", "%%") + "'"
+        return "'" + value.replace("'", "''").replace("%", "%%") + "'"
     raise TypeError(f"not a constant to write into SQL: {value!r}")
+
+
+_END = object()  # the end of the parameters
 
 
 def inline_constants(sql: str, params: list | tuple, slots: Slot) -> tuple[str, list]:
@@ -126,9 +129,6 @@ def inline_constants(sql: str, params: list | tuple, slots: Slot) -> tuple[str, 
     if next(values, _END) is not _END:
         raise ValueError("more parameters than placeholders")
     return "".join(out), kept
-
-
-_END = object()
 
 
 class CompiledSQL:

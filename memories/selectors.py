@@ -324,10 +324,8 @@ def memory_list(
     or repeated when memories change, appear or disappear between pages.
     """
     request = _list_request(principal=principal, filters=filters, now=now)
-    rows, parts = _list_rows(principal.tenant, principal.agent, request)
-    statements = _walk(rows, parts, cursor=request.cursor, limit=request.limit)
     page, next_cursor = _merged(
-        [list(statement) for statement in statements],
+        _walk_built(principal, request),
         cursor=request.cursor,
         limit=request.limit,
         key=lambda memory: (memory.walk_at, memory.id),
@@ -349,11 +347,7 @@ def memory_list_json(
     shared = reads_from_ids(principal.agent) if request.include_shared else []
     shape = request.shape(len(shared))
     if shape is None:
-        rows, parts = _list_rows(principal.tenant, principal.agent, request)
-        statements = _walk(
-            rows, parts, cursor=request.cursor, limit=request.limit, as_json_for=principal.agent
-        )
-        results = [list(statement) for statement in statements]
+        results = _walk_built(principal, request, as_json_for=principal.agent)
     else:
         values = {**principal_values(principal, shared), **request.slot_values()}
         with connection.cursor() as db:
@@ -365,6 +359,17 @@ def memory_list_json(
         results, cursor=request.cursor, limit=request.limit, key=lambda row: (row[1], row[0])
     )
     return [row[2] for row in page], next_cursor.encode() if next_cursor else None
+
+
+def _walk_built(
+    principal: Principal, request: _ListRequest, *, as_json_for: Agent | None = None
+) -> list[list]:
+    """The rows of `_walk`'s statements, built from the request's querysets."""
+    rows, parts = _list_rows(principal.tenant, principal.agent, request)
+    statements = _walk(
+        rows, parts, cursor=request.cursor, limit=request.limit, as_json_for=as_json_for
+    )
+    return [list(statement) for statement in statements]
 
 
 # The owner's slug without a join: the list's querysets select from the memory table alone.
@@ -476,7 +481,7 @@ def _list_request(*, principal: Principal, filters: dict, now: datetime | None) 
         filters.get("include_shared"), "include_shared", default=True
     )
     limit = validation.parse_limit(filters.get("limit"))
-    category = kind = thread_id = updated_after = None
+    category = kind = updated_after = None
     if filters.get("category"):
         category = validation.category(filters["category"], default="")
     if filters.get("kind"):

@@ -202,7 +202,8 @@ def ranking_sql(scope: QuerySet, args: RankingArgs, *, exact: bool) -> tuple[str
             "kw_lex AS MATERIALIZED (SELECT DISTINCT lexeme, quote_literal(lexeme)::tsquery AS q, "
             "(quote_literal(lexeme) || ':A')::tsquery AS qa "
             "FROM unnest(to_tsvector('english'::regconfig, %s)) ORDER BY lexeme), "
-            # Each (memory, lexeme it holds), tested once.
+            # Each (memory, lexeme it holds), tested once; in kw_lex's order, so every memory
+            # adds its lexemes' IDFs below in one order, whatever the plan.
             "kw_hits AS MATERIALIZED (SELECT a.id, a.kw_rank, l.lexeme, "
             # Only a memory with neighbours' words can hold a lexeme at D alone.
             "CASE WHEN NOT a.has_context OR a.search_vector @@ l.qa THEN 1.0 "
