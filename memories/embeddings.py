@@ -90,7 +90,9 @@ class LocalEmbedder:
     (memories/onnx_minilm.py) on ONNX Runtime, `torch` runs it through sentence-transformers,
     `auto` (default) takes onnx where it is installed and exported. Either runs with
     `MEMORYHUB_EMBEDDER_THREADS` threads (default 1: on a small machine the web threads and
-    PostgreSQL need the other cores, and more threads only oversubscribe them).
+    PostgreSQL need the other cores, and more threads only oversubscribe them). On ONNX, a pass
+    that finds the machine idle runs on `MEMORYHUB_EMBEDDER_IDLE_THREADS` (default 2; 1 or 0:
+    never) instead (memories/onnx_minilm.py).
 
     Concurrent requests' texts share one forward pass (memories/embedding_batch.py), and the
     vectors of the last `MEMORYHUB_EMBEDDING_CACHE` single texts (search queries) are kept.
@@ -105,11 +107,15 @@ class LocalEmbedder:
         *,
         backend: str | None = None,
         threads: int | None = None,
+        idle_threads: int | None = None,
         cache_size: int | None = None,
         batch_window: float | None = None,
     ) -> None:
         self.backend = backend or settings.MEMORYHUB_EMBEDDER_BACKEND
         self.threads = threads or settings.MEMORYHUB_EMBEDDER_THREADS
+        if idle_threads is None:
+            idle_threads = settings.MEMORYHUB_EMBEDDER_IDLE_THREADS
+        self.idle_threads = idle_threads
         self._encode_fn = None
         self._load_lock = threading.Lock()
         if cache_size is None:
@@ -157,8 +163,9 @@ class LocalEmbedder:
                     onnx_minilm.model_path(),
                 )
         if backend == "onnx":
-            model = onnx_minilm.OnnxMiniLM(threads=self.threads)
+            model = onnx_minilm.OnnxMiniLM(threads=self.threads, idle_threads=self.idle_threads)
             self.runtime = "onnx"
+            self.onnx_model = model
             return lambda texts: model.encode(texts)
         if backend != "torch":
             raise ValueError(f"unknown MEMORYHUB_EMBEDDER_BACKEND {backend!r}")

@@ -105,3 +105,46 @@ def test_an_unknown_or_missing_backend_is_an_embedding_error(tmp_path, monkeypat
     monkeypatch.setenv("MEMORYHUB_ONNX_MODEL", str(tmp_path / "missing.onnx"))
     with pytest.raises(EmbeddingError):
         LocalEmbedder(backend="onnx").embed(["hello"])
+
+
+def test_a_pass_on_an_idle_machine_takes_the_idle_session_with_the_same_vectors(onnx_env):
+    running = {"now": 1}
+    model = onnx_minilm.OnnxMiniLM(
+        threads=1, idle_threads=2, cores=2, runnable=lambda: running["now"]
+    )
+    idle = model.encode(TEXTS)
+    assert model.idle_passes == 1
+    running["now"] = 2  # the caller and the thread that handed it the request
+    model.encode(TEXTS[:1])
+    assert model.idle_passes == 2
+    running["now"] = 3  # a third thread wants a core: the one-thread session
+    busy = model.encode(TEXTS)
+    assert model.idle_passes == 2
+    running["now"] = None  # unreadable: never the idle session
+    model.encode(TEXTS[:1])
+    assert model.idle_passes == 2
+    # One output element is never split between threads: the same vectors, bit for bit.
+    assert np.array_equal(idle, busy)
+
+
+def test_no_idle_session_where_it_would_not_have_more_threads_or_free_cores(onnx_env):
+    assert onnx_minilm.OnnxMiniLM(threads=2, idle_threads=2, cores=4).idle_session is None
+    assert onnx_minilm.OnnxMiniLM(threads=1, idle_threads=2, cores=1).idle_session is None
+    wide = onnx_minilm.OnnxMiniLM(threads=1, idle_threads=2, cores=4, runnable=lambda: 4)
+    wide.encode(TEXTS[:1])  # the caller, its server thread and 2 others: room for both threads
+    assert wide.idle_passes == 1
+    wide.runnable = lambda: 5
+    wide.encode(TEXTS[:1])
+    assert wide.idle_passes == 1
+    embedder = LocalEmbedder(backend="onnx", idle_threads=1)
+    embedder.embed(["hello"])
+    assert embedder.onnx_model.idle_session is None
+
+
+def test_runnable_threads_reads_the_kernel_count(tmp_path):
+    loadavg = tmp_path / "loadavg"
+    loadavg.write_text("0.84 1.46 1.74 3/87 5522\n")
+    assert onnx_minilm.runnable_threads(str(loadavg)) == 3
+    loadavg.write_text("garbage\n")
+    assert onnx_minilm.runnable_threads(str(loadavg)) is None
+    assert onnx_minilm.runnable_threads(str(tmp_path / "missing")) is None
