@@ -12,10 +12,10 @@ The vectors match the torch ones to float precision (cosine > 0.999 is the test'
 
 A pass runs on `threads` intra-op threads (1 by default: under load the web threads and
 PostgreSQL need the other cores). A pass that finds the machine idle (few runnable threads,
-read from `/proc/loadavg`: cores for all `idle_threads`; `pick_session`) runs on
-a second session of `idle_threads` threads instead: one text 7.4 → 4.3 ms on two cores, so a
-lone request is not kept waiting on one core while the other does nothing. The two sessions
-give the same vectors, bit for bit (one output element is never split between threads).
+read from `/proc/loadavg`: cores for all `idle_threads`; `pick_session`) runs on a second
+session of `idle_threads` threads instead: a pass inside `serve` 7.0 → 4.1–5.2 ms on two
+cores, so a lone request is not kept waiting on one core while the other does nothing. The two
+sessions give the same vectors, bit for bit (the test holds them to it).
 
 No Django here: the export runs at install time, before there is a database.
 """
@@ -170,8 +170,8 @@ class OnnxMiniLM:
         options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
         if threads > 1:
             # A pool thread spins 50 µs for its next piece of work, then sleeps: long enough to
-            # bridge the gaps between one pass's operators (sleeping through them: 6.1 → 7.2 ms
-            # a text), short enough not to burn a core between passes (the default spin: 16
+            # bridge the gaps between one pass's operators (sleeping through them: 6.1–7.4 ms a
+            # text against 5.3–6.4), short enough not to burn a core between passes (the default spin: 16
             # ms of CPU a pass, against 10).
             options.add_session_config_entry("session.intra_op.spin_duration_us", "50")
         return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
@@ -181,7 +181,7 @@ class OnnxMiniLM:
         default one. The kernel's count of runnable threads includes the caller, and, most of
         the time, the thread that just handed it the request (the web server's event loop, on
         its way back to sleep): two runnable threads on two cores is an idle machine. (Served
-        one request at a time, 1 or 2 in 99% of the readings, and a pass on the idle session
+        one request at a time, 1 or 2 in 98% of the readings, and a pass on the idle session
         took as long either way: 4.5–5.1 ms against 7.0 on one thread; under the mixed load,
         2 or more in every reading, 4–12 in 97%.)"""
         if self.idle_session is not None:

@@ -123,7 +123,7 @@ def test_a_pass_on_an_idle_machine_takes_the_idle_session_with_the_same_vectors(
     running["now"] = None  # unreadable: never the idle session
     model.encode(TEXTS[:1])
     assert model.idle_passes == 2
-    # One output element is never split between threads: the same vectors, bit for bit.
+    # The thread count changes no vector, not even in its last bits.
     assert np.array_equal(idle, busy)
 
 
