@@ -192,19 +192,62 @@ class OnnxMiniLM:
         return self.session
 
     def encode(self, texts: list[str]):
-        """L2-normalised mean-pooled embeddings, a float32 array of one row per text."""
+        """L2-normalised mean-pooled embeddings, a float32 array of one row per text.
+
+        The texts run in the groups `length_groups` picks: each padded to its own longest text,
+        not to the longest of all."""
         import numpy as np
 
         encodings = self.tokenizer.encode_batch(list(texts))
         ids = np.array([e.ids for e in encodings], dtype=np.int64)
         mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
-        (hidden,) = self.pick_session().run(
-            None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        lengths = mask.sum(axis=1).tolist()
+        session = self.pick_session()
+        out = None
+        for rows in length_groups(lengths):
+            width = max(lengths[row] for row in rows)  # the padding is on the right
+            group_ids, group_mask = ids[rows, :width], mask[rows, :width]
+            (hidden,) = session.run(
+                None,
+                {
+                    "input_ids": group_ids,
+                    "attention_mask": group_mask,
+                    "token_type_ids": np.zeros_like(group_ids),
+                },
+            )
+            if out is None:
+                out = np.empty((len(texts), hidden.shape[-1]), dtype=np.float32)
+            weights = group_mask[..., None].astype(np.float32)
+            out[rows] = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        return out / np.clip(norms, 1e-12, None)
+
+
+# A forward pass costs about as much as this many tokens of work besides its tokens' own (one
+# thread, this machine: 2.1 ms a pass + 0.22 ms a token, padding included, from 8 to 128
+# tokens and 1 to 4 texts).
+PASS_COST_TOKENS = 10
+
+
+def length_groups(lengths: list[int]) -> list[list[int]]:
+    """The texts (by index) split into passes of similar lengths, at the least work: a pass
+    costs `PASS_COST_TOKENS` plus its texts times its longest text (each is padded to it).
+    Four texts of 10, 15, 20 and 60 tokens: one pass is 250 tokens of work, the 60 apart 140.
+    Texts of one length stay in one pass."""
+    order = sorted(range(len(lengths)), key=lambda row: lengths[row])
+    # best[j]: the least work for the j shortest texts; cut[j]: where their last pass starts.
+    best, cut = [0] + [0] * len(order), [0] * (len(order) + 1)
+    for end in range(1, len(order) + 1):
+        longest = lengths[order[end - 1]]
+        best[end], cut[end] = min(
+            (best[start] + PASS_COST_TOKENS + (end - start) * longest, start)
+            for start in range(end)
         )
-        weights = mask[..., None].astype(np.float32)
-        pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
-        norms = np.linalg.norm(pooled, axis=1, keepdims=True)
-        return pooled / np.clip(norms, 1e-12, None)
+    groups, end = [], len(order)
+    while end:
+        groups.append(order[cut[end] : end])
+        end = cut[end]
+    return groups[::-1]
 
 
 def main(argv: list[str]) -> int:

@@ -148,3 +148,49 @@ def test_runnable_threads_reads_the_kernel_count(tmp_path):
     loadavg.write_text("garbage\n")
     assert onnx_minilm.runnable_threads(str(loadavg)) is None
     assert onnx_minilm.runnable_threads(str(tmp_path / "missing")) is None
+
+
+def test_length_groups_pad_each_pass_to_its_own_longest_text_at_the_least_work():
+    import itertools
+    import random
+
+    groups = onnx_minilm.length_groups
+    assert groups([10, 15, 20, 60]) == [[0, 1, 2], [3]]  # 140 tokens of work against 250
+    assert groups([17, 17, 17, 17]) == [[0, 1, 2, 3]]  # one length: one pass
+    assert groups([9]) == [[0]]
+
+    def work(lengths, parts):
+        cost = onnx_minilm.PASS_COST_TOKENS
+        return sum(cost + len(rows) * max(lengths[r] for r in rows) for rows in parts)
+
+    rng = random.Random(5)
+    for _ in range(200):
+        lengths = [rng.choice([3, 8, 12, 17, 30, 64, 128, 256]) for _ in range(rng.randint(1, 7))]
+        got = groups(lengths)
+        assert sorted(r for rows in got for r in rows) == list(range(len(lengths)))
+        order = sorted(range(len(lengths)), key=lambda r: lengths[r])
+        least = min(  # every split of the texts sorted by length into contiguous passes
+            work(lengths, [order[a:b] for a, b in itertools.pairwise([0, *cuts, len(order)])])
+            for k in range(len(order))
+            for cuts in itertools.combinations(range(1, len(order)), k)
+        )
+        assert work(lengths, got) == least
+
+
+def test_texts_of_mixed_lengths_get_the_vectors_they_get_alone(onnx_env):
+    model = onnx_minilm.OnnxMiniLM(threads=1)
+    texts = ["short", "a much longer text " * 30, "mid length text about the cat", "x"]
+    shapes = []
+    session = model.session
+
+    class Recording:
+        def run(self, names, feed):
+            shapes.append(feed["input_ids"].shape)
+            return session.run(names, feed)
+
+    model.session = Recording()
+    together = model.encode(texts)
+    # The long text runs apart; the three short ones are padded to the longest of them only.
+    assert sorted(shapes) == [(1, 122), (3, 8)]
+    alone = np.vstack([model.encode([text]) for text in texts])
+    assert cosines(together, alone).min() > 0.99999
