@@ -113,9 +113,10 @@ class LocalEmbedder:
     ) -> None:
         self.backend = backend or settings.MEMORYHUB_EMBEDDER_BACKEND
         self.threads = threads or settings.MEMORYHUB_EMBEDDER_THREADS
-        if idle_threads is None:
-            idle_threads = settings.MEMORYHUB_EMBEDDER_IDLE_THREADS
-        self.idle_threads = idle_threads
+        self.idle_threads = (
+            settings.MEMORYHUB_EMBEDDER_IDLE_THREADS if idle_threads is None else idle_threads
+        )
+        self.onnx_model = None  # the ONNX model, once loaded on that runtime
         self._encode_fn = None
         self._load_lock = threading.Lock()
         if cache_size is None:

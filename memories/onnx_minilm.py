@@ -151,12 +151,10 @@ class OnnxMiniLM:
         path = path or model_path()
         self.session = self._session(path, threads)
         self.cores = cores or available_cores()
-        self.idle_threads = idle_threads if idle_threads and idle_threads > threads else None
-        if self.idle_threads is not None and self.idle_threads > self.cores:
-            self.idle_threads = None  # never that many free cores
-        self.idle_session = None
-        if self.idle_threads is not None:
-            self.idle_session = self._session(path, self.idle_threads)
+        # None: no more threads than the default session, or more than there are cores.
+        wanted = idle_threads or 0
+        self.idle_threads = wanted if threads < wanted <= self.cores else None
+        self.idle_session = self._session(path, wanted) if self.idle_threads else None
         self.runnable = runnable
         self.idle_passes = 0  # passes run on the idle session (diagnostics and tests)
 
@@ -171,8 +169,8 @@ class OnnxMiniLM:
         if threads > 1:
             # A pool thread spins 50 µs for its next piece of work, then sleeps: long enough to
             # bridge the gaps between one pass's operators (sleeping through them: 6.1–7.4 ms a
-            # text against 5.3–6.4), short enough not to burn a core between passes (the default spin: 16
-            # ms of CPU a pass, against 10).
+            # text against 5.3–6.4), short enough not to burn a core between passes (the
+            # default spin: 16 ms of CPU a pass, against 10).
             options.add_session_config_entry("session.intra_op.spin_duration_us", "50")
         return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
@@ -236,7 +234,7 @@ def length_groups(lengths: list[int]) -> list[list[int]]:
     Texts of one length stay in one pass."""
     order = sorted(range(len(lengths)), key=lambda row: lengths[row])
     # best[j]: the least work for the j shortest texts; cut[j]: where their last pass starts.
-    best, cut = [0] + [0] * len(order), [0] * (len(order) + 1)
+    best, cut = [0] * (len(order) + 1), [0] * (len(order) + 1)
     for end in range(1, len(order) + 1):
         longest = lengths[order[end - 1]]
         best[end], cut[end] = min(
