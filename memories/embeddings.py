@@ -185,6 +185,11 @@ class LocalEmbedder:
             show_progress_bar=False,
         )
 
+    def warm(self) -> None:
+        """Load the model and run one pass now, so that no request waits for either (a
+        failure is logged and raised as `EmbeddingError`, as a request's would be)."""
+        self.embed([self.model_name])
+
     def _encode(self, texts: list[str]):
         return self._load()(texts)
 

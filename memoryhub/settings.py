@@ -276,6 +276,8 @@ MEMORYHUB_EMBEDDER_BACKEND = env_choice(
 MEMORYHUB_EMBEDDER_THREADS = env_int("MEMORYHUB_EMBEDDER_THREADS", 1)
 # ...and on ONNX, the threads of a pass that finds the machine idle (≤ the above: never).
 MEMORYHUB_EMBEDDER_IDLE_THREADS = env_int("MEMORYHUB_EMBEDDER_IDLE_THREADS", 2)
+# A web process freezes its start-up objects out of the cyclic GC's walks (memoryhub/asgi.py).
+MEMORYHUB_GC_FREEZE = env_bool("MEMORYHUB_GC_FREEZE", default=not TESTING)
 MEMORYHUB_EMBEDDING_CACHE = env_int("MEMORYHUB_EMBEDDING_CACHE", 1024)
 MEMORYHUB_EMBEDDER_BATCH_WINDOW_MS = env_float("MEMORYHUB_EMBEDDER_BATCH_WINDOW_MS", 0.0)
 MEMORYHUB_EMBEDDER_URL = env_str("MEMORYHUB_EMBEDDER_URL", "https://api.openai.com/v1")

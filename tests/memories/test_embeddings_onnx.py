@@ -3,6 +3,8 @@ and the query cache change no vector, and `auto` takes ONNX only where it was ex
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import logging
 import threading
 
@@ -10,7 +12,7 @@ import numpy as np
 import pytest
 
 from memories import onnx_minilm
-from memories.embeddings import LocalEmbedder
+from memories.embeddings import LocalEmbedder, get_embedder, reset_embedder
 from memoryhub.errors import EmbeddingError
 
 pytestmark = [
@@ -194,3 +196,61 @@ def test_texts_of_mixed_lengths_get_the_vectors_they_get_alone(onnx_env):
     assert sorted(shapes) == [(1, 122), (3, 8)]
     alone = np.vstack([model.encode([text]) for text in texts])
     assert cosines(together, alone).min() > 0.99999
+
+
+@pytest.fixture
+def served_local(onnx_env, settings):
+    """The process-wide embedder is the local model (on the test export) for one test."""
+    settings.MEMORYHUB_EMBEDDER = "local"
+    settings.MEMORYHUB_EMBEDDER_BACKEND = "onnx"
+    settings.MEMORYHUB_GC_FREEZE = True
+    reset_embedder()
+    yield
+    gc.unfreeze()
+    reset_embedder()
+
+
+def _lifespan() -> list[str]:
+    """One web process's lifespan through the deployed ASGI app: start-up, then shut-down."""
+    from memoryhub.asgi import application
+
+    pending = [{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}]
+    sent: list[str] = []
+
+    async def receive():
+        return pending.pop(0)
+
+    async def send(message):
+        sent.append(message["type"])
+
+    asyncio.run(application({"type": "lifespan", "asgi": {"version": "3.0"}}, receive, send))
+    return sent
+
+
+def test_a_web_process_loads_the_model_and_freezes_its_start_up_before_serving(served_local):
+    gc.unfreeze()
+    assert gc.get_freeze_count() == 0
+    sent = _lifespan()
+    assert sent == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
+    embedder = get_embedder()
+    assert embedder.onnx_model is not None  # loaded, and run once: its first query is cached
+    assert embedder.cache.get(embedder.model_name) is not None
+    assert gc.get_freeze_count() > 10_000
+
+
+def test_a_model_that_cannot_load_does_not_stop_the_web_process(served_local, monkeypatch, caplog):
+    monkeypatch.setenv("MEMORYHUB_ONNX_MODEL", "/nonexistent/minilm.onnx")
+    with caplog.at_level(logging.ERROR):
+        sent = _lifespan()
+    assert sent == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
+    assert "could not load the local embedding model" in caplog.text
+    with pytest.raises(EmbeddingError):  # each request reports it, as before
+        get_embedder().embed(["hello"])
+
+
+def test_without_gc_freeze_nothing_is_frozen(served_local, settings):
+    settings.MEMORYHUB_GC_FREEZE = False
+    gc.unfreeze()
+    _lifespan()
+    assert get_embedder().onnx_model is not None
+    assert gc.get_freeze_count() == 0
