@@ -14,8 +14,8 @@ and handed on with its length.
 
 The MCP app's lifespan (its session manager) runs with the server's; Django has no lifespan
 handler, so lifespan events go to the MCP app, after `settle_worker` has run at start-up: each
-uvicorn worker loads the local embedding model before it takes its first request (which would
-otherwise wait 0.4-0.7 s for it) and then freezes what start-up allocated out of the cyclic
+uvicorn worker imports its views and loads the local embedding model before it takes its first
+request (which would otherwise wait 0.4-0.7 s for them) and then freezes what start-up allocated out of the cyclic
 garbage collector's sight (`MEMORYHUB_GC_FREEZE`): the ~150k objects of Django, the MCP SDK and
 the model's runtime never become garbage, yet each full collection walked them all (50-100 ms
 with the worker's requests stalled).
@@ -201,11 +201,15 @@ async def mcp_transport(scope, receive, send):
 
 
 def settle_worker() -> None:
-    """A web process's start-up, before its first request: the local model loaded and run once
-    (a failure is logged by the embedder and each request answers it with a 502, as without),
-    then, with `MEMORYHUB_GC_FREEZE`, everything allocated so far frozen (`gc.freeze`)."""
+    """A web process's start-up, before its first request: the URLconf imported (every view
+    module: ~140 ms), the local model loaded and run once (a failure is logged by the embedder
+    and each request answers it with a 502, as without), then, with `MEMORYHUB_GC_FREEZE`,
+    everything allocated so far frozen (`gc.freeze`)."""
+    from django.urls import get_resolver
+
     from memories.embeddings import get_embedder
 
+    get_resolver().url_patterns  # noqa: B018  (imported on first access)
     embedder = get_embedder()
     warm = getattr(embedder, "warm", None)
     if warm is not None:

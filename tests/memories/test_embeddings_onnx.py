@@ -228,10 +228,15 @@ def _lifespan() -> list[str]:
 
 
 def test_a_web_process_loads_the_model_and_freezes_its_start_up_before_serving(served_local):
+    from django.urls import clear_url_caches, get_resolver
+
     gc.unfreeze()
     assert gc.get_freeze_count() == 0
+    clear_url_caches()  # a fresh process's resolver: its URLconf not read yet
+    assert "url_patterns" not in vars(get_resolver())
     sent = _lifespan()
     assert sent == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
+    assert "url_patterns" in vars(get_resolver())  # the views imported before any request
     embedder = get_embedder()
     assert embedder.onnx_model is not None  # loaded, and run once: its first query is cached
     assert embedder.cache.get(embedder.model_name) is not None
