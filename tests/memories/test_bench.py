@@ -148,6 +148,10 @@ def test_bench_command_runs_end_to_end_at_tiny_scale(tmp_path):
     assert completed.returncode == 0, completed.stderr[-3000:]
     results = json.loads(output.read_text())
     assert results["meta"]["scales"] == [300]
+    # Timed on PostgreSQL as installed: commits flushed, full-page writes (tests run without).
+    on = {"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on"}
+    assert results["meta"]["postgres"] == on
+    assert "(fsync on, synchronous_commit on, full_page_writes on)" in completed.stdout
     latency = results["latency"]["300"]
     assert latency["memories_in_tenant"] == 300
     for op in (

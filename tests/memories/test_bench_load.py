@@ -55,6 +55,8 @@ def test_bench_load_runs_against_serve_and_writes_its_figures(tmp_path):
     assert results["latency"] == {"kept": True}  # the other figures stay
     load = results["load"]["hashing"]
     assert (load["clients"], load["duration_s"], load["embedder"]) == (2, 2.0, "hashing")
+    on = {"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on"}
+    assert load["postgres"] == on  # PostgreSQL as installed, not the tests' settings
     for op in ("store", "search_hybrid", "recall", "all"):
         row = load["operations"][op]
         assert row["n"] > 0 and row["p50"] > 0 and row["req_per_s"] > 0, op

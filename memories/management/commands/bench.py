@@ -24,7 +24,7 @@ from memories.bench.formation import formation_table, run_extraction_bench, run_
 from memories.bench.load import load_table, run_load_bench
 from memories.bench.locomo import KS, MODES, run_locomo
 from memories.bench.prune import run_prune_bench
-from memories.bench.server import ApiServer, throwaway_database
+from memories.bench.server import ApiServer, durability, throwaway_database
 from memories.models import Memory
 
 SCALES = (10_000, 100_000, 1_000_000)
@@ -138,7 +138,8 @@ class Command(BaseCommand):
                 f"{conversations} conversation(s)"
             )
         ingest = None
-        with throwaway_database(self.out) as data_dir:
+        with throwaway_database(self.out, durable=True) as data_dir:
+            results["meta"]["postgres"] = durability()
             if not opts["skip_latency"]:
                 # The ingest figure is taken on the latency bench's server (one start fewer).
                 results["latency"], ingest = self.latency(
@@ -181,7 +182,8 @@ class Command(BaseCommand):
             raise CommandError("--clients and --duration must be positive")
         embedder = opts["embedder"]
         logging.getLogger("httpx").setLevel(logging.WARNING)
-        with throwaway_database(self.out) as data_dir:
+        with throwaway_database(self.out, durable=True) as data_dir:
+            postgres = durability()
             result = run_load_bench(
                 data_dir=data_dir,
                 clients=opts["clients"],
@@ -191,6 +193,7 @@ class Command(BaseCommand):
             )
         result["started_at"] = timezone.now().isoformat()
         result["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version()}
+        result["postgres"] = postgres
         load_table(result, self.out)
         path = opts["output"]
         try:
