@@ -15,10 +15,10 @@ and handed on with its length.
 The MCP app's lifespan (its session manager) runs with the server's; Django has no lifespan
 handler, so lifespan events go to the MCP app, after `settle_worker` has run at start-up: each
 uvicorn worker imports its views and loads the local embedding model before it takes its first
-request (which would otherwise wait 0.4-0.7 s for them) and then freezes what start-up allocated out of the cyclic
-garbage collector's sight (`MEMORYHUB_GC_FREEZE`): the ~150k objects of Django, the MCP SDK and
-the model's runtime never become garbage, yet each full collection walked them all (50-100 ms
-with the worker's requests stalled).
+request (which would otherwise wait 0.4-0.7 s for them), then freezes what start-up allocated
+out of the cyclic garbage collector's sight (`MEMORYHUB_GC_FREEZE`): the ~150k objects of
+Django, the MCP SDK and the model's runtime never become garbage, yet each full collection
+walked them all (50-100 ms, the worker's requests stalled).
 
 `/mcp` requests pass `mcp_transport` first: the `Host` and `Origin` checks (DNS rebinding) with
 Django's ALLOWED_HOSTS rules, the JSON content type and the body limit, answered in our envelope
@@ -32,7 +32,6 @@ import gc
 import json
 import logging
 import os
-from contextlib import suppress
 from urllib.parse import urlsplit
 
 from a2wsgi import WSGIMiddleware
@@ -62,6 +61,7 @@ django_wsgi_pool = WSGIMiddleware(django_wsgi, workers=1)
 # a2wsgi runs requests in its executor; it is the process's one pool (made no thread yet).
 django_wsgi_pool.executor = web_executor()
 host_logger = logging.getLogger("django.security.DisallowedHost")
+logger = logging.getLogger("memoryhub.asgi")
 
 
 async def _send_json(send, status: int, body: bytes, headers=()) -> None:
@@ -204,17 +204,19 @@ def settle_worker() -> None:
     """A web process's start-up, before its first request: the URLconf imported (every view
     module: ~140 ms), the local model loaded and run once (a failure is logged by the embedder
     and each request answers it with a 502, as without), then, with `MEMORYHUB_GC_FREEZE`,
-    everything allocated so far frozen (`gc.freeze`)."""
+    everything allocated so far frozen (`gc.freeze`). An embedder that is not ready does not
+    stop the process: its requests answer it, as they would have."""
     from django.urls import get_resolver
 
     from memories.embeddings import get_embedder
 
     get_resolver().url_patterns  # noqa: B018  (imported on first access)
-    embedder = get_embedder()
-    warm = getattr(embedder, "warm", None)
-    if warm is not None:
-        with suppress(EmbeddingError):  # logged by the embedder
+    try:
+        warm = getattr(get_embedder(), "warm", None)
+        if warm is not None:
             warm()
+    except EmbeddingError as exc:  # a model that fails to load is logged with its cause too
+        logger.warning("the embedder is not ready (%s): requests that embed answer 502", exc)
     if settings.MEMORYHUB_GC_FREEZE:
         gc.collect()  # what is garbage already goes now, not into the frozen generation
         gc.freeze()

@@ -80,3 +80,23 @@ def asgi_http_scope(
         "client": ("127.0.0.1", 50000),
         "server": ("testserver", 80),
     }
+
+
+def asgi_lifespan() -> list[str]:
+    """One web process's lifespan through `memoryhub.asgi.application`: start-up, then
+    shut-down; the types of the messages the app sent back."""
+    import asyncio
+
+    from memoryhub.asgi import application
+
+    pending = [{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}]
+    sent: list[str] = []
+
+    async def receive():
+        return pending.pop(0)
+
+    async def send(message):
+        sent.append(message["type"])
+
+    asyncio.run(application({"type": "lifespan", "asgi": {"version": "3.0"}}, receive, send))
+    return sent

@@ -8,9 +8,10 @@ import json
 import pytest
 from django.db import connections
 
+from memories.embeddings import reset_embedder
 from memories.models import Memory
 from memoryhub.asgi import application
-from tests.factories import asgi_http_scope, make_agent, make_key, make_tenant
+from tests.factories import asgi_http_scope, asgi_lifespan, make_agent, make_key, make_tenant
 
 
 def _post(path: str, chunks: list[bytes], headers: list[tuple[bytes, bytes]]):
@@ -71,3 +72,13 @@ def test_a_chunked_body_over_the_limit_is_413(raw_key, settings):
     assert status == 413
     assert answer["error"]["code"] == "PAYLOAD_TOO_LARGE"
     assert not Memory.objects.exists()
+
+
+def test_a_misconfigured_embedder_does_not_stop_a_web_process_starting(settings, caplog):
+    settings.MEMORYHUB_EMBEDDER = "nope"
+    reset_embedder()
+    try:
+        assert asgi_lifespan() == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
+    finally:
+        reset_embedder()
+    assert "the embedder is not ready (Unknown embedder 'nope')" in caplog.text

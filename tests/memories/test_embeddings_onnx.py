@@ -3,7 +3,6 @@ and the query cache change no vector, and `auto` takes ONNX only where it was ex
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import logging
 import threading
@@ -14,6 +13,7 @@ import pytest
 from memories import onnx_minilm
 from memories.embeddings import LocalEmbedder, get_embedder, reset_embedder
 from memoryhub.errors import EmbeddingError
+from tests.factories import asgi_lifespan
 
 pytestmark = [
     pytest.mark.slow,
@@ -210,23 +210,6 @@ def served_local(onnx_env, settings):
     reset_embedder()
 
 
-def _lifespan() -> list[str]:
-    """One web process's lifespan through the deployed ASGI app: start-up, then shut-down."""
-    from memoryhub.asgi import application
-
-    pending = [{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}]
-    sent: list[str] = []
-
-    async def receive():
-        return pending.pop(0)
-
-    async def send(message):
-        sent.append(message["type"])
-
-    asyncio.run(application({"type": "lifespan", "asgi": {"version": "3.0"}}, receive, send))
-    return sent
-
-
 def test_a_web_process_loads_the_model_and_freezes_its_start_up_before_serving(served_local):
     from django.urls import clear_url_caches, get_resolver
 
@@ -234,7 +217,7 @@ def test_a_web_process_loads_the_model_and_freezes_its_start_up_before_serving(s
     assert gc.get_freeze_count() == 0
     clear_url_caches()  # a fresh process's resolver: its URLconf not read yet
     assert "url_patterns" not in vars(get_resolver())
-    sent = _lifespan()
+    sent = asgi_lifespan()
     assert sent == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
     assert "url_patterns" in vars(get_resolver())  # the views imported before any request
     embedder = get_embedder()
@@ -245,10 +228,13 @@ def test_a_web_process_loads_the_model_and_freezes_its_start_up_before_serving(s
 
 def test_a_model_that_cannot_load_does_not_stop_the_web_process(served_local, monkeypatch, caplog):
     monkeypatch.setenv("MEMORYHUB_ONNX_MODEL", "/nonexistent/minilm.onnx")
-    with caplog.at_level(logging.ERROR):
-        sent = _lifespan()
+    with caplog.at_level(logging.WARNING):
+        sent = asgi_lifespan()
     assert sent == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
-    assert "could not load the local embedding model" in caplog.text
+    assert "could not load the local embedding model" in caplog.text  # with its cause
+    assert "the embedder is not ready (The local embedding model could not be loaded)" in (
+        caplog.text
+    )
     with pytest.raises(EmbeddingError):  # each request reports it, as before
         get_embedder().embed(["hello"])
 
@@ -256,6 +242,6 @@ def test_a_model_that_cannot_load_does_not_stop_the_web_process(served_local, mo
 def test_without_gc_freeze_nothing_is_frozen(served_local, settings):
     settings.MEMORYHUB_GC_FREEZE = False
     gc.unfreeze()
-    _lifespan()
+    asgi_lifespan()
     assert get_embedder().onnx_model is not None
     assert gc.get_freeze_count() == 0
