@@ -23,14 +23,17 @@ OPERATIONS = ("store", "search_hybrid", "recall")
 
 
 class Client:
+    """A keep-alive connection with an agent's key (also the latency bench's client: latency.py)."""
+
     def __init__(self, base_url: str, key: str):
         parts = urlsplit(base_url)
         self.host, self.port = parts.hostname, parts.port
         self.headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
         self.connection: http.client.HTTPConnection | None = None
+        self.body = b""  # the last response's body, read whole
 
     def request(self, method: str, path: str, body: dict | None = None) -> int:
-        """The response's status (its body read and dropped); a new connection after a
+        """The response's status (its body read into `body`); a new connection after a
         transport error."""
         if self.connection is None:
             self.connection = http.client.HTTPConnection(self.host, self.port, timeout=60)
@@ -38,7 +41,7 @@ class Client:
         try:
             self.connection.request(method, path, body=payload, headers=self.headers)
             response = self.connection.getresponse()
-            response.read()
+            self.body = response.read()
             return response.status
         except (OSError, http.client.HTTPException):
             self.connection.close()

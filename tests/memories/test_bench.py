@@ -17,6 +17,7 @@ from memories.bench import cpu, latency
 from memories.bench.latency import percentiles
 from memories.bench.locomo import evidence_ids, load, turn_text
 from tests.support.bench import run_bench
+from tests.support.live_server import asgi_server  # noqa: F401 - the fixture
 
 TINY_LOCOMO = [
     {
@@ -206,3 +207,15 @@ def test_bench_command_runs_end_to_end_at_tiny_scale(tmp_path):
     # The throwaway data directory is gone.
     data_dir = completed.stdout.split("throwaway PostgreSQL ready in ")[1].split(" at ")[1]
     assert not Path(data_dir.splitlines()[0].strip()).exists()
+
+
+def test_the_latency_client_times_requests_and_reports_a_failure_with_its_body(
+    asgi_server,  # noqa: F811 - the fixture imported above
+):
+    from memories.bench.load_client import Client
+
+    client = Client(asgi_server, "mh_not-a-key")
+    with pytest.raises(RuntimeError, match=r"bench request failed: 401 .*UNAUTHENTICATED"):
+        latency._timed(client, lambda c, i: c.request("GET", "/api/v1/memories"), n=1, warmup=0)
+    healthy = latency._timed(client, lambda c, i: c.request("GET", "/healthz"), n=3, warmup=2)
+    assert len(healthy) == 3 and min(healthy) > 0  # the warm-up requests are not counted
