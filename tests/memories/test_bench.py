@@ -205,8 +205,10 @@ def test_bench_command_runs_end_to_end_at_tiny_scale(tmp_path):
     assert "extraction server_ms @4thr" in completed.stdout
     assert "ingest 10-msg batch" in completed.stdout
     # The throwaway data directory is gone.
-    data_dir = completed.stdout.split("throwaway PostgreSQL ready in ")[1].split(" at ")[1]
-    assert not Path(data_dir.splitlines()[0].strip()).exists()
+    line = completed.stdout.split("throwaway PostgreSQL ready in ")[1].splitlines()[0]
+    data_dir = Path(line.split(" at ")[1].split(" (fsync")[0])
+    assert data_dir.name.startswith("memoryhub-bench-")  # the path itself, not the line's tail
+    assert not data_dir.exists()
 
 
 def test_the_latency_client_times_requests_and_reports_a_failure_with_its_body(
