@@ -15,6 +15,7 @@ from django.conf import settings
 
 from memories.bench.extraction_eval import load, recall, session_time
 from memories.bench.standin_llm import operations_for
+from tests.support.bench import throwaway_dir
 
 TINY_LOCOMO = [
     {
@@ -203,8 +204,7 @@ def test_eval_ingests_extracts_and_scores_evidence_recall(tmp_path, fake_llm):
     assert "conv-a session 1/2: 3 messages, 1 run(s), +2 memories" in completed.stderr
     assert "conv-a session 2/2: 1 messages, 1 run(s), +0 memories" in completed.stderr
     assert "evidence recall" in completed.stdout and "single-hop" in completed.stdout
-    data_dir = completed.stderr.split("throwaway PostgreSQL ready in ")[1].split(" at ")[1]
-    assert not os.path.exists(data_dir.splitlines()[0].strip())
+    assert not throwaway_dir(completed.stderr).exists()
 
 
 @pytest.mark.slow

@@ -9,14 +9,13 @@ from __future__ import annotations
 import json
 import os
 import sys
-from pathlib import Path
 
 import pytest
 
 from memories.bench import cpu, latency
 from memories.bench.latency import percentiles
 from memories.bench.locomo import evidence_ids, load, turn_text
-from tests.support.bench import run_bench
+from tests.support.bench import run_bench, throwaway_dir
 from tests.support.live_server import asgi_server  # noqa: F401 - the fixture
 
 TINY_LOCOMO = [
@@ -205,10 +204,7 @@ def test_bench_command_runs_end_to_end_at_tiny_scale(tmp_path):
     assert "extraction server_ms @4thr" in completed.stdout
     assert "ingest 10-msg batch" in completed.stdout
     # The throwaway data directory is gone.
-    line = completed.stdout.split("throwaway PostgreSQL ready in ")[1].splitlines()[0]
-    data_dir = Path(line.split(" at ")[1].split(" (fsync")[0])
-    assert data_dir.name.startswith("memoryhub-bench-")  # the path itself, not the line's tail
-    assert not data_dir.exists()
+    assert not throwaway_dir(completed.stdout).exists()
 
 
 def test_the_latency_client_times_requests_and_reports_a_failure_with_its_body(

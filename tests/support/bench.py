@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from django.conf import settings
 
@@ -21,3 +22,12 @@ def run_bench(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
         text=True,
         timeout=timeout,
     )
+
+
+def throwaway_dir(output: str) -> Path:
+    """The data directory a command's "throwaway PostgreSQL ready in …s at DIR (settings)" line
+    names (memories/bench/server.py)."""
+    line = output.split("throwaway PostgreSQL ready in ")[1].splitlines()[0]
+    path = Path(line.split(" at ", 1)[1].split(" (fsync ")[0])
+    assert path.name.startswith("memoryhub-bench-"), line  # the path, not the line's tail
+    return path
