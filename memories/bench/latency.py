@@ -394,8 +394,7 @@ def measure(
             for name, request in ops.items()
         }
     finally:
-        if client.connection is not None:
-            client.connection.close()
+        client.close()
 
 
 TARGETS = {

@@ -44,9 +44,14 @@ class Client:
             self.body = response.read()
             return response.status
         except (OSError, http.client.HTTPException):
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Close the connection (the next request opens a new one)."""
+        if self.connection is not None:
             self.connection.close()
             self.connection = None
-            raise
 
 
 def run(config: dict, wait_for_go=None, out=None) -> dict:

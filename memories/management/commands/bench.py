@@ -183,7 +183,6 @@ class Command(BaseCommand):
         embedder = opts["embedder"]
         logging.getLogger("httpx").setLevel(logging.WARNING)
         with throwaway_database(self.out, durable=True) as data_dir:
-            postgres = durability()
             result = run_load_bench(
                 data_dir=data_dir,
                 clients=opts["clients"],
@@ -191,9 +190,9 @@ class Command(BaseCommand):
                 embedder=embedder,
                 out=self.out,
             )
+            result["postgres"] = durability()
         result["started_at"] = timezone.now().isoformat()
         result["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version()}
-        result["postgres"] = postgres
         load_table(result, self.out)
         path = opts["output"]
         try:
