@@ -217,6 +217,25 @@ def test_search_with_query_and_filters(store):
     assert {r.key for r in store.search((), query="red apple")} >= {"doc1", "doc5"}
 
 
+def test_a_falsy_filter_value_is_matched_not_ignored(store):
+    """`filter={"active": False}` (or `0`, `""`, `None`) selects the items holding that value, as
+    LangGraph's own stores do; it is not "no filter"."""
+    store.put(("f",), "on", {"active": True, "count": 1, "note": "x", "meta": {"ok": True}})
+    store.put(("f",), "off", {"active": False, "count": 0, "note": "", "meta": {"ok": False}})
+    store.put(("f",), "bare", {"active": None, "count": 2, "note": "y", "meta": {}})
+    for wanted, keys in [
+        ({"active": False}, {"off"}),
+        ({"active": True}, {"on"}),
+        ({"count": 0}, {"off"}),
+        ({"note": ""}, {"off"}),
+        ({"active": None}, {"bare"}),
+        ({"meta": {"ok": False}}, {"off"}),
+        ({"count": {"$eq": 0}}, {"off"}),
+        ({}, {"on", "off", "bare"}),
+    ]:
+        assert {r.key for r in store.search(("f",), filter=wanted)} == keys, wanted
+
+
 def test_search_pagination_and_edge_cases(store):
     for i in range(5):
         store.put(("test",), f"doc{i}", {"text": f"test document number {i}"})

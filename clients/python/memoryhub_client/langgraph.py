@@ -271,7 +271,7 @@ class MemoryHubStore(BaseStore):
                 if not page.next_cursor:
                     break
                 cursor = page.next_cursor
-        matching = [entry for entry in found if _matches(entry[0].value, op.filter)]
+        matching = [entry for entry in found if _matches(entry[0].value, op.filter or {})]
         chosen = matching[op.offset : op.offset + op.limit]
         for _, memory_id, tags in chosen:
             yield from self._refresh(memory_id, tags, op.refresh_ttl)
@@ -346,9 +346,8 @@ _OPERATORS = {
 
 def _matches(value: Any, wanted: Any) -> bool:
     """LangGraph's filter semantics (those of its in-memory and Postgres stores): nested
-    objects match field by field, `$`-operators compare, anything else must be equal."""
-    if not wanted:
-        return True
+    objects match field by field, `$`-operators compare, anything else must be equal: a falsy
+    wanted value (`False`, `0`, `""`, `None`) is a value to match like any other."""
     if isinstance(wanted, dict):
         if any(name.startswith("$") for name in wanted):
             try:
