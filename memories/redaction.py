@@ -5,6 +5,7 @@ secrets everywhere else)."""
 
 from __future__ import annotations
 
+import logging
 import re
 
 from memories.secrets_scan import secret_rule
@@ -127,3 +128,26 @@ def redact(text: str) -> tuple[str, list[str]]:
         rules.append(leftover)
         redacted = _redacted(leftover)
     return redacted, list(dict.fromkeys(rules))
+
+
+class RedactSecrets(logging.Filter):
+    """A log handler's filter (`LOGGING` in settings): a record whose message, traceback or
+    stack holds anything secret-shaped (a model server's error body quoting a key, an
+    exception quoting a model's answer or a client's input) is logged with those spans
+    redacted, as message content is. The record is changed in place, so the handlers after
+    this one see it redacted too."""
+
+    _formatter = logging.Formatter()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message, rules = redact(record.getMessage())
+        if rules:
+            record.msg, record.args = message, ()
+        if record.exc_info and not record.exc_text:
+            # What a formatter would print; kept on the record, it is printed instead.
+            record.exc_text = self._formatter.formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = redact(record.exc_text)[0]
+        if record.stack_info:
+            record.stack_info = redact(record.stack_info)[0]
+        return True

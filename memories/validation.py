@@ -125,14 +125,14 @@ def require_object(data: Any) -> dict[str, Any]:
     return data
 
 
-def reject_unknown(data: dict[str, Any], allowed: frozenset[str]) -> None:
-    unknown = sorted(k for k in data if k not in allowed)
-    if unknown:
-        # The error names the field: never one that is itself a secret.
-        finding = find_secret(unknown, "body")
-        if finding is not None:
-            raise SecretRejected(details={"rule": finding.rule, "field": "body"})
-        raise InvalidInput(f"Unknown field '{unknown[0][:60]}'", field=unknown[0][:60])
+def reject_unknown(data: dict[str, Any], allowed: frozenset[str], where: str = "") -> None:
+    """INVALID_INPUT naming the first field not `allowed` (`where`: `data`'s path, if nested);
+    SECRET_REJECTED naming only `where` when a field name is a secret: never echoed."""
+    if unknown := sorted(k for k in data if k not in allowed):
+        if finding := find_secret(unknown, where or "body"):
+            raise SecretRejected(details={"rule": finding.rule, "field": where or "body"})
+        path = ".".join(filter(None, (where, unknown[0][:60])))
+        raise InvalidInput(f"Unknown field '{path}'", field=path)
 
 
 def identifier(value: Any, field: str, *, max_len: int = MAX_ID_CHARS) -> str | None:

@@ -6,7 +6,7 @@ views over `memories.formation` and the services; every POST goes through
 from __future__ import annotations
 
 from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework.parsers import BaseParser, JSONParser
+from rest_framework.parsers import BaseParser
 from rest_framework.response import Response
 
 from memories.api import conversation_schema, schema
@@ -14,6 +14,7 @@ from memories.api.views import AgentAPIView, idempotent_response, query_subject
 from memories.formation import ingest, threads
 from memories.serialization import ingest_response, message_json, thread_json
 from memories.services import lifecycle
+from memoryhub.parsers import JSONParser
 
 THREAD_NOT_FOUND = (
     "404 NOT_FOUND (the same body) for another agent's, subject's or tenant's thread."
@@ -25,7 +26,7 @@ class StreamedJSONParser(BaseParser):
     `request.body`, which Django caps at `DATA_UPLOAD_MAX_MEMORY_SIZE` (the 1 MiB of every other
     endpoint); a batch of messages may be larger, up to `MEMORYHUB_MAX_MESSAGES_BODY_BYTES`,
     which `ApiErrorMiddleware` enforces from Content-Length before the view runs. Parsing is
-    `JSONParser`'s own."""
+    the API's `memoryhub.parsers.JSONParser` (JSON nested too deep → 400, as everywhere)."""
 
     media_type = "application/json"
 

@@ -7,6 +7,7 @@ reads (`thread_get`, `thread_messages`) are the agent's view of its own threads.
 from __future__ import annotations
 
 import hashlib
+import unicodedata
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -70,13 +71,26 @@ def _dedup_hash(role: str, content: str, created_at: Any) -> str:
     return hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+# Control characters (`\n`, `\r`, `\v`, `\f`, U+0085, ...) and line and paragraph separators
+# (U+2028, U+2029): a sender's name is shown on one line of the extraction prompt.
+_NAME_REFUSED_CATEGORIES = frozenset({"Cc", "Zl", "Zp"})
+
+
+def _one_line(value: Any, field: str) -> str | None:
+    """A message's `name`: at most 255 characters on one line (SPEC §11). The error names the
+    field, never the value (it may hold a secret)."""
+    if isinstance(value, str) and any(
+        unicodedata.category(ch) in _NAME_REFUSED_CATEGORIES for ch in value
+    ):
+        raise InvalidInput(f"'{field}' contains control characters or line breaks", field=field)
+    return validation.short_string(value, field, 255)
+
+
 def parse_message(value: Any, index: int) -> MessageInput:
     where = f"messages[{index}]"
     if not isinstance(value, dict):
         raise InvalidInput(f"'{where}' must be an object", field=where)
-    unknown = sorted(k for k in value if k not in MESSAGE_FIELDS)
-    if unknown:
-        raise InvalidInput(f"Unknown field '{unknown[0][:60]}'", field=f"{where}.{unknown[0][:60]}")
+    validation.reject_unknown(value, MESSAGE_FIELDS, where)
     role = value.get("role")
     if role not in Role.values:
         raise InvalidInput(
@@ -92,7 +106,7 @@ def parse_message(value: Any, index: int) -> MessageInput:
             f"'{where}.content' is longer than {MAX_MESSAGE_CHARS} characters",
             field=f"{where}.content",
         )
-    name = validation.short_string(value.get("name"), f"{where}.name", 255)
+    name = _one_line(value.get("name"), f"{where}.name")
     created_at = None
     if value.get("created_at") is not None:
         created_at = validation.parse_timestamp(value["created_at"], f"{where}.created_at")

@@ -61,6 +61,7 @@ from memories.formation.prompts import (
     extraction_messages,
     summary_messages,
 )
+from memories.redaction import redact
 
 if TYPE_CHECKING:
     import openai  # imported where used: see LLMClient.__init__
@@ -473,7 +474,9 @@ def _retry_after(headers: Any) -> float | None:
 
 
 def _describe(exc: openai.APIError) -> str:
-    """A short account of a failed call: the status and the server's own error message."""
+    """A short account of a failed call: the status and the server's own error message, its
+    secret spans redacted (a server may quote the key it refused, or a token): this is what the
+    run records and the log lines show."""
     import openai
 
     if isinstance(exc, openai.APIStatusError):
@@ -482,7 +485,7 @@ def _describe(exc: openai.APIError) -> str:
         text = f"{exc.status_code} {message or exc.response.reason_phrase}"
     else:
         text = exc.message  # "Request timed out." / "Connection error."
-    return " ".join(str(text).split())[:_DETAIL_CHARS]
+    return redact(" ".join(str(text).split())[:_DETAIL_CHARS])[0]
 
 
 # --- Configuration --------------------------------------------------------------------------

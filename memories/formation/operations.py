@@ -288,8 +288,13 @@ def _parse_operation(item: object, *, where: str) -> Operation:
         return ConfirmOp(memory_id=fields.string("memory_id"), evidence=fields.evidence())
     if "op" not in item:
         raise OutputError(f"{where} has no 'op'")
-    # The value is the model's, so it is cut short rather than echoed whole into the run's error.
-    raise OutputError(f"{where} has an unknown op {str(op)[:40]!r}")
+    # The value is the model's, so it is named only when it looks like an op name: anything
+    # else (a token, a sentence) is not echoed into the run's error.
+    shown = repr(op) if isinstance(op, str) and _OP_NAME.fullmatch(op) else "(not shown)"
+    raise OutputError(f"{where} has an unknown op {shown}")
+
+
+_OP_NAME = re.compile(r"[a-z_]{1,20}")
 
 
 _MISSING = object()

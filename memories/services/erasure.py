@@ -39,6 +39,7 @@ from memories.models import (
     Status,
     Thread,
 )
+from memories.secrets_scan import scan_secrets
 from memories.services.lifecycle import erase_orphaned_revisions, purge_content, tombstone
 from memoryhub.errors import InvalidInput, NotFound
 
@@ -66,6 +67,9 @@ def subject_erase(
     """Erase one subject's memories, threads and messages in the key's tenant (admin scope)."""
     principal.require_scope("admin")
     now = resolve_now(now)
+    # No subject is ever stored under a secret-shaped id (every write scans it); refusing one
+    # here keeps it out of the answer, which would echo it.
+    scan_secrets({"subject_id": subject_id})
     subject = validation.identifier(subject_id, "subject_id")
     if subject is None:
         raise InvalidInput("'subject_id' is required", field="subject_id")
