@@ -77,6 +77,11 @@ class Extraction(models.TextChoices):
     AUTO = "auto", "Auto"  # only those below `review_below` wait
 
 
+# The policy's ceiling for `extraction_max_operations`: even batched, an answer must apply well
+# within a worker's task time limit.
+MAX_EXTRACTION_OPERATIONS = 1000
+
+
 def default_extraction_categories() -> list[str]:
     return ["core", "daily"]
 
@@ -114,6 +119,11 @@ class Agent(models.Model):
     summary_threshold_bytes = models.PositiveIntegerField(
         default=16000, validators=[MinValueValidator(1000)]
     )
+    # The most operations one model answer may apply; the rest are dropped (`over_limit`).
+    extraction_max_operations = models.PositiveIntegerField(
+        default=50,
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_EXTRACTION_OPERATIONS)],
+    )
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
 
@@ -144,6 +154,7 @@ class Agent(models.Model):
             "review_below": self.review_below,
             "extraction_categories": list(self.extraction_categories),
             "summary_threshold_bytes": self.summary_threshold_bytes,
+            "extraction_max_operations": self.extraction_max_operations,
         }
 
 

@@ -22,6 +22,7 @@ EXTRACTION_POLICY_FIELDS = (
     "review_below",
     "extraction_categories",
     "summary_threshold_bytes",
+    "extraction_max_operations",
 )
 _POLICY_FIELDS = (
     "entry_cap",

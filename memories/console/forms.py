@@ -9,7 +9,7 @@ from typing import Any
 from django import forms
 from django.contrib.auth import get_user_model
 
-from accounts.models import CATEGORY_RE, Agent, Extraction, Scope
+from accounts.models import CATEGORY_RE, MAX_EXTRACTION_OPERATIONS, Agent, Extraction, Scope
 from accounts.services import EXTRACTION_POLICY_FIELDS
 from memories import validation
 from memories.secrets_scan import scan_secrets
@@ -252,6 +252,13 @@ class AgentPolicyForm(forms.Form):
         label="Summary threshold (bytes)",
         help_text="Older messages are summarised once the unsummarised ones exceed this",
     )
+    extraction_max_operations = forms.IntegerField(
+        min_value=1,
+        max_value=MAX_EXTRACTION_OPERATIONS,
+        required=False,
+        label="Operations per answer",
+        help_text="The most operations one model answer may apply; the rest are dropped",
+    )
 
     EXTRACTION_FIELDS = EXTRACTION_POLICY_FIELDS
 
@@ -271,6 +278,7 @@ class AgentPolicyForm(forms.Form):
                 "review_below": agent.review_below,
                 "extraction_categories": ", ".join(agent.extraction_categories),
                 "summary_threshold_bytes": agent.summary_threshold_bytes,
+                "extraction_max_operations": agent.extraction_max_operations,
             },
         )
         super().__init__(*args, **kwargs)

@@ -479,6 +479,7 @@ def test_agent_policy_edits_the_extraction_fields(login, admin_user, agent):
         "Extract after idle (seconds)",
         "Review below",
         "Minimum confidence",
+        "Operations per answer",
     ):
         assert f">{label}</label>" in page
     data = {
@@ -492,6 +493,7 @@ def test_agent_policy_edits_the_extraction_fields(login, admin_user, agent):
         "review_below": 0.9,
         "extraction_categories": "Core, preferences, core",
         "summary_threshold_bytes": 8000,
+        "extraction_max_operations": 20,
     }
     response = client.post(f"/console/agents/{agent.slug}/", data)
     assert response.status_code == 302
@@ -501,16 +503,23 @@ def test_agent_policy_edits_the_extraction_fields(login, admin_user, agent):
     assert (policy["extraction_min_confidence"], policy["review_below"]) == (0.4, 0.9)
     assert policy["extraction_categories"] == ["core", "preferences"]
     assert policy["summary_threshold_bytes"] == 8000
+    assert policy["extraction_max_operations"] == 20
     # Fields left out keep their values; bad ones are refused on the form.
     del data["extraction"], data["review_below"]
     response = client.post(
         f"/console/agents/{agent.slug}/",
-        {**data, "extraction_categories": "", "summary_threshold_bytes": 10},
+        {
+            **data,
+            "extraction_categories": "",
+            "summary_threshold_bytes": 10,
+            "extraction_max_operations": 1001,
+        },
     )
     assert response.status_code == 422
     body = response.content.decode()
     assert "Name at least one category, or turn extraction off." in body
     assert "greater than or equal to 1000" in body
+    assert "less than or equal to 1000" in body
     agent.refresh_from_db()
     assert (agent.extraction, agent.review_below, agent.summary_threshold_bytes) == (
         "review",

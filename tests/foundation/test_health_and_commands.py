@@ -121,6 +121,8 @@ def test_agent_policy_prints_the_resulting_policy():
         "--extraction-categories",
         "core",
         "prefs",
+        "--extraction-max-operations",
+        "20",
     )
     assert json.loads(output) == {
         "tenant": "t1",
@@ -137,10 +139,22 @@ def test_agent_policy_prints_the_resulting_policy():
         "review_below": 0.9,
         "extraction_categories": ["core", "prefs"],
         "summary_threshold_bytes": 16000,
+        "extraction_max_operations": 20,
     }
     assert Agent.objects.get(slug="a1").default_ttl.days == 7
     with pytest.raises(CommandError):
         run("agent_policy", "--tenant", "t1", "--agent", "a1", "--review-below", "2")
+    for bound in ("0", "1001"):
+        with pytest.raises(CommandError):
+            run(
+                "agent_policy",
+                "--tenant",
+                "t1",
+                "--agent",
+                "a1",
+                "--extraction-max-operations",
+                bound,
+            )
     with pytest.raises(CommandError):
         run("agent_policy", "--tenant", "t1", "--agent", "a1", "--extraction-categories", "Bad!")
     with pytest.raises(CommandError):

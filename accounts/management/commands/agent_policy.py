@@ -26,6 +26,12 @@ class Command(BaseCommand):
         parser.add_argument("--review-below", type=float)
         parser.add_argument("--extraction-categories", nargs="+", metavar="CATEGORY")
         parser.add_argument("--summary-threshold-bytes", type=int)
+        parser.add_argument(
+            "--extraction-max-operations",
+            type=int,
+            metavar="N",
+            help="the most operations one model answer may apply (1-1000; the rest are dropped)",
+        )
 
     def handle(self, *args, **opts):
         tenant = Tenant.objects.filter(slug=opts["tenant"]).first()
@@ -46,6 +52,7 @@ class Command(BaseCommand):
             ("review_below", "review_below"),
             ("extraction_categories", "extraction_categories"),
             ("summary_threshold_bytes", "summary_threshold_bytes"),
+            ("extraction_max_operations", "extraction_max_operations"),
         ):
             if opts[option] is not None:
                 policy[field] = opts[option]
