@@ -9,13 +9,18 @@ and of those, only the ones that are live (active, not past `expires_at`) and wh
 NULL or the request's subject. A request that names no subject sees subject-less memories only,
 so one end user's facts never reach another's context by omission. `conversation` memories are
 further limited to the request's `thread_id` by the reads that load context (hydrate).
+
+Memory formation (SPEC §13.5) is narrower: a conversation of an agent with one end user may
+change only what that agent holds for that end user (`formation_q`); the rest of what the agent
+owns and sees (subject-less and workspace memories) is shown to the model read-only
+(`formation_shown_q`), and anything else never reaches the model.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from django.db.models import Q
+from django.db.models import BooleanField, Case, Q, Value, When
 
 from accounts.models import Agent, Tenant
 from memories.clock import resolve_now
@@ -62,6 +67,47 @@ def owned_q(*, agent: Agent, subject_id: str | None) -> Q:
     """The memories this agent may change: the visible ones without the shared ones (those are
     read-only to it)."""
     return visible_q(agent=agent, subject_id=subject_id, include_shared=False)
+
+
+def _exact_subject_q(subject_id: str | None) -> Q:
+    """Of exactly this subject: subject-less when there is none."""
+    return Q(subject_id=subject_id) if subject_id else Q(subject_id__isnull=True)
+
+
+def formation_q(*, agent: Agent, subject_id: str | None) -> Q:
+    """THE formation scope (SPEC §13.5): what an extraction run over a thread of `agent` for
+    `subject_id` may update, forget or confirm, and where its `add`s look for near duplicates
+    (and tombstones): the agent's own memories of exactly the thread's subject, other than
+    `conversation` memories (those belong to the thread that wrote them, and a durable fact
+    must not be absorbed by one that dies with its thread).
+
+    A thread without a subject is the agent's own, not any end user's: its subject is "none",
+    so its scope is the agent's subject-less memories. Such a thread can only be written by a
+    key not bound to a subject, the same key that may change those memories through the API.
+
+    Workspace memories (tenant-wide), subject-less ones when the thread has a subject, and other
+    agents' are outside it: an `add` never creates a workspace memory either. When user-scoped
+    memories exist (SPEC §13.2), "and that subject's user-scoped memories" is added here.
+    Liveness is `MemoryQuerySet.live`'s."""
+    return Q(agent_id=agent.pk) & _exact_subject_q(subject_id) & ~Q(category=Category.CONVERSATION)
+
+
+def formation_changeable(*, agent: Agent, subject_id: str | None) -> Case:
+    """`formation_q` as a boolean column (true or false, never NULL: a workspace memory's NULL
+    agent makes the bare condition unknown), for reads that tell shown memories apart."""
+    return Case(
+        When(formation_q(agent=agent, subject_id=subject_id), then=Value(True)),
+        default=Value(False),
+        output_field=BooleanField(),
+    )
+
+
+def formation_shown_q(*, agent: Agent, subject_id: str | None) -> Q:
+    """What an extraction run may show the model: `formation_q`, and read-only (marked so in
+    the prompt, never changed) the rest of what the agent owns and sees for the subject, the
+    subject-less and workspace memories (`owned_q`), `conversation` memories excepted. Never
+    another subject's, another agent's (not even one it `reads_from`) or another tenant's."""
+    return owned_q(agent=agent, subject_id=subject_id) & ~Q(category=Category.CONVERSATION)
 
 
 def visible_memories(

@@ -1,13 +1,29 @@
 """Applying a model's operations (SPEC §11) through the ordinary services: the secret scan,
 validation, dedup, caps and compare-and-set of an explicit store apply to every extracted fact.
 
-Each operation runs in a savepoint of the caller's transaction, so one refused operation (a
-conflict, a secret) leaves the others; the caller commits them together with the thread's
-watermark. Revisions are written by `system:extract`.
+Confinement (SPEC §13.5, the rule is `visibility.formation_q`): an `update`, `forget` or
+`confirm` reaches the services only for a memory the run offered the model as changeable
+(`ExtractionRun.offered_ids`) that is still live and in the formation scope. An operation on
+any other memory the thread's agent owns and sees for the thread's subject (a subject-less or
+workspace memory, shown read-only; a `conversation` memory; one the run did not show) is
+dropped as `out_of_scope`; one on a memory it cannot see at all (another subject's, agent's or
+tenant's, a missing or forgotten one) is `invalid`, as the API answers 404 for both. An `add` is
+confined by the store (`services.store.Formation`): never a workspace memory, and near
+duplicates are looked for inside the scope only.
+
+Bounded transactions: operations are applied `APPLY_BATCH` at a time, each batch in a
+transaction of its own that first re-checks (and locks) the run, so an erasure that failed or
+deleted it meanwhile stops the rest; that takes the agent's cap lock only when the batch adds,
+and only for that batch, so the agent's own stores wait for one batch at most; and that records
+the run's progress (`applied_ops`, `counts`) with the batch's writes, so a run retried after its
+worker died resumes after the last committed batch and never applies an operation twice. Within a
+batch each operation runs in a savepoint, so one refused operation (a conflict, a secret)
+leaves the others. Revisions are written by `system:extract`.
 """
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -18,15 +34,17 @@ from accounts.models import Extraction
 from accounts.principal import Principal
 from memories import validation
 from memories.formation.operations import AddOp, ConfirmOp, ForgetOp, Operation, UpdateOp
-from memories.models import Category, ExtractionRun, Message, Thread
+from memories.models import ExtractionRun, Memory, Message, RunState, Thread
 from memories.serialization import iso
 from memories.services.changes import memory_confirm, memory_update
 from memories.services.eviction import cap_lock
 from memories.services.lifecycle import memory_forget
 from memories.services.store import Formation, memory_store_prepare, memory_store_write
 from memories.services.writes import embeddings_remembered, embeddings_seed
+from memories.visibility import formation_changeable, owned_q
 from memoryhub.errors import Conflict, DomainError, InvalidInput, NotFound, SecretRejected
 
+APPLY_BATCH = 10  # operations per transaction: how long the agent's cap lock may be held
 ACTOR = "system:extract"
 SOURCE_CHARS = 100  # Memory.source_provider
 
@@ -43,6 +61,8 @@ OUTCOMES = (
     "low_confidence",
     "category_not_allowed",
     "invalid",
+    "out_of_scope",
+    "over_limit",
     "pending_review",
 )
 
@@ -101,45 +121,124 @@ def _occurred_at(operation: AddOp, run: ExtractionRun, thread: Thread) -> str | 
     return iso(first)
 
 
+class ApplyDeadline(Exception):
+    """Applying ran past the run's deadline (its task's time limit): the batches committed so
+    far stay, recorded on the run."""
+
+
 def apply_operations(
-    *, run: ExtractionRun, thread: Thread, operations: list[Operation], now: datetime
-) -> Outcome:
-    """Apply `operations` in order; returns the count of each outcome."""
-    outcome = Outcome()
-    agent = thread.agent
+    *,
+    run: ExtractionRun,
+    thread: Thread,
+    operations: list[Operation],
+    now: datetime,
+    deadline: float | None = None,
+) -> Outcome | None:
+    """Apply `operations` in order from `run.applied_ops` on, batch by batch; returns the count
+    of each outcome, the earlier attempts' included, or None when the run is no longer this
+    worker's to apply (failed or deleted by an erasure, finished by another worker).
+
+    `deadline` (a `time.monotonic()` value) stops it between batches with `ApplyDeadline`."""
+    outcome = Outcome(counts=Counter(run.counts or {}))
     principal = extraction_principal(thread)
-    texts = [op.text for op in operations if isinstance(op, AddOp | UpdateOp)]
+    offered = frozenset(run.offered_ids or ())
+    texts = [op.text for op in operations[run.applied_ops :] if isinstance(op, AddOp | UpdateOp)]
     with embeddings_remembered():
         embeddings_seed(texts)  # one forward pass for the run, before any row is locked
-        _lock_caps(thread, operations)
-        for operation in operations:
-            try:
-                with transaction.atomic():
-                    name = _apply_one(
-                        operation, run=run, thread=thread, principal=principal, now=now
+        for start in range(run.applied_ops, len(operations), APPLY_BATCH):
+            if deadline is not None and time.monotonic() >= deadline:
+                raise ApplyDeadline(
+                    f"applying passed the task's time limit ({start} of {len(operations)} "
+                    "operations applied)"
+                )
+            batch = operations[start : start + APPLY_BATCH]
+            with transaction.atomic():
+                if not _still_running(run):
+                    return None
+                _lock_caps(thread, batch)
+                scope = _scope(thread, batch, now)
+                for operation in batch:
+                    name = _outcome(
+                        operation,
+                        run=run,
+                        thread=thread,
+                        principal=principal,
+                        scope=scope,
+                        offered=offered,
+                        now=now,
                     )
-            except SecretRejected:
-                name = "secret_dropped"
-            except Conflict:
-                name = "conflict"
-            except (InvalidInput, NotFound, DomainError):
-                name = "invalid"
-            outcome.counts[name] += 1
-            if name == "added" and _pending(operation, agent):
-                outcome.counts["pending_review"] += 1
+                    outcome.counts[name] += 1
+                    if name == "added" and _pending(operation, thread.agent):
+                        outcome.counts["pending_review"] += 1
+                run.applied_ops, run.counts = start + len(batch), outcome.as_dict()
+                ExtractionRun.objects.filter(pk=run.pk).update(
+                    applied_ops=run.applied_ops, counts=run.counts
+                )
     return outcome
 
 
-def _lock_caps(thread: Thread, operations: list[Operation]) -> None:
-    """The cap locks the run's adds will take, taken first: the operations share one
+def _still_running(run: ExtractionRun) -> bool:
+    """Lock the run's row for this batch; False when it is no longer `running` (or gone)."""
+    states = (
+        ExtractionRun.objects.select_for_update().filter(pk=run.pk).values_list("state", flat=True)
+    )
+    return list(states) == [RunState.RUNNING]
+
+
+def _scope(thread: Thread, batch: list[Operation], now: datetime) -> dict[str, bool]:
+    """The memories the batch's update/forget/confirm operations name that the thread's agent
+    owns and sees for the thread's subject, live: id → whether formation may change it
+    (`visibility.formation_q`). A name missing here is no memory the agent could change."""
+    ids = {op.memory_id for op in batch if not isinstance(op, AddOp)}
+    if not ids:
+        return {}
+    agent, subject_id = thread.agent, thread.subject_id
+    operable = formation_changeable(agent=agent, subject_id=subject_id)
+    return dict(
+        Memory.objects.for_tenant(thread.tenant_id)
+        .live(now)
+        .filter(owned_q(agent=agent, subject_id=subject_id), pk__in=ids)
+        .annotate(operable=operable)
+        .values_list("pk", "operable")
+    )
+
+
+def _outcome(
+    operation: Operation,
+    *,
+    run: ExtractionRun,
+    thread: Thread,
+    principal: Principal,
+    scope: dict[str, bool],
+    offered: frozenset[str],
+    now: datetime,
+) -> str:
+    """Apply one operation in a savepoint; its outcome."""
+    if not isinstance(operation, AddOp):
+        operable = scope.get(operation.memory_id)
+        if operable is None:
+            return "invalid"
+        if not operable or operation.memory_id not in offered:
+            return "out_of_scope"
+    try:
+        with transaction.atomic():
+            return _apply_one(operation, run=run, thread=thread, principal=principal, now=now)
+    except SecretRejected:
+        return "secret_dropped"
+    except Conflict:
+        return "conflict"
+    except (InvalidInput, NotFound, DomainError):
+        return "invalid"
+
+
+def _lock_caps(thread: Thread, batch: list[Operation]) -> None:
+    """The agent's cap lock, taken first when the batch adds: its operations share one
     transaction, and an update or forget before an add would otherwise hold a sequence's lock
-    or an owner's counter row while waiting for the cap lock, the reverse of a store's order
-    (`memories.services.sequences`), and deadlock with a concurrent store."""
-    if not operations:
-        return
-    cap_lock(thread.tenant, thread.agent)
-    if any(isinstance(op, AddOp) and op.category == Category.WORKSPACE for op in operations):
-        cap_lock(thread.tenant, None)
+    or the owner's counter row while waiting for the cap lock, the reverse of a store's order
+    (`memories.services.sequences`), and deadlock with a concurrent store. (A formed add is
+    never a workspace memory, so the workspace's cap lock is never needed.)"""
+    if any(isinstance(op, AddOp) for op in batch):
+        cap_lock(thread.tenant, thread.agent)
 
 
 def _pending(operation: Operation, agent) -> bool:
@@ -185,6 +284,8 @@ def _apply_one(
             ),
         )
         result = memory_store_write(prepared=prepared)
+        if result.out_of_scope:
+            return "out_of_scope"
         if result.blocked_by_correction:
             return "blocked_by_correction"
         if not result.created and result.message == "Already remembered":

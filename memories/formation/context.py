@@ -7,10 +7,10 @@ from django.db.models import Func, IntegerField, Sum
 
 from memories.embeddings import get_embedder
 from memories.formation.llm import PromptMemory, PromptMessage
-from memories.models import Category, Memory, Message, Thread
+from memories.models import Memory, Message, Thread
 from memories.retrieval.params import MAX_QUERY_CHARS
 from memories.retrieval.ranking import ranked_ids
-from memories.visibility import visible_memories
+from memories.visibility import formation_changeable, formation_shown_q
 
 RELATED_LIMIT = 12
 WINDOW_PAGE = 100
@@ -67,16 +67,20 @@ def _unsummarised_rows(thread: Thread):
 
 
 def related_memories(*, thread: Thread, messages: list[PromptMessage]) -> list[PromptMemory]:
-    """The agent's own live memories (and the workspace's) for the thread's subject that the
-    hybrid search ranks highest against the new messages: what the model may update, forget or
-    confirm. Read without touching `last_accessed_at` (extraction is not an agent's read)."""
+    """The live memories the hybrid search ranks highest against the new messages, among those
+    formation may show for the thread (`visibility.formation_shown_q`): the ones the model may
+    update, forget or confirm (`visibility.formation_q`), and the others marked read-only.
+    Read without touching `last_accessed_at` (extraction is not an agent's read)."""
     query = "\n".join(m.content for m in messages if m.role == "user") or "\n".join(
         m.content for m in messages
     )
     query = query[-MAX_QUERY_CHARS:]
-    scope = visible_memories(
-        tenant=thread.tenant, agent=thread.agent, subject_id=thread.subject_id, include_shared=False
-    ).exclude(category=Category.CONVERSATION)
+    agent, subject_id = thread.agent, thread.subject_id
+    scope = (
+        Memory.objects.for_tenant(thread.tenant)
+        .live()
+        .filter(formation_shown_q(agent=agent, subject_id=subject_id))
+    )
     embedder = get_embedder()
     vector = embedder.embed([query])[0]
     ids = [
@@ -90,13 +94,17 @@ def related_memories(*, thread: Thread, messages: list[PromptMessage]) -> list[P
             model=embedder.model_name,
         )
     ]
+    operable = formation_changeable(agent=agent, subject_id=subject_id)
     rows = {
         row[0]: row
         for row in Memory.objects.for_tenant(thread.tenant_id)
         .filter(id__in=ids)
-        .values_list("id", "key", "version", "category", "text")
+        .annotate(operable=operable)
+        .values_list("id", "key", "version", "category", "text", "operable")
     }
     return [
-        PromptMemory(memory_id=m[0], key=m[1], version=m[2], category=m[3], text=m[4])
+        PromptMemory(
+            memory_id=m[0], key=m[1], version=m[2], category=m[3], text=m[4], read_only=not m[5]
+        )
         for m in (rows[i] for i in ids if i in rows)
     ]

@@ -5,8 +5,13 @@ is never edited in place: a new version is a new file, and `EXTRACT_PROMPT` /
 `SUMMARIZE_PROMPT` name the one in use, which every answer records as its `prompt_version`.
 
 In the rendered thread each message appears as `[<seq>] <role>: <content>` and each related
-memory as `(<memory_id> v<version> <category>) <text>` (SPEC §11). Lines after the first of a
-message (or memory) are indented, so a message cannot pass for the start of another one.
+memory as `(<memory_id> v<version> <category>) <text>` (SPEC §11), `(read-only)` after the
+parenthesis for one the model may not change (SPEC §13.5). Text is laid out so that nothing in it
+can pass for the prompt's own structure: every line break of every kind (`\n`, `\r\n`, `\r`,
+`\v`, `\f`, U+001C-U+001E, U+0085, U+2028, U+2029: what `str.splitlines` breaks on) in a
+message, memory or summary becomes a newline followed by an indent, so no line of it starts at
+the left margin; a sender's name and a memory's key, one-line fields, have their breaks replaced
+by spaces.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ __all__ = [
     "summary_messages",
 ]
 
-EXTRACT_PROMPT = "extract.v1"
+EXTRACT_PROMPT = "extract.v2"
 SUMMARIZE_PROMPT = "summarize.v1"
 
 
@@ -52,13 +57,15 @@ class PromptMessage:
 
 @dataclass(frozen=True, slots=True)
 class PromptMemory:
-    """A live memory related to the new messages, which the model may update, forget or confirm."""
+    """A live memory related to the new messages, which the model may update, forget or confirm,
+    unless it is `read_only` (shown for context only: SPEC §13.5)."""
 
     memory_id: str
     key: str | None
     version: int
     category: str
     text: str
+    read_only: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +120,7 @@ def extraction_messages(
     return _chat(
         load_prompt(EXTRACT_PROMPT),
         schema=schema,
-        summary=summary.strip() or "(none: this is the start of the conversation)",
+        summary=_indent_all(summary.strip()) or "(none: this is the start of the conversation)",
         memories="\n".join(_render_memory(m) for m in memories) or "(none)",
         messages=_render_messages(messages),
     )
@@ -126,7 +133,7 @@ def summary_messages(
     return _chat(
         load_prompt(SUMMARIZE_PROMPT),
         schema=schema,
-        summary=summary.strip() or "(none yet)",
+        summary=_indent_all(summary.strip()) or "(none yet)",
         messages=_render_messages(messages),
     )
 
@@ -154,15 +161,33 @@ def _render_messages(messages: list[PromptMessage]) -> str:
             if moment.date() != day:
                 day = moment.date()
                 lines.append(f"--- {day.isoformat()} ({day.strftime('%A')}) ---")
-        speaker = f"{message.role} ({message.name})" if message.name else message.role
+        name = _one_line(message.name or "")
+        speaker = f"{message.role} ({name})" if name else message.role
         lines.append(f"[{message.seq}] {speaker}: {_indent_rest(message.content)}")
     return "\n".join(lines) or "(none)"
 
 
 def _render_memory(memory: PromptMemory) -> str:
-    line = f"({memory.memory_id} v{memory.version} {memory.category}) {_indent_rest(memory.text)}"
-    return f"{line} [key: {memory.key}]" if memory.key else line
+    marker = " (read-only)" if memory.read_only else ""
+    head = f"({memory.memory_id} v{memory.version} {memory.category}){marker}"
+    line = f"{head} {_indent_rest(memory.text)}"
+    key = _one_line(memory.key or "")
+    return f"{line} [key: {key}]" if key else line
+
+
+INDENT = "    "
 
 
 def _indent_rest(text: str) -> str:
-    return text.strip("\n").replace("\n", "\n    ")
+    """`text` with every line after the first indented; every kind of line break becomes \\n."""
+    return ("\n" + INDENT).join(text.strip("\n").splitlines())
+
+
+def _indent_all(text: str) -> str:
+    """`text` with every line indented (a block under its own heading)."""
+    return "\n".join(INDENT + line for line in text.splitlines())
+
+
+def _one_line(text: str) -> str:
+    """A one-line field (a name, a key): its line breaks, of any kind, become spaces."""
+    return " ".join(text.splitlines()).strip()

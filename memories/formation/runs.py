@@ -9,15 +9,22 @@ one run. `run_execute` then:
    run whose worker died (the lock is gone with its connection) can be told from a live one
    and taken over;
 2. defers it when the tenant's daily token budget is spent;
-3. asks the model once: the validated answer is committed on the run *before* anything is
-   applied, so a retry after a crash applies that answer instead of asking (and paying) again;
-4. applies the operations, moves the thread's watermark and marks the run `done` in ONE
-   transaction: a crash before the commit applies nothing, so a retry applies everything once;
+3. asks the model once: the validated answer (at most the agent's `extraction_max_operations`
+   operations, the rest counted `over_limit`), with the ids of the memories the prompt offered
+   as changeable, is committed on the run *before* anything is applied, so a retry after a
+   crash applies that answer instead of asking (and paying) again;
+4. applies the operations in bounded batches (`apply.apply_operations`), each committed with
+   the run's progress, so a retry resumes after the last batch and applies each operation
+   once; then moves the thread's watermark and marks the run `done` in one transaction;
 5. folds old messages into the rolling summary once they exceed the agent's threshold.
 
 Model failures (after the client's own retries) and malformed answers fail the run with the
-error recorded; nothing is applied and the watermark stays, so the messages wait for the next
-trigger.
+error recorded (through secret redaction); nothing is applied and the watermark stays, so the
+messages wait for the next trigger. A run is never replayed forever: one whose worker stopped
+`MAX_RUN_ATTEMPTS` times (killed, or past the cluster's task time limit) fails, and applying
+stops with the run failed before the task's time limit is reached. A run that an erasure failed
+or deleted while it worked (waiting for the model, between batches) ends quietly: that is an
+expected outcome, not an error.
 """
 
 from __future__ import annotations
@@ -30,14 +37,16 @@ import time
 from datetime import datetime, timedelta
 from functools import partial
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F, Sum
 from django.utils import timezone
 from django_q.tasks import async_task
 
-from accounts.models import Extraction
+from accounts.models import Agent, Extraction
+from memories import validation
 from memories.clock import resolve_now
-from memories.formation.apply import apply_operations
+from memories.formation.apply import ApplyDeadline, apply_operations
 from memories.formation.context import (
     message_window,
     related_memories,
@@ -47,13 +56,24 @@ from memories.formation.context import (
 from memories.formation.llm import LLMClient, LLMError, get_llm, llm_configured
 from memories.formation.operations import Operation, operation_json, parse_operations
 from memories.models import OPEN_RUN_STATES, ExtractionRun, RunState, Thread
+from memories.redaction import redact
 from memories.secrets_scan import find_secret
 from memories.services.common import session_advisory
+from memoryhub.errors import InvalidInput
 
 log = logging.getLogger(__name__)
 
 _LIVENESS_NAMESPACE = 0x4D48_5852  # "MHXR": one session lock per running run
 DUE_BATCH = 50
+# Claims of one run at most: a run whose worker stopped this often fails instead of replaying.
+MAX_RUN_ATTEMPTS = 3
+# Applying stops (the run fails) once this share of the cluster's task time limit is spent.
+DEADLINE_SHARE = 0.9
+ABANDONED = (
+    "ExtractionAbandoned",
+    f"The run's worker stopped {MAX_RUN_ATTEMPTS} times before it finished (killed, or past "
+    "the task time limit): given up",
+)
 # Test hook: a worker that must die between the model's answer and the apply (SPEC §11's crash
 # test) sets this to "after_answer"; nothing else reads it.
 FAULT_ENV = "MEMORYHUB_EXTRACTION_FAULT"
@@ -130,15 +150,17 @@ def _advisory(function: str, run_id: int) -> bool:
 
 
 def _requeue_abandoned() -> int:
-    """Runs left `running` by a worker that died go back to `queued` and to the cluster."""
+    """Runs left `running` by a worker that died go back to `queued` and to the cluster, unless
+    they were claimed `MAX_RUN_ATTEMPTS` times already: those fail."""
     requeued = 0
     for run_id in ExtractionRun.objects.filter(state=RunState.RUNNING).values_list("pk", flat=True):
         if not _advisory("pg_try_advisory_lock", run_id):
             continue  # a live worker holds it
         try:
-            if ExtractionRun.objects.filter(pk=run_id, state=RunState.RUNNING).update(
-                state=RunState.QUEUED
-            ):
+            running = ExtractionRun.objects.filter(pk=run_id, state=RunState.RUNNING)
+            if _give_up(running):
+                continue
+            if running.update(state=RunState.QUEUED):
                 transaction.on_commit(partial(enqueue_run, run_id))
                 requeued += 1
         finally:
@@ -146,11 +168,23 @@ def _requeue_abandoned() -> int:
     return requeued
 
 
+def _give_up(runs) -> int:
+    """Fail those of `runs` (open ones) that were claimed `MAX_RUN_ATTEMPTS` times already."""
+    return runs.filter(attempts__gte=MAX_RUN_ATTEMPTS).update(
+        state=RunState.FAILED,
+        error_class=ABANDONED[0],
+        error_message=ABANDONED[1],
+        finished_at=timezone.now(),
+    )
+
+
 def _claim(run_id: int, now: datetime) -> ExtractionRun | None:
-    """Take the run: a queued one, or a running one whose worker is gone. None: not ours."""
+    """Take the run: a queued one, or a running one whose worker is gone. None: not ours (or
+    given up: claimed `MAX_RUN_ATTEMPTS` times already)."""
     if not _advisory("pg_try_advisory_lock", run_id):
         return None  # a live worker is on it
-    claimed = ExtractionRun.objects.filter(pk=run_id, state__in=OPEN_RUN_STATES).update(
+    open_run = ExtractionRun.objects.filter(pk=run_id, state__in=OPEN_RUN_STATES)
+    claimed = not _give_up(open_run) and open_run.update(
         state=RunState.RUNNING, started_at=now, attempts=F("attempts") + 1
     )
     if not claimed:
@@ -177,12 +211,14 @@ def run_execute(
     started = time.monotonic()
     llm_ms_before = run.llm_ms
     try:
-        _execute(run, llm=llm, now=now)
+        _execute(run, llm=llm, now=now, deadline=_deadline(started))
     except LLMError as exc:
         _fail(run, type(exc).__name__, str(exc), usage=exc.usage, latency_ms=exc.latency_ms)
+    except ApplyDeadline as exc:
+        _fail(run, "ExtractionTimeout", str(exc))
     except Exception as exc:  # noqa: BLE001 - recorded on the run, shown in the console
-        log.exception("extraction run %s failed", run.pk)
-        _fail(run, type(exc).__name__, str(exc)[:2000])
+        log.exception("extraction run %s failed", run.pk)  # logs are redacted (LOGGING)
+        _fail(run, type(exc).__name__, str(exc))
     finally:
         spent = int((time.monotonic() - started) * 1000)
         run.server_ms += max(spent - (run.llm_ms - llm_ms_before), 0)
@@ -191,7 +227,15 @@ def run_execute(
     return run
 
 
-def _execute(run: ExtractionRun, *, llm: LLMClient | None, now: datetime) -> None:
+def _deadline(started: float) -> float | None:
+    """When applying must stop: before the cluster kills the task (`Q_CLUSTER["timeout"]`)."""
+    timeout = settings.Q_CLUSTER.get("timeout")
+    return None if timeout is None else started + timeout * DEADLINE_SHARE
+
+
+def _execute(
+    run: ExtractionRun, *, llm: LLMClient | None, now: datetime, deadline: float | None
+) -> None:
     thread, agent = run.thread, run.agent
     if agent.extraction == Extraction.OFF:
         _finish(
@@ -210,58 +254,95 @@ def _execute(run: ExtractionRun, *, llm: LLMClient | None, now: datetime) -> Non
             _finish(run, thread, counts={}, now=now, more=False)
             return
         llm = llm or get_llm()
-        answer = llm.extract(
-            summary=thread.summary,
-            messages=messages,
-            memories=related_memories(thread=thread, messages=messages),
-        )
-        run.answer = _storable(answer.operations)
-        run.from_seq, run.to_seq = messages[0].seq, messages[-1].seq
-        run.model, run.prompt_version = answer.model, answer.prompt_version
-        run.prompt_tokens += answer.usage.prompt_tokens
-        run.completion_tokens += answer.usage.completion_tokens
-        run.llm_ms += answer.latency_ms
-        run.save(
-            update_fields=[
-                "answer",
-                "from_seq",
-                "to_seq",
-                "model",
-                "prompt_version",
-                "prompt_tokens",
-                "completion_tokens",
-                "llm_ms",
-            ]
-        )
+        memories = related_memories(thread=thread, messages=messages)
+        answer = llm.extract(summary=thread.summary, messages=messages, memories=memories)
+        if not _keep_answer(run, answer, messages, memories):
+            log.info("extraction run %s ended while the model answered (erased)", run.pk)
+            return
     if os.environ.get(FAULT_ENV) == "after_answer":
         os.kill(os.getpid(), signal.SIGKILL)
     operations = parse_operations_json(run.answer)
+    outcome = apply_operations(
+        run=run, thread=thread, operations=operations, now=now, deadline=deadline
+    )
+    if outcome is None:
+        log.info("extraction run %s ended while it was applied (erased, or done)", run.pk)
+        return
     with transaction.atomic():
-        locked = ExtractionRun.objects.select_for_update().get(pk=run.pk)
-        if locked.state != RunState.RUNNING:
-            return  # finished by another worker meanwhile
+        locked = ExtractionRun.objects.select_for_update().filter(pk=run.pk).first()
+        if locked is None or locked.state != RunState.RUNNING:
+            return  # erased, or finished by another worker meanwhile
         thread = Thread.objects.select_for_update().get(pk=thread.pk)
         thread.agent, thread.tenant = agent, run.tenant
-        outcome = apply_operations(run=run, thread=thread, operations=operations, now=now)
-        outcome.counts["secret_dropped"] += run.answer.get("secret_dropped", 0)
+        counts = outcome.as_dict()
+        for name in ANSWER_COUNTS:  # dropped before the answer was kept
+            counts[name] += run.answer.get(name, 0)
         thread.extracted_seq = max(thread.extracted_seq, run.to_seq)
         thread.memories_added += outcome.added
         thread.memories_updated += outcome.updated
-        _finish(run, thread, counts=outcome.as_dict(), now=now)
+        _finish(run, thread, counts=counts, now=now)
     _summarise_if_due(run, thread, llm=llm, now=now)
 
 
-def _storable(operations: list[Operation]) -> dict:
-    """The answer as kept on the run: an operation holding anything secret-shaped is dropped
-    here (counted `secret_dropped`), so no secret is stored, even in the run's record."""
-    kept, dropped = [], 0
-    for operation in operations:
+def _keep_answer(run: ExtractionRun, answer, messages, memories) -> bool:
+    """Commit the answer on the run with what the prompt offered, if the run is still running
+    (an erasure may have failed or deleted it meanwhile: the answer, about an erased subject,
+    is then not kept). The tokens are recorded either way, where the run still exists."""
+    run.answer = _storable(answer.operations, run.agent)
+    run.offered_ids = [m.memory_id for m in memories if not m.read_only]
+    run.from_seq, run.to_seq = messages[0].seq, messages[-1].seq
+    run.model, run.prompt_version = answer.model, answer.prompt_version
+    run.prompt_tokens += answer.usage.prompt_tokens
+    run.completion_tokens += answer.usage.completion_tokens
+    run.llm_ms += answer.latency_ms
+    spent = {
+        "model": run.model,
+        "prompt_version": run.prompt_version,
+        "prompt_tokens": run.prompt_tokens,
+        "completion_tokens": run.completion_tokens,
+        "llm_ms": run.llm_ms,
+    }
+    kept = ExtractionRun.objects.filter(pk=run.pk, state=RunState.RUNNING).update(
+        answer=run.answer,
+        offered_ids=run.offered_ids,
+        from_seq=run.from_seq,
+        to_seq=run.to_seq,
+        **spent,
+    )
+    if not kept:
+        ExtractionRun.objects.filter(pk=run.pk).update(**spent)
+    return bool(kept)
+
+
+# What the kept answer counts of its own: operations dropped before it was kept.
+ANSWER_COUNTS = ("secret_dropped", "over_limit", "invalid")
+
+
+def _storable(operations: list[Operation], agent: Agent) -> dict:
+    """The answer as kept on the run: the first `agent.extraction_max_operations` operations
+    (the rest counted `over_limit`); of those, one holding anything secret-shaped is dropped
+    (counted `secret_dropped`), so no secret is stored, even in the run's record, and one
+    holding what PostgreSQL cannot store (NUL, a lone surrogate) is dropped as `invalid`, so the
+    rest still apply."""
+    limit = agent.extraction_max_operations
+    kept, dropped, invalid = [], 0, 0
+    for operation in operations[:limit]:
         raw = operation_json(operation)
+        try:
+            validation.reject_nul(raw, "operation")
+        except InvalidInput:
+            invalid += 1
+            continue
         if find_secret(raw, "operation") is None:
             kept.append(raw)
         else:
             dropped += 1
-    return {"operations": kept, "secret_dropped": dropped}
+    return {
+        "operations": kept,
+        "secret_dropped": dropped,
+        "over_limit": max(len(operations) - limit, 0),
+        "invalid": invalid,
+    }
 
 
 def parse_operations_json(answer: dict) -> list[Operation]:
@@ -278,23 +359,24 @@ def _finish(
     more: bool = True,
 ) -> None:
     """Mark the run done and the thread's schedule: due again at once if messages still wait
-    (a long backlog is extracted window by window)."""
+    (a long backlog is extracted window by window). Rows an erasure deleted meanwhile are left
+    alone."""
     thread.last_run_at = now
     thread.extraction_due_at = now if more and thread.pending_messages else None
     thread.updated_at = now
-    thread.save(
-        update_fields=[
-            "extracted_seq",
-            "memories_added",
-            "memories_updated",
-            "last_run_at",
-            "extraction_due_at",
-            "updated_at",
-        ]
+    Thread.objects.filter(pk=thread.pk).update(
+        extracted_seq=thread.extracted_seq,
+        memories_added=thread.memories_added,
+        memories_updated=thread.memories_updated,
+        last_run_at=now,
+        extraction_due_at=thread.extraction_due_at,
+        updated_at=now,
     )
     run.state, run.counts, run.finished_at = RunState.DONE, counts, timezone.now()
     run.error_message = note
-    run.save(update_fields=["state", "counts", "finished_at", "error_message"])
+    ExtractionRun.objects.filter(pk=run.pk).update(
+        state=run.state, counts=counts, finished_at=run.finished_at, error_message=note
+    )
     if thread.extraction_due_at is not None:
         transaction.on_commit(partial(_continue, thread.pk))
 
@@ -307,22 +389,24 @@ def _continue(thread_pk: int) -> None:
 
 
 def _fail(run: ExtractionRun, error_class: str, message: str, *, usage=None, latency_ms=0) -> None:
+    """Fail the run, if it is still running (an erasure may have failed or deleted it), with
+    its error through secret redaction: the message may quote a model's answer or a server's
+    error body."""
     run.state, run.finished_at = RunState.FAILED, timezone.now()
-    run.error_class, run.error_message = error_class[:200], message[:2000]
+    run.error_class = redact(error_class[:200])[0]
+    run.error_message = redact(message[:2000])[0]
     if usage is not None:
         run.prompt_tokens += usage.prompt_tokens
         run.completion_tokens += usage.completion_tokens
     run.llm_ms += latency_ms or 0
-    run.save(
-        update_fields=[
-            "state",
-            "finished_at",
-            "error_class",
-            "error_message",
-            "prompt_tokens",
-            "completion_tokens",
-            "llm_ms",
-        ]
+    ExtractionRun.objects.filter(pk=run.pk, state=RunState.RUNNING).update(
+        state=run.state,
+        finished_at=run.finished_at,
+        error_class=run.error_class,
+        error_message=run.error_message,
+        prompt_tokens=run.prompt_tokens,
+        completion_tokens=run.completion_tokens,
+        llm_ms=run.llm_ms,
     )
 
 
@@ -346,7 +430,9 @@ def _defer(run: ExtractionRun, thread: Thread, now: datetime) -> None:
     tomorrow = (now + timedelta(days=1)).replace(hour=0, minute=0, second=0, microsecond=0)
     run.state, run.finished_at = RunState.DEFERRED, timezone.now()
     run.error_message = "The tenant's daily extraction token budget is spent"
-    run.save(update_fields=["state", "finished_at", "error_message"])
+    ExtractionRun.objects.filter(pk=run.pk, state=RunState.RUNNING).update(
+        state=run.state, finished_at=run.finished_at, error_message=run.error_message
+    )
     Thread.objects.filter(pk=thread.pk).update(extraction_due_at=tomorrow)
 
 

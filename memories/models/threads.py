@@ -136,8 +136,12 @@ class ExtractionRun(models.Model):
     """One extraction over a thread's messages `from_seq`..`to_seq`.
 
     `answer` keeps the model's validated operations once received, so a run retried after its
-    worker died applies them without asking the model again; applying, moving the thread's
-    watermark and marking the run `done` happen in one transaction.
+    worker died applies them without asking the model again; `offered_ids`, kept with it, are
+    the memories the prompt offered as changeable (SPEC §13.5: an operation on any other is
+    `out_of_scope`), so a retry judges the kept answer by what the model was shown. Operations
+    are applied in batches, each committed with the run's progress (`applied_ops`, `counts`),
+    so a retry resumes after the last batch; moving the thread's watermark and marking the run
+    `done` happen together, after the last batch.
     """
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+", db_index=False)
@@ -158,6 +162,10 @@ class ExtractionRun(models.Model):
     server_ms = models.PositiveIntegerField(default=0)  # our own time, the model's excluded
     counts = models.JSONField(default=dict, blank=True)
     answer = models.JSONField(null=True, blank=True)
+    # The ids of the memories the prompt offered as changeable (set with `answer`).
+    offered_ids = ArrayField(models.CharField(max_length=64), default=list, blank=True)
+    # How many of the answer's operations are applied (committed with each batch).
+    applied_ops = models.PositiveIntegerField(default=0)
     error_class = models.CharField(max_length=200, blank=True, default="")
     error_message = models.TextField(blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now)

@@ -30,7 +30,7 @@ from memories.services.common import MAX_RETRIES
 from memories.services.eviction import cap_lock, evict_over_cap
 from memories.services.lifecycle import expire
 from memories.services.writes import change, embedding_for
-from memories.visibility import reads_from_ids, visible_memories, visible_q
+from memories.visibility import formation_q, reads_from_ids, visible_memories, visible_q
 from memoryhub.errors import Conflict, NotFound, QuotaExceeded
 
 
@@ -40,20 +40,26 @@ class StoreResult:
     is the near duplicate that made storing unnecessary; `message` says which (`Ok`, `Updated`,
     `Already remembered`). `memories.serialization.store_response` renders it."""
 
-    memory: Memory
+    memory: Memory | None
     created: bool
     message: str
     near_duplicates: list[Near] = field(default_factory=list)
     previously_corrected: list[Near] = field(default_factory=list)
     # A formed memory near a tombstone is not stored (`memory` is then that tombstone).
     blocked_by_correction: bool = False
+    # A formed memory that would land outside the formation scope is not stored (`memory` is
+    # then the memory its key names, or None): SPEC §13.5.
+    out_of_scope: bool = False
 
 
 @dataclass(frozen=True)
 class Formation:
     """A store of a fact extracted from a conversation (SPEC §11), not an agent's own: it
     carries its `evidence`, waits for review only when `pending` says so (the agent's
-    `review_below` / `extraction: review`), and never re-adds what was tombstoned."""
+    `review_below` / `extraction: review`), and never re-adds what was tombstoned. It stays in
+    the formation scope (`visibility.formation_q`, SPEC §13.5): never a workspace memory, never a
+    keyed upsert of a memory outside the scope, and its look-alikes (live and tombstoned) are
+    looked for only inside the scope."""
 
     evidence: dict[str, Any]
     pending: bool
@@ -125,6 +131,9 @@ def memory_store_write(*, prepared: PreparedStore) -> StoreResult:
 
 def _store_write(prepared: PreparedStore) -> StoreResult:
     inp = prepared.inp
+    if prepared.formation is not None and prepared.owner is None:
+        # A workspace memory is the tenant's, not the thread's agent's (`formation_q`).
+        return StoreResult(memory=None, created=False, message="Out of scope", out_of_scope=True)
     dedup = not inp.key and inp.dedup_policy != "insert"
     corrected, near = _look_alikes(prepared, live=dedup)
     if corrected and prepared.formation is not None:
@@ -250,6 +259,10 @@ def _upsert(prepared: PreparedStore, *, corrected: list[Near]) -> StoreResult:
     tenant = principal.tenant
     for _ in range(MAX_RETRIES):
         existing = _keyed(tenant, prepared.owner, prepared.subject_id, inp.key)
+        if existing is not None and not _formation_may_change(prepared, existing):
+            return StoreResult(
+                memory=existing, created=False, message="Out of scope", out_of_scope=True
+            )
         if existing is not None and existing.expires_at and existing.expires_at <= now:
             # Invisible already; expire it so the key is free for the new fact.
             cap_lock(tenant, prepared.owner)
@@ -302,23 +315,52 @@ def _upsert(prepared: PreparedStore, *, corrected: list[Near]) -> StoreResult:
     raise Conflict(details={"current_version": None})
 
 
+def _formation_may_change(prepared: PreparedStore, memory: Memory) -> bool:
+    """Whether a formed store may change `memory` (`visibility.formation_q`); any other store
+    may change what its key names."""
+    if prepared.formation is None:
+        return True
+    scope = formation_q(agent=prepared.principal.agent, subject_id=prepared.subject_id)
+    return Memory.objects.for_tenant(prepared.principal.tenant).filter(scope, pk=memory.pk).exists()
+
+
 def look_alike_sets(
-    tenant: Tenant | int, agent: Agent, subject_id: str | None, now: datetime | None, *, live: bool
+    tenant: Tenant | int,
+    agent: Agent,
+    subject_id: str | None,
+    now: datetime | None,
+    *,
+    live: bool,
+    formation: bool = False,
 ) -> list[QuerySet[Memory]]:
     """Where a store's look-alikes are: the tombstones the agent can see (content not purged)
-    and, when `live`, the live memories it can see."""
+    and, when `live`, the live memories it can see. For a `formation` store both are confined
+    to the formation scope (`visibility.formation_q`, SPEC §13.5): a subject-less or workspace
+    look-alike never absorbs a fact formed for a subject."""
+    scope = (
+        formation_q(agent=agent, subject_id=subject_id)
+        if formation
+        else visible_q(agent=agent, subject_id=subject_id)
+    )
     sets = [
         Memory.objects.for_tenant(tenant)
         .filter(status=Status.TOMBSTONED, purged_at__isnull=True)
-        .filter(visible_q(agent=agent, subject_id=subject_id))
+        .filter(scope)
     ]
     if live:
-        sets.append(visible_memories(tenant=tenant, agent=agent, subject_id=subject_id, now=now))
+        if formation:
+            sets.append(Memory.objects.for_tenant(tenant).live(resolve_now(now)).filter(scope))
+        else:
+            sets.append(
+                visible_memories(tenant=tenant, agent=agent, subject_id=subject_id, now=now)
+            )
     return sets
 
 
 @lru_cache(maxsize=64)
-def _look_alike_statement(*, subject: bool, shared: int, live: bool, vector: bool) -> CompiledSQL:
+def _look_alike_statement(
+    *, subject: bool, shared: int, live: bool, vector: bool, formation: bool
+) -> CompiledSQL:
     """`_look_alikes`' statement for one shape, compiled once per process: building and
     compiling its querysets was a third of a store's CPU."""
     slots = Slot()
@@ -334,6 +376,7 @@ def _look_alike_statement(*, subject: bool, shared: int, live: bool, vector: boo
         slots.text("subject") if subject else None,
         slots.time("now") if live else None,
         live=live,
+        formation=formation,
     )
     threshold = slots.float("threshold") if vector else 0.0
     sql, params = near_duplicates_sql(
@@ -346,10 +389,15 @@ def look_alike_statement(prepared: PreparedStore, *, live: bool) -> tuple[str, l
     """`near_duplicates_sql` of `look_alike_sets` for this store, from the statement compiled
     for its shape."""
     principal = prepared.principal
-    shared = reads_from_ids(principal.agent)
+    formation = prepared.formation is not None
+    shared = [] if formation else reads_from_ids(principal.agent)  # formation reads none
     vector = prepared.embedding is not None
     statement = _look_alike_statement(
-        subject=bool(prepared.subject_id), shared=len(shared), live=live, vector=vector
+        subject=bool(prepared.subject_id),
+        shared=len(shared),
+        live=live,
+        vector=vector,
+        formation=formation,
     )
     return statement.bind(
         **principal_values(principal, shared),

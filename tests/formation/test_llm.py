@@ -291,7 +291,7 @@ def test_usage_latency_model_and_prompt_version_are_reported(fake_llm):
     assert answer.usage.total_tokens == 1290
     assert isinstance(answer.latency_ms, int) and answer.latency_ms >= 0
     assert answer.model == "test-model"
-    assert answer.prompt_version == "extract.v1"
+    assert answer.prompt_version == "extract.v2"
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ from django.db import connection
 from accounts.principal import Principal
 from memories.dedup import NEAR_LIMIT, near_duplicates_sql
 from memories.services.store import (
+    Formation,
     _look_alikes,
     look_alike_sets,
     look_alike_statement,
@@ -24,8 +25,9 @@ from tests.support.sql import rendered
 @pytest.mark.parametrize("subject_id", [None, "ann"])
 @pytest.mark.parametrize("reads_from", [0, 2])
 @pytest.mark.parametrize("live", [True, False])
+@pytest.mark.parametrize("formation", [False, True])
 def test_compiled_look_alike_statement_is_the_built_one(
-    tenant, agent, subject_id, reads_from, live
+    tenant, agent, subject_id, reads_from, live, formation
 ):
     agent.reads_from.set([make_agent(tenant, f"peer-{i}") for i in range(reads_from)])
     agent._reads_from_ids = None
@@ -34,9 +36,12 @@ def test_compiled_look_alike_statement_is_the_built_one(
     body = {"text": "Ann's greyhound is called Pixel"}
     if subject_id:
         body["subject_id"] = subject_id
-    prepared = memory_store_prepare(principal=principal, data=body)
+    formed = Formation(evidence={}, pending=False) if formation else None
+    prepared = memory_store_prepare(principal=principal, data=body, formation=formed)
     assert len(reads_from_ids(agent)) == reads_from
-    sets = look_alike_sets(tenant, agent, prepared.subject_id, prepared.now, live=live)
+    sets = look_alike_sets(
+        tenant, agent, prepared.subject_id, prepared.now, live=live, formation=formation
+    )
     built = near_duplicates_sql(
         [(rows, prepared.probe) for rows in sets], threshold=0.8125, limit=NEAR_LIMIT
     )
