@@ -48,13 +48,14 @@ def reader(tenant, agent):
         memory_store(
             principal=me, data={"text": "Ann's trip to Rome", "subject_id": "ann", "kind": "fact"}
         )
-        # For the bodies that filter by thread and category, and the archival one.
-        memory_store(
-            principal=me,
-            data={"text": "Plans for the trip", "category": "preference", "thread_id": "t1"},
-        )
-        memory_store(principal=me, data={"text": "An old trip diary", "category": "archival"})
-    return Principal(tenant=tenant, agent=agent)
+    reader = Principal(tenant=tenant, agent=agent)
+    # For the bodies that filter by thread and category, and the archival one.
+    for data in (
+        {"text": "Plans for the trip", "category": "preference", "thread_id": "t1"},
+        {"text": "An old trip diary", "category": "archival"},
+    ):
+        memory_store(principal=reader, data=data)
+    return reader
 
 
 def _vector(params) -> tuple[list[float] | None, str | None]:
