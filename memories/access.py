@@ -17,6 +17,8 @@ from __future__ import annotations
 import atexit
 import logging
 import threading
+import time
+from collections.abc import Callable
 from datetime import datetime
 
 from django.conf import settings
@@ -54,11 +56,16 @@ def bump_access(tenant_id: int, ids: list[str], now: datetime) -> None:
     _bumper.add(tenant_id, ids, now)
 
 
-class _Bumper:
-    def __init__(self) -> None:
+class Bumper:
+    """Merges the reads' ids; a background thread writes them every `FLUSH_SECONDS`.
+
+    `wait(seconds)` is how that thread waits between flushes (`time.sleep`; tests hand it a
+    gate of their own, so that the flusher wakes when they say, not when the clock does)."""
+
+    def __init__(self, wait: Callable[[float], object] = time.sleep) -> None:
         self._lock = threading.Lock()
         self._pending: dict[tuple[int, str], tuple[datetime, int]] = {}
-        self._wake = threading.Event()
+        self._wait = wait
         self._thread: threading.Thread | None = None
 
     def add(self, tenant_id: int, ids: list[str], now: datetime) -> None:
@@ -100,8 +107,7 @@ class _Bumper:
 
     def _run(self) -> None:
         while True:
-            self._wake.wait(FLUSH_SECONDS)
-            self._wake.clear()
+            self._wait(FLUSH_SECONDS)
             close_old_connections()
             self.flush()
             with self._lock:
@@ -111,7 +117,7 @@ class _Bumper:
                     return
 
 
-_bumper = _Bumper()
+_bumper = Bumper()
 
 
 def flush_access() -> int:

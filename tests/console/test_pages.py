@@ -642,26 +642,36 @@ def test_purge_by_admin_erases_text(login, admin_user, agent, store_memory):
 
 # --- XSS -------------------------------------------------------------------------------------
 
-HOSTILE = [
-    "<script>alert(1)</script>",
-    "<img src=x onerror=alert(2)>",
-    "[click me](javascript:alert(3))",
-    '<a href="javascript:alert(4)" onclick="alert(5)">x</a>',
-]
+# Each hostile text and what the allow-list leaves of it: no script, no handler, no link target.
+HOSTILE = {
+    "<script>alert(1)</script>": "",
+    "<img src=x onerror=alert(2)>": "<p></p>",
+    "[click me](javascript:alert(3))": '<p><a rel="noopener noreferrer nofollow">click me</a></p>',
+    '<a href="javascript:alert(4)" onclick="alert(5)">x</a>': (
+        '<p><a rel="noopener noreferrer nofollow">x</a></p>'
+    ),
+}
 
 
 def test_hostile_text_renders_inert_in_detail(owner_client, agent, store_memory):
-    for text in HOSTILE:
+    for text, inert in HOSTILE.items():
         memory = store_memory(agent, text)
-        body = owner_client.get(f"/console/memories/{memory.pk}/").content.decode()
+        response = owner_client.get(f"/console/memories/{memory.pk}/")
+        assert response.status_code == 200
+        body = response.content.decode()
+        assert memory.pk in body
         rendered = body.split("data-memory-text>", 1)[1].split("</div>", 1)[0]
+        assert rendered == inert, text
         assert "<script" not in rendered and "<img" not in rendered
         assert "javascript:" not in rendered and "onerror" not in rendered.replace(
             "onerror=alert(2)&gt;", ""
         )
         assert "onclick" not in rendered
         assert "<script>alert" not in body  # not in the list, history or anywhere else
-        listing = owner_client.get("/console/memories/").content.decode()
+        response = owner_client.get("/console/memories/")
+        assert response.status_code == 200
+        listing = response.content.decode()
+        assert memory.pk in listing  # its row is there, its text inert
         assert "<script>alert" not in listing and "<img src=x" not in listing
 
 

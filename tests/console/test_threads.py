@@ -168,10 +168,19 @@ def test_threads_page_runs_a_fixed_number_of_queries(
     assert body.count("data-thread-row=") == 21
 
 
-def test_threads_page_never_shows_another_tenants_threads(owner_client, other_tenant):
+def test_threads_page_never_shows_another_tenants_threads(owner_client, agent, other_tenant):
     ingest(make_agent(other_tenant, "spy-bot"), "Globex plan", thread_id="globex-thread")
-    body = owner_client.get("/console/threads/").content.decode()
+    ingest(agent, "Acme plan", thread_id="acme-thread")
+    response = owner_client.get("/console/threads/")
+    assert response.status_code == 200
+    body = response.content.decode()
+    assert body.count("data-thread-row=") == 1 and 'data-thread-row="acme-thread"' in body
     assert "globex-thread" not in body and "spy-bot" not in body
+    # Filtered to the other tenant's agent or thread: nothing (not their rows).
+    for query in ("agent=spy-bot", "thread=globex-thread"):
+        response = owner_client.get(f"/console/threads/?{query}", **HX)
+        assert response.status_code == 200 and 'id="thread-table"' in response.content.decode()
+        assert "data-thread-row=" not in response.content.decode(), query
 
 
 # --- thread detail ---------------------------------------------------------------------------
@@ -403,7 +412,10 @@ def test_evidence_of_deleted_messages_says_so(owner_client, agent, fake_llm):
 
 def test_explicit_memories_show_no_evidence(owner_client, agent, store_memory):
     memory = store_memory(agent, "Stored on purpose")
-    page = owner_client.get(f"/console/memories/{memory.pk}/").content.decode()
+    response = owner_client.get(f"/console/memories/{memory.pk}/")
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "Stored on purpose" in page and 'id="memory-panel"' in page
     assert "data-evidence" not in page
 
 

@@ -425,7 +425,7 @@ def test_server_errors_give_up_after_three_attempts(fake_llm, status):
 
 def test_timeouts_give_up_after_three_attempts(fake_llm):
     for _ in range(3):
-        fake_llm.queue_stall(0.6)
+        fake_llm.queue_hang()  # only the timeout ends each attempt
 
     with pytest.raises(LLMUnavailable) as caught:
         extract(client_for(fake_llm, timeout=0.1))
@@ -437,10 +437,12 @@ def test_timeouts_give_up_after_three_attempts(fake_llm):
 
 
 def test_a_timeout_then_an_answer_succeeds(fake_llm):
-    fake_llm.queue_stall(0.9).queue_json({"operations": [CONFIRM]})
-    # A timeout roomy enough for the answer on a busy machine, short enough for the stall.
-    assert len(extract(client_for(fake_llm, timeout=0.4)).operations) == 1
+    fake_llm.queue_hang().queue_json({"operations": [CONFIRM]})
+    # The first attempt never answers (its timeout ends it); the second answers at once, with
+    # a second (a generous bound on a busy machine) to do it in.
+    assert len(extract(client_for(fake_llm, timeout=1.0)).operations) == 1
     assert len(fake_llm.requests) == 2
+    assert len(fake_llm.sleeps) == 1  # one retry, after one timeout
 
 
 def test_an_unreachable_server_is_unavailable():

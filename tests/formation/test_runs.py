@@ -314,13 +314,16 @@ def test_429_and_5xx_are_retried_then_the_run_fails_with_the_error(principal, fa
 
 @pytest.mark.django_db
 def test_a_timeout_then_success_is_retried(principal, fake_llm):
-    llm = LLMClient(url=fake_llm.url, model="m", timeout=0.2, sleep=fake_llm.sleeps.append)
+    # The first request never answers: the timeout ends it, and the retry's answer has a
+    # second (a generous bound on a busy machine) to come back.
+    llm = LLMClient(url=fake_llm.url, model="m", timeout=1.0, sleep=fake_llm.sleeps.append)
     ingest(principal, "hello")
-    fake_llm.queue_stall(0.6, then={"operations": [add_op("The user said hello", evidence=[1])]})
+    fake_llm.queue_hang()
     fake_llm.queue_json({"operations": [add_op("The user said hello", evidence=[1])]})
     run = extract(principal, llm)
     assert run.state == RunState.DONE
     assert Memory.objects.count() == 1
+    assert len(fake_llm.requests) == 2  # the one that timed out, and its retry
 
 
 @pytest.mark.django_db

@@ -362,15 +362,36 @@ def test_revoked_key_and_another_tenants_memory(asgi_server, mcp_agent):
     assert not Memory.objects.filter(text="Should never be stored.").exists()
 
 
-def test_mcp_requests_share_the_per_key_rate_limit(asgi_server, mcp_agent, settings):
+def test_rest_and_mcp_requests_share_the_per_key_rate_limit(asgi_server, mcp_agent, settings):
+    """One budget per key, whichever door a request uses: spent by REST, MCP is refused, and
+    the other way round; another key of the same agent has its own."""
     settings.MEMORYHUB_RATE_LIMIT_PER_MINUTE = 3
-    _, raw = mcp_agent
-    headers = {"Authorization": f"Bearer {raw}", "Accept": "application/json, text/event-stream"}
-    request = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
-    statuses = [httpx.post(f"{asgi_server}/mcp", json=request, headers=headers) for _ in range(4)]
-    assert [r.status_code for r in statuses] == [200, 200, 200, 429]
-    assert statuses[-1].json()["error"]["code"] == "RATE_LIMITED"
-    assert int(statuses[-1].headers["retry-after"]) >= 1
+    agent, raw = mcp_agent
+    tools_list = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+
+    def mcp(key: str) -> httpx.Response:
+        headers = {
+            "Authorization": f"Bearer {key}",
+            "Accept": "application/json, text/event-stream",
+        }
+        return httpx.post(f"{asgi_server}/mcp", json=tools_list, headers=headers)
+
+    def rest(key: str) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {key}"}
+        return httpx.get(f"{asgi_server}/api/v1/keys", headers=headers)
+
+    # Two REST requests, one MCP request: the third of the minute's three. Then both doors shut.
+    answered = [rest(raw), rest(raw), mcp(raw), mcp(raw), rest(raw)]
+    assert [r.status_code for r in answered] == [200, 200, 200, 429, 429]
+    for refused in answered[3:]:
+        assert refused.json()["error"]["code"] == "RATE_LIMITED"
+        assert int(refused.headers["retry-after"]) >= 1
+
+    # The other way round, on a second key: MCP spends it, REST is refused.
+    _, other = make_key(agent, scopes=["read", "write"])
+    answered = [mcp(other), mcp(other), mcp(other), rest(other)]
+    assert [r.status_code for r in answered] == [200, 200, 200, 429]
+    assert answered[-1].json()["error"]["code"] == "RATE_LIMITED"
 
 
 def test_list_and_search_tools_take_a_key_prefix(asgi_server, mcp_agent):

@@ -219,11 +219,26 @@ def test_ask_inserts_and_flags_near_duplicates_for_review(api_client):
 
 
 @pytest.mark.django_db
-def test_near_duplicates_respect_the_agent_threshold_and_visibility(api_client, tenant, key_client):
+def test_near_duplicates_respect_the_agent_threshold_and_visibility(
+    api_client, tenant, agent, key_client
+):
     other = make_agent(tenant, "other-bot")
-    key_client(other).post("/api/v1/memories", {"text": COLBY}, format="json")
+    theirs = key_client(other).post("/api/v1/memories", {"text": COLBY}, format="json")
+    assert theirs.status_code == 201
     # Another agent's private memory is not a near duplicate of ours.
-    assert "near_duplicates" not in store(api_client, text=COLBY).json()
+    ours = store(api_client, text=COLBY)
+    assert ours.status_code == 201 and ours.json()["memory"]["text"] == COLBY
+    assert "near_duplicates" not in ours.json()
+    # Our own is (the check did run), and only ours.
+    again = store(api_client, text=COLBY).json()
+    assert [d["memory_id"] for d in again["near_duplicates"]] == [ours.json()["memory_id"]]
+    # The agent's threshold: above a reworded text's cosine (~0.93), only the same text counts.
+    agent.dedup_threshold = 0.99
+    agent.save()
+    reworded = store(api_client, text="My son Colby lives in Los Angeles now.")
+    assert reworded.status_code == 201 and "near_duplicates" not in reworded.json()
+    same = store(api_client, text=COLBY.upper()).json()
+    assert len(same["near_duplicates"]) == 2  # the same normalised text: ours, twice
 
 
 @pytest.mark.django_db

@@ -37,10 +37,18 @@ class Clock:
     def __init__(self):
         self.now = 100.0
         self.reads = 0
+        self._read = threading.Condition()
 
     def __call__(self) -> float:
-        self.reads += 1
+        with self._read:
+            self.reads += 1
+            self._read.notify_all()
         return self.now
+
+    def wait_reads(self, count: int, timeout: float) -> bool:
+        """Wait (on a condition, not a sleep) until the clock has been read `count` times."""
+        with self._read:
+            return self._read.wait_for(lambda: self.reads >= count, timeout)
 
 
 def start(batcher: MicroBatcher, texts: list[str], results: dict) -> threading.Thread:
@@ -50,6 +58,15 @@ def start(batcher: MicroBatcher, texts: list[str], results: dict) -> threading.T
     thread = threading.Thread(target=call)
     thread.start()
     return thread
+
+
+def one_running_one_queued(batcher: MicroBatcher, model: FakeModel, results: dict):
+    """ "first" in a pass the model holds, "second" queued behind it: their threads."""
+    first = start(batcher, ["first"], results)
+    assert model.entered.wait(TIMEOUT)
+    second = start(batcher, ["second"], results)
+    assert batcher.wait_pending(1, TIMEOUT)
+    return first, second
 
 
 def test_a_lone_call_runs_at_once_without_reading_the_clock_or_waiting():
@@ -141,13 +158,39 @@ def test_a_failed_pass_fails_each_of_its_callers_and_the_next_pass_still_runs():
 
 
 def test_a_leader_after_a_queue_waits_up_to_the_window_for_company():
+    """The queued request that leads the next pass waits, for as long as its window lasts by
+    the clock, for requests that come later: they all share its pass. A batcher that never
+    waits runs them apart, one that stops at the first arrival leaves the last one out."""
+    model, clock = FakeModel(hold_first=True), Clock()
+    batcher = MicroBatcher(model.encode, window=60.0, clock=clock)
+    results: dict = {}
+    first, second = one_running_one_queued(batcher, model, results)
+    model.release.set()
+    # "second" leads now: it reads the clock for its deadline and for the time left, then
+    # waits on the batcher's condition (a request can only queue once it does).
+    assert clock.wait_reads(2, TIMEOUT)
+    clock.now += 30.0  # half the window gone (by the clock; nobody really waits it)
+    third = start(batcher, ["third"], results)
+    assert clock.wait_reads(3, TIMEOUT)  # woken by "third", it found time left and waits on
+    clock.now += 30.0  # the window's end
+    fourth = start(batcher, ["fourth"], results)
+    for thread in (first, second, third, fourth):
+        thread.join(TIMEOUT)
+    assert model.calls == [["first"], ["second", "third", "fourth"]]
+    assert results == {
+        "first": [["v:first"]],
+        "second": [["v:second"]],
+        "third": [["v:third"]],
+        "fourth": [["v:fourth"]],
+    }
+    assert batcher.pending() == 0
+
+
+def test_a_leader_whose_window_is_over_runs_with_what_is_queued():
     model, clock = FakeModel(hold_first=True), Clock()
     batcher = MicroBatcher(model.encode, window=0.002, clock=clock)
     results: dict = {}
-    first = start(batcher, ["first"], results)
-    assert model.entered.wait(TIMEOUT)
-    second = start(batcher, ["second"], results)
-    assert batcher.wait_pending(1, TIMEOUT)
+    first, second = one_running_one_queued(batcher, model, results)
     clock.now += 1.0  # the window is long over by the time the next leader looks
     model.release.set()
     for thread in (first, second):

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from accounts.principal import Principal
+from memories import access
 from memories.models import Memory
 from memories.retrieval.search import memory_search
 from memories.services.lifecycle import memory_forget
@@ -16,6 +19,7 @@ from memories.services.store import memory_store
 from tests.factories import make_agent, make_tenant, seed_synthetic
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+TIMEOUT = 10  # seconds before a stuck flusher fails the test instead of hanging it
 
 CORPUS = [
     ("colby", "My son Colby lives in Los Angeles and studies film."),
@@ -316,11 +320,48 @@ def test_unauthenticated(client):
     assert response.json()["error"]["code"] == "UNAUTHENTICATED"
 
 
-@pytest.mark.django_db
-def test_deferred_access_bumps_are_merged_into_one_update(me, corpus, settings):
-    from memories import access
+class FlushGate:
+    """The access bumper's wait between flushes, held by the test: its background flusher
+    wakes when the test calls `open()` (or at the end), never because time has passed."""
 
+    def __init__(self) -> None:
+        self.asked: list[float] = []  # the waits the flusher asked for, in seconds
+        self._turns = threading.Semaphore(0)
+        self._done = False
+
+    def __call__(self, seconds: float) -> None:
+        self.asked.append(seconds)
+        if not self._done:
+            assert self._turns.acquire(timeout=TIMEOUT), "the test never let the flusher go"
+
+    def open(self) -> None:
+        """Let the flusher through one wait."""
+        self._turns.release()
+
+    def close(self) -> None:
+        """Let it through every wait from now on (the end of the test)."""
+        self._done = True
+        self._turns.release()
+
+
+@pytest.fixture
+def deferred(settings, monkeypatch):
+    """Deferred access bumps (production's mode) into a bumper of the test's own, whose
+    background flusher waits on a `FlushGate`: what it writes, it writes when the test says."""
     settings.MEMORYHUB_ACCESS_BUMP = "deferred"
+    gate = FlushGate()
+    bumper = access.Bumper(wait=gate)
+    monkeypatch.setattr(access, "_bumper", bumper)
+    yield SimpleNamespace(gate=gate, bumper=bumper)
+    flusher = bumper._thread
+    gate.close()
+    if flusher is not None:
+        flusher.join(TIMEOUT)
+        assert not flusher.is_alive()
+
+
+@pytest.mark.django_db
+def test_deferred_access_bumps_are_merged_into_one_update(me, corpus, deferred):
     first, second = T0 + timedelta(hours=1), T0 + timedelta(hours=2)
     search(me, query="coffee sugar", mode="keyword", now=first)
     search(me, query="coffee sugar", mode="keyword", now=second)
@@ -333,6 +374,38 @@ def test_deferred_access_bumps_are_merged_into_one_update(me, corpus, settings):
     assert coffee.access_count == 2 and coffee.last_accessed_at == second
 
 
+@pytest.mark.django_db(transaction=True)  # the flusher's own connection sees the rows
+def test_the_background_flusher_writes_merged_bumps_once_a_second_then_stops(me, deferred):
+    """The loop production runs: a read starts the flusher, which waits its second, writes
+    every bump of that second in one UPDATE on a connection of its own, and ends when no read
+    came meanwhile; the next read starts a new one."""
+    tenant = me.tenant
+    memory = put(me, "Prefers oat milk in coffee.")
+    first, second = T0 + timedelta(hours=1), T0 + timedelta(hours=2)
+    access.bump_access(tenant.pk, [memory.id], second)
+    access.bump_access(tenant.pk, [memory.id], first)
+    flusher = deferred.bumper._thread
+    assert flusher is not None and flusher.is_alive()
+    memory.refresh_from_db()
+    assert memory.access_count == 0  # the flusher is still waiting out its second
+
+    deferred.gate.open()
+    flusher.join(TIMEOUT)
+    assert not flusher.is_alive()  # nothing more to write: it ended
+    assert deferred.gate.asked == [1.0]
+    memory.refresh_from_db()
+    assert (memory.access_count, memory.last_accessed_at) == (2, second)
+
+    access.bump_access(tenant.pk, [memory.id], second + timedelta(hours=1))
+    again = deferred.bumper._thread
+    assert again is not flusher and again.is_alive()
+    deferred.gate.open()
+    again.join(TIMEOUT)
+    assert not again.is_alive()
+    memory.refresh_from_db()
+    assert (memory.access_count, memory.last_accessed_at) == (3, second + timedelta(hours=1))
+
+
 def _hot_updates() -> tuple[int, int]:
     """This transaction's updates of the memories table so far: (all, heap-only)."""
     with connection.cursor() as cursor:
@@ -343,17 +416,20 @@ def _hot_updates() -> tuple[int, int]:
         return cursor.fetchone()
 
 
-@pytest.mark.django_db
-def test_access_bumps_are_heap_only_updates(me, corpus, settings):
+# Committed rows and a VACUUM first: the room a bump finds on its page is then the table's
+# own (fillfactor, as autovacuum keeps it), not what earlier tests' rolled-back rows happened
+# to leave on the pages this backend inserts into.
+@pytest.mark.django_db(transaction=True)
+def test_access_bumps_are_heap_only_updates(me, corpus, deferred):
     """A bump changes no indexed column and finds room on its page: PostgreSQL writes no index
     entry for it (not the HNSW graph, not the GIN index), which is what keeps reads cheap."""
-    from memories import access
-
-    settings.MEMORYHUB_ACCESS_BUMP = "deferred"
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM memories_memory")
     search(me, query="coffee sugar blue Subaru", mode="keyword", now=T0 + timedelta(hours=1))
-    updates, hot = _hot_updates()
-    assert access.flush_access() >= 2
-    after_updates, after_hot = _hot_updates()
+    with transaction.atomic():  # the counters below are this transaction's
+        updates, hot = _hot_updates()
+        assert access.flush_access() >= 2
+        after_updates, after_hot = _hot_updates()
     assert after_updates - updates >= 2
     assert after_hot - hot == after_updates - updates
     with connection.cursor() as cursor:

@@ -9,6 +9,7 @@ import pytest
 from accounts.principal import Principal
 from memories import idempotency
 from memories.models import Memory, MemoryRevision
+from memories.selectors import memory_get
 from memories.serialization import store_response
 from memories.services.eviction import memory_evict_over_cap
 from memories.services.lifecycle import thread_end
@@ -23,6 +24,7 @@ from memories.services.operator_actions import (
     memory_tombstone,
 )
 from memories.services.store import memory_store, memory_store_prepare, memory_store_write
+from memories.tasks import run_job
 from memoryhub.errors import Conflict, InvalidInput, NotFound, SecretRejected
 from tests.factories import make_agent
 
@@ -73,8 +75,6 @@ def test_cap_evicts_coldest_non_core_then_core(principal, agent):
 
 @pytest.mark.django_db
 def test_cap_prefers_least_recently_accessed(principal, agent):
-    from memories.selectors import memory_get
-
     agent.entry_cap = 2
     agent.save()
     older = store(principal, 0, text="older", category="daily")
@@ -185,6 +185,57 @@ def test_tombstone_restore_approve(principal, tenant):
     memory_purge(tenant=tenant, memory_id=memory.id, actor=OPERATOR)
     with pytest.raises(InvalidInput):
         memory_restore(tenant=tenant, memory_id=memory.id, actor=OPERATOR)
+
+
+@pytest.mark.django_db
+def test_restore_evicts_down_to_the_cap_but_never_the_restored_memory(principal, tenant, agent):
+    agent.entry_cap = 2
+    agent.save()
+    # `back` is the coldest memory (read last at minute 0): left to the eviction order alone,
+    # the restore would evict it again at once.
+    back = store(principal, 0, text="comes back", category="daily")
+    memory_tombstone(tenant=tenant, memory_id=back.id, actor=OPERATOR, now=T0)
+    colder, warmer = (store(principal, m, text=f"fact {m}", category="daily") for m in (1, 2))
+    restore_at = T0 + timedelta(minutes=10)
+    memory_restore(tenant=tenant, memory_id=back.id, actor=OPERATOR, now=restore_at)
+    assert statuses(back, colder, warmer) == ["active", "evicted", "active"]
+    evict = MemoryRevision.objects.get(memory_id=colder.id, change_type="evict")
+    assert (evict.actor, evict.reason, evict.created_at) == (
+        "system:cap",
+        "entry cap of 2 reached",
+        restore_at,
+    )
+    assert Memory.objects.filter(agent=agent, status="active").count() == 2
+
+    # The workspace memories against the tenant's cap, the same way.
+    tenant.workspace_cap = 1
+    tenant.save()
+    shared = store(principal, 3, text="team fact", category="workspace")
+    memory_tombstone(
+        tenant=tenant, memory_id=shared.id, actor=OPERATOR, now=T0 + timedelta(minutes=3)
+    )
+    other = store(principal, 4, text="other team fact", category="workspace")
+    memory_restore(tenant=tenant, memory_id=shared.id, actor=OPERATOR, now=restore_at)
+    assert statuses(shared, other, back, warmer) == ["active", "evicted", "active", "active"]
+
+
+@pytest.mark.django_db
+def test_restore_clears_an_expiry_already_past_and_keeps_one_still_ahead(principal, tenant):
+    lapsed = store(principal, 0, text="lapsed fact", expires_at="2026-05-01T10:00:00Z")
+    pending = store(principal, 0, text="pending fact", expires_at="2026-05-03T10:00:00Z")
+    later = T0 + timedelta(days=1)
+    run_job("prune_memories", trigger="manual", now=later)
+    memory_tombstone(tenant=tenant, memory_id=pending.id, actor=OPERATOR, now=later)
+    assert statuses(lapsed, pending) == ["expired", "tombstoned"]
+    for memory in (lapsed, pending):
+        memory_restore(tenant=tenant, memory_id=memory.id, actor=OPERATOR, now=later)
+    assert statuses(lapsed, pending) == ["active", "active"]
+    restored = {m.id: m.expires_at for m in Memory.objects.all()}
+    assert restored == {lapsed.id: None, pending.id: datetime(2026, 5, 3, 10, tzinfo=UTC)}
+    # Live again: an agent reads it (a past expiry kept would hide it from every read).
+    assert memory_get(principal=principal, memory_id=lapsed.id, now=later).text == "lapsed fact"
+    revision = MemoryRevision.objects.filter(memory_id=lapsed.id).latest("id")
+    assert (revision.change_type, revision.actor) == ("restore", OPERATOR)
 
 
 @pytest.mark.django_db

@@ -8,6 +8,7 @@ A real HTTP server on 127.0.0.1 (a free port, a daemon thread), so that tests go
     fake_llm.queue_content("```json\\n{...}\\n```")         # the content, verbatim
     fake_llm.queue_error(429, headers={"Retry-After": "2"})  # an error status
     fake_llm.queue_stall(0.5)                                # answer only after 0.5 s
+    fake_llm.queue_hang()                                    # never answer: a timeout
     fake_llm.queue_refusal("I can't help with that.")
 
 and with `default_reply` once the script is empty (`{"operations": []}` unless set; a dict,
@@ -76,7 +77,7 @@ class _Error:
 
 @dataclass(frozen=True)
 class _Stall:
-    seconds: float
+    seconds: float | None  # None: until the server stops
     then: _Content | _Error | None = None
 
 
@@ -137,6 +138,12 @@ class FakeLLM:
         """
         answer = None if then is None else self._content(then)
         return self._queue(_Stall(seconds, then=answer))
+
+    def queue_hang(self) -> FakeLLM:
+        """Keep the next request waiting until the server stops: it never answers, so only the
+        client's timeout ends it, however slow the machine (a stall that answers after a while
+        races the timeout on a busy one)."""
+        return self._queue(_Stall(None))
 
     @property
     def pending(self) -> int:
