@@ -17,6 +17,7 @@ from memories.models.memory import (
     MemoryRevision,
     OwnerCount,
     PruneRun,
+    ReviewReason,
     ReviewState,
     Status,
 )
@@ -52,6 +53,7 @@ __all__ = [
     "Message",
     "OwnerCount",
     "PruneRun",
+    "ReviewReason",
     "ReviewState",
     "Role",
     "RunState",
