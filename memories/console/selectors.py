@@ -307,8 +307,10 @@ def dashboard_stats(*, tenant: Tenant, now: datetime | None = None) -> dict[str,
     )
     categories: list[str] = sorted({r["category"] for r in rows})
     matrix: dict[str, dict[str, int]] = {}
+    by_category: dict[str, int] = dict.fromkeys(categories, 0)
     for r in rows:
         matrix.setdefault(r["agent__slug"] or "workspace", {})[r["category"]] = r["n"]
+        by_category[r["category"]] += r["n"]
     table = [
         {
             "agent": agent,
@@ -336,6 +338,7 @@ def dashboard_stats(*, tenant: Tenant, now: datetime | None = None) -> dict[str,
         last_prune.shown_counts = last_prune.counts_for(tenant)
     return {
         "categories": categories,
+        "by_category": by_category,
         "table": table,
         "pending": totals["pending"],
         "expiring": totals["expiring"],
