@@ -94,7 +94,7 @@ def number(value: float) -> str:
     return f"{value:.{1 if magnitude >= 10 else 2}f}".rstrip("0").rstrip(".")
 
 
-def _text(x: float, y: float, content: str, *, anchor: str = "middle", size: int = 11) -> str:
+def _text(x: float, y: float, content: str, *, anchor: str = "middle", size: int = 12) -> str:
     return (
         f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}" font-size="{size}"'
         f' fill="{MUTED}">{escape(content)}</text>'
@@ -121,12 +121,12 @@ def _axes(frame: _Frame, *, every: int) -> None:
             f' y2="{y:.1f}" stroke="{GRID}" stroke-width="1"/>'
         )
         label = number(value) + (f" {frame.unit}" if frame.unit and i == GRID_STEPS else "")
-        frame.parts.append(_text(MARGIN_LEFT - 6, y + 4, label, anchor="end", size=10))
+        frame.parts.append(_text(MARGIN_LEFT - 6, y + 4, label, anchor="end", size=11))
     for index, label in enumerate(frame.labels):
         if index % every:
             continue
         x, width = frame.slot(index)
-        frame.parts.append(_text(x + width / 2, frame.height - MARGIN_BOTTOM + 16, label, size=10))
+        frame.parts.append(_text(x + width / 2, frame.height - MARGIN_BOTTOM + 16, label, size=11))
 
 
 def _legend(frame: _Frame, names: Sequence[str], marks: Sequence[Mark] = ()) -> None:
@@ -137,14 +137,14 @@ def _legend(frame: _Frame, names: Sequence[str], marks: Sequence[Mark] = ()) -> 
             f'<rect x="{x}" y="10" width="10" height="10" rx="2" fill="{colour}"/>'
             + _text(x + 14, 19, name, anchor="start")
         )
-        x += 24 + 6.5 * len(name)
+        x += 26 + 7 * len(name)
     for mark in marks:
         frame.parts.append(
             f'<line x1="{x}" x2="{x + 14}" y1="15" y2="15" stroke="{INK}"'
             ' stroke-width="1.5" stroke-dasharray="4 3"/>'
             + _text(x + 18, 19, mark.label, anchor="start")
         )
-        x += 30 + 6.5 * len(mark.label)
+        x += 32 + 7 * len(mark.label)
 
 
 def _marks(frame: _Frame, marks: Sequence[Mark]) -> None:
@@ -174,7 +174,7 @@ def _every(labels: Sequence[str], width: int) -> int:
     """Show every n-th label so that they do not overlap (~7 px a character)."""
     longest = max((len(label) for label in labels), default=1)
     room = (width - MARGIN_LEFT - MARGIN_RIGHT) / max(len(labels), 1)
-    return max(1, math.ceil((longest * 6.5 + 8) / room))
+    return max(1, math.ceil((longest * 7 + 8) / room))
 
 
 def bar_chart(

@@ -41,6 +41,8 @@ from memories.models import (
 DAYS = 30
 # Categories drawn apart (the largest); the rest share one "other" band.
 CATEGORIES_SHOWN = 5
+# A chart's drawing size: a dashboard card is ~480-650 px wide, so the text stays legible.
+SIZE = {"width": 560, "height": 230}
 RUN_OUTCOMES = {
     RunState.DONE: "done",
     RunState.FAILED: "failed",
@@ -217,6 +219,7 @@ def dashboard_charts(
                     series=_category_bands(categories),
                     stacked=True,
                     whole=True,
+                    **SIZE,
                 )
             ),
             f"{total} live now, {total - first:+d} in 30 days.",
@@ -239,6 +242,7 @@ def dashboard_charts(
                     labels=labels,
                     series=[Series("writes", writes), Series("reads", reads)],
                     whole=True,
+                    **SIZE,
                 )
             ),
             f"Today: {writes[-1]} writes (every change), {reads[-1]} reads "
@@ -264,6 +268,7 @@ def dashboard_charts(
                     ],
                     stacked=True,
                     whole=True,
+                    **SIZE,
                 )
             ),
             f"{waiting} waiting"
@@ -285,14 +290,16 @@ def dashboard_charts(
                     series=[Series(RUN_OUTCOMES[s], v) for s, v in runs.items()],
                     stacked=True,
                     whole=True,
-                    height=200,
+                    width=SIZE["width"],
+                    height=190,
                 )
                 + line_chart(
                     title="LLM tokens spent on extraction per day, last 30 days",
                     labels=labels,
                     series=[Series("tokens", tokens)],
                     whole=True,
-                    height=170,
+                    width=SIZE["width"],
+                    height=160,
                 )
             ),
             f"{sum(sum(v) for v in runs.values())} runs, {sum(tokens)} tokens in 30 days.",
