@@ -10,7 +10,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 PYTEST_ARGS ?=
 
-.PHONY: install chromium run test lint format bench migrate clean-db
+.PHONY: install chromium run test lint format bench migrate clean-db screenshots
 
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -58,3 +58,8 @@ bench: install
 # Stop the embedded PostgreSQL of ./var (data stays).
 stop-db: install
 	$(BIN)/python -m memoryhub.embedded_db stop
+
+# The console's pages as PNG files in docs/screenshots/ (a throwaway database, the system
+# Chromium): what the README and the docs show.
+screenshots: install chromium
+	$(BIN)/python manage.py screenshots

@@ -134,6 +134,19 @@ def api_key_revoke(*, tenant: Tenant, key_id: int) -> ApiKey:
 
 
 @transaction.atomic
+def operator_password_reset(*, email: str, password: str) -> User:
+    """Give an existing operator a new password (their memberships and roles stay as they are);
+    a new one is refused: `operator_create` makes operators."""
+    user = User.objects.filter(username=email.strip().lower()).first()
+    if user is None:
+        raise NotFound(f"No operator {email.strip().lower()}")
+    if not password:
+        raise InvalidInput("A password is required", field="password")
+    user.set_password(password)
+    user.save(update_fields=["password"])
+    return user
+
+
 def operator_create(
     *, tenant: Tenant, email: str, password: str | None, role: str = Role.ADMIN
 ) -> Membership:

@@ -39,6 +39,7 @@ from memories.models import (
     ChangeType,
     Memory,
     MemoryRevision,
+    ReviewReason,
     ReviewState,
     Status,
 )
@@ -73,6 +74,7 @@ PLAIN_FIELDS = (
     "tombstone_reason",
     "tombstoned_by",
     "created_by",
+    "review_reason",
 )
 DATETIME_FIELDS = (
     *_PUBLIC_TIMESTAMPS,
@@ -160,6 +162,9 @@ def _validate_fields(record: dict[str, Any]) -> None:
         ),
         "capture_mode": lambda v: validation.choice(
             v, "capture_mode", tuple(CaptureMode.values), CaptureMode.EXPLICIT
+        ),
+        "review_reason": lambda v: validation.choice(
+            v, "review_reason", ("", *ReviewReason.values), ""
         ),
         "text": validation.text,
         "data": validation.data_object,

@@ -46,7 +46,7 @@ MIB = 1024 * 1024
 # about half of it caches pages. Between 128 MB (PostgreSQL's default, for a small machine)
 # and 8 GB (the web and worker processes share the machine). At 1M memories the HNSW index
 # alone is 2 GB: with 256 MB of buffers every search copied its pages in from the operating
-# system's cache again (README "The database").
+# system's cache again (docs/operations.md "The database").
 SHARED_BUFFERS_MIN_MIB = 128
 SHARED_BUFFERS_MAX_MIB = 8 * 1024
 

@@ -37,6 +37,28 @@
   document.addEventListener("click", function (event) {
     if (event.target.matches("[data-new-key]")) event.target.select();
   });
+  // `Copy` next to a ready-to-paste snippet: the clipboard where the browser allows it, else
+  // the snippet selected for Ctrl-C.
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest("[data-copy]");
+    if (!button) return;
+    var source = document.querySelector(button.getAttribute("data-copy"));
+    if (!source) return;
+    var done = function () { button.textContent = "Copied"; };
+    var select = function () {
+      var range = document.createRange();
+      range.selectNodeContents(source);
+      var selection = window.getSelection();
+      selection.removeAllRanges();
+      selection.addRange(range);
+      button.textContent = "Selected: Ctrl-C";
+    };
+    if (navigator.clipboard && window.isSecureContext) {
+      navigator.clipboard.writeText(source.textContent).then(done, select);
+    } else {
+      select();
+    }
+  });
 
   document.addEventListener("click", function (event) {
     var button = event.target.closest("[data-export-selected]");

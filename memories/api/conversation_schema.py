@@ -60,7 +60,7 @@ class MessagesQuerySerializer(serializers.Serializer):
     cursor = serializers.CharField(required=False, help_text="`next_cursor` of the page before")
 
 
-# The `extraction.state` values each response may carry (README: "Extraction states").
+# The `extraction.state` values each response may carry (docs/formation.md: "Extraction states").
 INGEST_STATES = ["scheduled", "queued", "off", "disabled"]
 THREAD_STATES = [
     "queued",

@@ -2,6 +2,7 @@ from django.urls import path
 
 from memories.api import views
 from memories.api.export import ExportMarkdownView
+from memories.api.index import ApiIndexView
 from memories.api.retrieval_views import HydrateView, SearchView
 from memories.api.subject_views import SubjectView
 from memories.api.thread_views import (
@@ -12,6 +13,7 @@ from memories.api.thread_views import (
 )
 
 urlpatterns = [
+    path("", ApiIndexView.as_view(), name="api-index"),
     path("whoami", views.WhoAmIView.as_view(), name="api-whoami"),
     path("memories", views.MemoriesView.as_view(), name="api-memories"),
     path("memories/by-key/<path:key>", views.MemoryByKeyView.as_view(), name="api-memory-by-key"),

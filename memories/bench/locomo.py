@@ -1,4 +1,5 @@
-"""LoCoMo evidence recall through the public API (metric: ../shared/datasets/README.md).
+"""LoCoMo evidence recall through the public API (the metric: docs/benchmarks.md, "The LoCoMo
+dataset").
 
 Every turn of a conversation is stored as one memory (`POST /api/v1/memories`, one agent per
 conversation, text = "<speaker>: <text>" plus the image caption if any); each question is asked

@@ -65,6 +65,8 @@ def memory_list(request: HttpRequest) -> HttpResponse:
         "sort": sort,
         # One status for every row: say it once in the filter, not as a chip on each row.
         "show_status": status not in ("active", "live"),
+        # An empty table says why: these filters, or nothing stored yet.
+        "filters_given": any(v for k, v in filters.items() if k != "status") or status != "active",
         "expiry_choices": EXPIRY_CHOICES,
         "agents": sel.agents_for(request.tenant),
         "status_choices": STATUS_CHOICES,

@@ -17,6 +17,7 @@ from accounts.console import operator_actor, require_role
 from accounts.models import Agent, ApiKey, Membership, Role
 from memories.clock import resolve_now
 from memories.console import selectors as sel
+from memories.console import trends
 from memories.console.common import done, refuse_on_form, render, service_errors
 from memories.console.forms import (
     AgentCreateForm,
@@ -26,6 +27,7 @@ from memories.console.forms import (
     ImportForm,
     MemberForm,
 )
+from memories.console.labels import job_label
 from memories.console.memories import parse_filters
 from memories.export import export_filename, export_markdown
 from memories.formation.runs import tokens_used_today
@@ -39,8 +41,32 @@ JOB_NAMES = ("prune_memories", "purge_retention", "reembed")
 
 @require_role(Role.VIEWER)
 def dashboard(request: HttpRequest) -> HttpResponse:
-    context = {"section": "dashboard", **sel.dashboard_stats(tenant=request.tenant)}
+    stats = sel.dashboard_stats(tenant=request.tenant)
+    context = {
+        "section": "dashboard",
+        **stats,
+        "charts": trends.dashboard_charts(tenant=request.tenant, live_now=stats["by_category"]),
+        # The first steps, until the tenant holds a memory: an agent, a key, a first call.
+        "getting_started": None if stats["total"] or stats["recent"] else _first_steps(request),
+    }
     return render(request, "console/dashboard.html", context, fragment="dashboard-body")
+
+
+def _first_steps(request: HttpRequest) -> dict:
+    agent = Agent.objects.for_tenant(request.tenant).order_by("pk").first()
+    now = resolve_now()
+    has_key = agent is not None and any(
+        key.is_active(now) for key in ApiKey.objects.for_tenant(request.tenant).filter(agent=agent)
+    )
+    return {"agent": agent, "has_key": has_key, **snippet_urls(request)}
+
+
+def snippet_urls(request: HttpRequest) -> dict[str, str]:
+    """The base URLs the ready-to-copy curl and MCP snippets name (as this browser reached us)."""
+    return {
+        "api_url": request.build_absolute_uri("/api/v1"),
+        "mcp_url": request.build_absolute_uri("/mcp"),
+    }
 
 
 # --- export / import -------------------------------------------------------------------------
@@ -214,6 +240,7 @@ def _agent_context(request, agent, *, policy_form=None, key_form=None, new_key=N
         "key_form": key_form or ApiKeyCreateForm(),
         "keys": [{"key": k, "active": k.is_active(now)} for k in keys],
         "new_key": new_key,
+        **(snippet_urls(request) if new_key else {}),
     }
 
 
@@ -319,7 +346,8 @@ def job_run(request: HttpRequest) -> HttpResponse:
     if name not in JOB_NAMES:
         raise Http404("No such job")
     async_task("memories.tasks.run_job", name, trigger="console", tenant_id=request.tenant.pk)
-    return done(request, f"{name} queued for {request.tenant.slug}.", reverse("console:jobs"))
+    message = f"{job_label(name)} queued for {request.tenant.slug}."
+    return done(request, message, reverse("console:jobs"))
 
 
 # --- members (owner) -------------------------------------------------------------------------

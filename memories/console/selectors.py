@@ -13,6 +13,7 @@ from typing import Any
 from django.db.models import (
     Case,
     Count,
+    Exists,
     F,
     IntegerField,
     OuterRef,
@@ -26,11 +27,13 @@ from django.db.models import (
 from django.db.models.functions import Coalesce, Left, NullIf
 from django.http import Http404
 
-from accounts.models import Agent, Tenant
+from accounts.models import Agent, Extraction, Tenant
 from memories.clock import resolve_now
 from memories.cursors import keyset_page
 from memories.embeddings import get_embedder
+from memories.formation.llm import llm_configured
 from memories.models import (
+    OPEN_RUN_STATES,
     ExtractionRun,
     JobRun,
     Memory,
@@ -181,7 +184,8 @@ def memory_page(
 
 
 def text_search(qs: QuerySet, query: str, *, limit: int) -> list[Memory]:
-    """The API's hybrid search (`memories.retrieval.ranking.ranked_ids`) over the console's own scope.
+    """The API's hybrid search (`memories.retrieval.ranking.ranked_ids`) over the console's own
+    scope, best first, each memory with its `relevance` (0–1, as search answers it).
 
     Operators search every memory of the filtered queryset (any agent, any status), so this
     cannot go through the agent-facing `memory_search`, which applies one agent's visibility;
@@ -191,9 +195,14 @@ def text_search(qs: QuerySet, query: str, *, limit: int) -> list[Memory]:
     ranked = ranked_ids(
         qs.select_related(None), query=query, vector=vector, mode="hybrid", limit=limit
     )
-    ids = [pk for pk, _ in ranked]
-    by_id = {m.pk: m for m in qs.filter(pk__in=ids)}
-    return [by_id[pk] for pk in ids if pk in by_id]
+    by_id = {m.pk: m for m in qs.filter(pk__in=[pk for pk, _ in ranked])}
+    found = []
+    for pk, score in ranked:
+        if pk in by_id:
+            memory = by_id[pk]
+            memory.relevance = min(max(score, 0.0), 1.0)  # as search's `quality.relevance`
+            found.append(memory)
+    return found
 
 
 def near_duplicates(
@@ -281,18 +290,21 @@ def activity_page(
         qs = qs.filter(change_type=change_type)
     # Only what the log shows: never the full before/after snapshots of a long page.
     qs = qs.only("id", "memory_id", "version", "actor", "change_type", "reason", "created_at")
-    return _keyset(qs, field_name="id", desc=True, cursor=cursor, size=size)
+    page = _keyset(qs, field_name="id", desc=True, cursor=cursor, size=size)
+    _label_memories(tenant, page.items)  # the memory's key or text, not only its id
+    return page
 
 
 # --- dashboard -------------------------------------------------------------------------------
 
 
 def _label_memories(tenant: Tenant, revisions: list[MemoryRevision]) -> None:
-    """`memory_label` on each revision: its memory's key, else the start of its text (one
-    query for the whole list; a memory gone for good keeps only its id)."""
+    """`memory_label` on each revision: the start of its memory's text as it is now, else its
+    key (one query for the whole list; a purged memory keeps neither, one gone for good only
+    its id: then "")."""
     ids = {r.memory_id for r in revisions}
-    rows = tenant_memories(tenant).filter(pk__in=ids).values_list("id", "key", Left("text", 80))
-    labels = {pk: key or text for pk, key, text in rows}
+    rows = tenant_memories(tenant).filter(pk__in=ids).values_list("id", "key", Left("text", 100))
+    labels = {pk: text or key for pk, key, text in rows}
     for revision in revisions:
         revision.memory_label = labels.get(revision.memory_id) or ""
 
@@ -307,8 +319,10 @@ def dashboard_stats(*, tenant: Tenant, now: datetime | None = None) -> dict[str,
     )
     categories: list[str] = sorted({r["category"] for r in rows})
     matrix: dict[str, dict[str, int]] = {}
+    by_category: dict[str, int] = dict.fromkeys(categories, 0)
     for r in rows:
         matrix.setdefault(r["agent__slug"] or "workspace", {})[r["category"]] = r["n"]
+        by_category[r["category"]] += r["n"]
     table = [
         {
             "agent": agent,
@@ -336,6 +350,7 @@ def dashboard_stats(*, tenant: Tenant, now: datetime | None = None) -> dict[str,
         last_prune.shown_counts = last_prune.counts_for(tenant)
     return {
         "categories": categories,
+        "by_category": by_category,
         "table": table,
         "pending": totals["pending"],
         "expiring": totals["expiring"],
@@ -347,17 +362,20 @@ def dashboard_stats(*, tenant: Tenant, now: datetime | None = None) -> dict[str,
 
 # --- conversations (SPEC §11) ----------------------------------------------------------------
 
-# A thread's extraction state as the Threads page filters and shows it: `running` is a queued
-# or running run (shown as `queued` / `running`); `failed`/`deferred` is the latest run's
-# outcome (until another run is done); `scheduled`: waiting for the thread to go idle;
-# `pending`: messages wait and nothing will extract them by itself (no LLM, extraction off, or
-# `extract: "off"`); `done`: nothing waits.
+# A thread's extraction state as the Threads page filters and shows it, in the API's words
+# (`memories.formation.threads.extraction_state`): `running` is a queued or running run (shown
+# as `queued` / `running`); `failed`/`deferred` is the latest run's outcome (until another run
+# is done); `scheduled`: waiting for the thread to go idle; `disabled`: no LLM is configured
+# (`MEMORYHUB_LLM_URL`), so nothing extracts; `off`: messages wait and the agent's extraction is
+# off; `idle`: messages wait for a trigger (sent with `extract: "off"`); `done`: nothing waits.
 THREAD_STATES = [
-    ("pending", "Pending"),
     ("scheduled", "Scheduled"),
     ("running", "Queued or running"),
     ("failed", "Failed"),
     ("deferred", "Deferred"),
+    ("idle", "Idle (messages wait for a trigger)"),
+    ("off", "Off for its agent"),
+    ("disabled", "Disabled (no LLM)"),
     ("done", "Done"),
 ]
 THREAD_FILTER_FIELDS = ("agent", "subject", "thread", "state")
@@ -374,20 +392,32 @@ def _runs_of_outer_thread() -> QuerySet:
 
 
 def _threads_with_state(tenant: Tenant) -> QuerySet:
-    """The tenant's threads with `extraction_state`: the latest run's state unless it is done
-    (queued, running, failed and deferred are thread states as they stand), else what the
-    thread's own columns say. One subquery per row, read off `extractionrun_thread_idx`."""
-    latest = _runs_of_outer_thread().order_by("-created_at", "-id").values("state")[:1]
-    return Thread.objects.for_tenant(tenant).annotate(
-        extraction_state=Coalesce(
-            NullIf(Subquery(latest), Value(RunState.DONE.value)),
+    """The tenant's threads with `extraction_state`: an open run's state; `disabled` without an
+    LLM; else the latest run's state unless it is done (failed and deferred stand until another
+    run), else what the thread's own columns say. One subquery per row, read off
+    `extractionrun_thread_idx`."""
+    latest = Subquery(_runs_of_outer_thread().order_by("-created_at", "-id").values("state")[:1])
+    if not llm_configured():
+        state = Case(
+            When(Exists(_runs_of_outer_thread().filter(state__in=OPEN_RUN_STATES)), then=latest),
+            default=Value("disabled"),
+        )
+    else:
+        state = Coalesce(
+            NullIf(latest, Value(RunState.DONE.value)),
             Case(
                 When(extraction_due_at__isnull=False, then=Value("scheduled")),
-                When(last_seq__gt=F("extracted_seq"), then=Value("pending")),
+                When(
+                    last_seq__gt=F("extracted_seq"),
+                    then=Case(
+                        When(agent__extraction=Extraction.OFF, then=Value("off")),
+                        default=Value("idle"),
+                    ),
+                ),
                 default=Value("done"),
             ),
         )
-    )
+    return Thread.objects.for_tenant(tenant).annotate(extraction_state=state)
 
 
 def _with_tokens(qs: QuerySet) -> QuerySet:

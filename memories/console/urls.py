@@ -2,6 +2,7 @@ from django.urls import path
 
 from memories.console import memories as m
 from memories.console import pages as p
+from memories.console import subjects as s
 from memories.console import threads as t
 
 app_name = "console"
@@ -17,6 +18,8 @@ urlpatterns = [
     path("memories/<str:memory_id>/purge/", m.memory_purge, name="memory-purge"),
     path("memories/<str:memory_id>/approve/", m.memory_approve, name="memory-approve"),
     path("memories/<str:memory_id>/merge/", m.memory_merge, name="memory-merge"),
+    path("subjects/<path:subject_id>/", s.subject_detail, name="subject"),
+    path("subject-erasure/", s.subject_erase, name="subject-erase"),
     path("threads/", t.thread_list, name="threads"),
     path("threads/<int:thread_pk>/", t.thread_detail, name="thread"),
     path("threads/<int:thread_pk>/extract/", t.thread_extract, name="thread-extract"),

@@ -34,7 +34,7 @@ from accounts.models import Extraction
 from accounts.principal import Principal
 from memories import validation
 from memories.formation.operations import AddOp, ConfirmOp, ForgetOp, Operation, UpdateOp
-from memories.models import ExtractionRun, Memory, Message, RunState, Thread
+from memories.models import ExtractionRun, Memory, Message, ReviewReason, RunState, Thread
 from memories.serialization import iso
 from memories.services.changes import memory_confirm, memory_update
 from memories.services.eviction import cap_lock
@@ -168,7 +168,7 @@ def apply_operations(
                         now=now,
                     )
                     outcome.counts[name] += 1
-                    if name == "added" and _pending(operation, thread.agent):
+                    if name == "added" and _review_reason(operation, thread.agent):
                         outcome.counts["pending_review"] += 1
                 run.applied_ops, run.counts = start + len(batch), outcome.as_dict()
                 ExtractionRun.objects.filter(pk=run.pk).update(
@@ -241,8 +241,12 @@ def _lock_caps(thread: Thread, batch: list[Operation]) -> None:
         cap_lock(thread.tenant, thread.agent)
 
 
-def _pending(operation: Operation, agent) -> bool:
-    return agent.extraction == Extraction.REVIEW or operation.confidence < agent.review_below
+def _review_reason(operation: Operation, agent) -> str:
+    """Why a formed memory waits for review ("" when it does not): the agent's policy, or a
+    confidence below its `review_below`."""
+    if agent.extraction == Extraction.REVIEW:
+        return ReviewReason.AGENT_POLICY
+    return ReviewReason.LOW_CONFIDENCE if operation.confidence < agent.review_below else ""
 
 
 def _apply_one(
@@ -280,7 +284,7 @@ def _apply_one(
             now=now,
             formation=Formation(
                 evidence=_evidence(run, thread, operation.evidence),
-                pending=_pending(operation, agent),
+                review_reason=_review_reason(operation, agent),
             ),
         )
         result = memory_store_write(prepared=prepared)

@@ -43,7 +43,7 @@ def latest_run(thread: Thread) -> ExtractionRun | None:
 
 
 def extraction_state(thread: Thread) -> str:
-    """Where the thread's extraction stands, one word (README, "Extraction states"):
+    """Where the thread's extraction stands, one word (docs/formation.md, "Extraction states"):
 
     `queued` / `running` — a run is open; `disabled` — no LLM is configured; `off` — the
     agent's extraction is off; `deferred` — the tenant's daily token budget is spent, due again

@@ -1,5 +1,6 @@
 """The memories app's models: memories and their history (`memory`), conversations and the
-extraction runs that form memories from them (`threads`). Django finds models here."""
+extraction runs that form memories from them (`threads`), and reads counted per day (`usage`).
+Django finds models here."""
 
 from memories.models.memory import (
     EMBEDDING_DIM,
@@ -17,6 +18,7 @@ from memories.models.memory import (
     MemoryRevision,
     OwnerCount,
     PruneRun,
+    ReviewReason,
     ReviewState,
     Status,
 )
@@ -30,6 +32,7 @@ from memories.models.threads import (
     RunState,
     Thread,
 )
+from memories.models.usage import DailyReads
 
 __all__ = [
     "EMBEDDING_DIM",
@@ -42,6 +45,7 @@ __all__ = [
     "CaptureMode",
     "Category",
     "ChangeType",
+    "DailyReads",
     "ExtractionRun",
     "IdempotencyRecord",
     "JobRun",
@@ -52,6 +56,7 @@ __all__ = [
     "Message",
     "OwnerCount",
     "PruneRun",
+    "ReviewReason",
     "ReviewState",
     "Role",
     "RunState",

@@ -28,6 +28,15 @@ class ReviewState(models.TextChoices):
     APPROVED = "approved", "Approved"
 
 
+class ReviewReason(models.TextChoices):
+    """Why a memory waits for review, recorded when it becomes `pending` (the console says it)."""
+
+    NEAR_DUPLICATE = "near_duplicate", "Stored next to a near-duplicate"
+    INFERRED = "inferred", "Inferred by the agent"
+    LOW_CONFIDENCE = "low_confidence", "Low confidence"
+    AGENT_POLICY = "agent_policy", "Agent policy: every extracted memory is reviewed"
+
+
 class CaptureMode(models.TextChoices):
     EXPLICIT = "explicit", "Explicit"
     INFERRED = "inferred", "Inferred"
@@ -136,6 +145,11 @@ class Memory(models.Model):
     status_changed_at = models.DateTimeField(null=True, blank=True)
     review_state = models.CharField(
         max_length=16, choices=ReviewState.choices, default=ReviewState.NONE
+    )
+    # Why it became `pending` (`ReviewReason`), set with it; not public. A database default, so
+    # the jobs' and the bench's SQL inserts need not name it.
+    review_reason = models.CharField(
+        max_length=20, choices=ReviewReason.choices, blank=True, default="", db_default=""
     )
     size_bytes = models.PositiveIntegerField(default=0)
     # SHA-256 of the normalised text: exact-duplicate checks, and what survives a purge.

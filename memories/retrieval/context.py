@@ -14,8 +14,8 @@ hybrid score `b` of `memories.retrieval.ranking`:
 - `× MENTION_BOOST` when a name in its `mentions` is named by the query (all its words).
 
 Memories without a thread, time or mentions get none of these: they rank as before. The
-weights were fitted on LoCoMo conversations 0–4 and reported on 5–9 (README "Search quality");
-no rule knows the dataset: dates and names come from the query and the memories.
+weights were fitted on LoCoMo conversations 0–4 and reported on 5–9 (docs/benchmarks.md,
+"Search quality"); no rule knows the dataset: dates and names come from the query and the memories.
 """
 
 from __future__ import annotations

@@ -9,9 +9,9 @@
   selective tenant/agent/subject filter still yields `depth` rows;
 - hybrid: the top candidates of both lists, each re-scored by both signals and mixed linearly.
 
-The scores, weights and depths were chosen on LoCoMo; README "Search quality" keeps the
-experiment log, including the variants this replaced (reciprocal-rank fusion, min-max and
-squashed normalisations, ts_rank without IDF).
+The scores, weights and depths were chosen on LoCoMo; docs/benchmarks.md ("Search quality",
+"What we tried") sums up the experiments, including the variants this replaced (reciprocal-rank
+fusion, min-max and squashed normalisations, ts_rank without IDF); git history keeps the log.
 
 `ranked_ids` ranks whatever scope it is given: agents' search and hydrate pass the visible
 memories (`memories.retrieval.search.search_scope`), the console its tenant-wide queryset.
@@ -45,7 +45,7 @@ TSQUERY_SQL = (
     "FROM unnest(to_tsvector('english'::regconfig, %s)))"
 )
 # Plain ts_rank (normalisation 0) ranked best on LoCoMo; length normalisations (1, 2, 32) and
-# ts_rank_cd all ranked worse there (README "Search quality"). Weights {D, C, B, A}: a memory's
+# ts_rank_cd all ranked worse there (docs/benchmarks.md). Weights {D, C, B, A}: a memory's
 # own key and text (A) count 0.1, as every word did before documents held neighbours' words (D).
 KEYWORD_MATCH_SQL = "search_vector @@ " + TSQUERY_SQL
 
@@ -212,7 +212,7 @@ def ranking_sql(scope: QuerySet, args: RankingArgs, *, exact: bool) -> tuple[str
             # Each lexeme's document frequency: one hashed grouping of the hits, then joined
             # back by lexeme (a handful of rows). No window, no sort of the hits by id: at 1M
             # memories a question matches ~8k of them, whose ids sorted in the database's
-            # collation cost a sixth of the statement (README "Search quality").
+            # collation cost a sixth of the statement (measured for issue #14).
             "kw_df AS (SELECT lexeme, count(*)::float8 AS df, "
             "(SELECT count(*) FROM kw_all)::float8 AS n FROM kw_hits GROUP BY lexeme), "
             # Every matching memory holds at least one of the lexemes its match ORs together,
@@ -269,7 +269,7 @@ def _hybrid(args: RankingArgs, parts: list[str], params: list[Any]) -> str:
     if args.model:
         sim_sql = f"CASE WHEN m.embedding_model = %s THEN {sim_sql} END"
     # Candidates only: a neighbour outside both lists scores too little to matter, and
-    # reading the neighbours' rows as well cost a fifth more time (README "Search quality").
+    # reading the neighbours' rows as well cost a fifth more time (docs/benchmarks.md).
     parts.append(
         # Each candidate (of either list) with its keyword score, if it matched: one grouping
         # over the matches and both lists, not a join the planner would nest.

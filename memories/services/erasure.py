@@ -27,6 +27,7 @@ from datetime import datetime
 from django.db import transaction
 from django.db.models import F
 
+from accounts.models import Tenant
 from accounts.principal import Principal
 from memories import validation
 from memories.clock import resolve_now
@@ -66,15 +67,37 @@ def subject_erase(
 ) -> ErasureResult:
     """Erase one subject's memories, threads and messages in the key's tenant (admin scope)."""
     principal.require_scope("admin")
-    now = resolve_now(now)
+    subject = principal.resolve_subject(_subject(subject_id))
+    return _erase(principal.tenant, subject, purge, principal.actor, resolve_now(now), batch_size)
+
+
+def subject_erase_by_operator(
+    *,
+    tenant: Tenant,
+    subject_id: str,
+    actor: str,
+    purge: bool = False,
+    now: datetime | None = None,
+    batch_size: int = BATCH_SIZE,
+) -> ErasureResult:
+    """The same erasure from the console: an operator (admin) of `tenant`, `actor`
+    `operator:<email>` on the revisions."""
+    return _erase(tenant, _subject(subject_id), purge, actor, resolve_now(now), batch_size)
+
+
+def _subject(subject_id: str) -> str:
     # No subject is ever stored under a secret-shaped id (every write scans it); refusing one
     # here keeps it out of the answer, which would echo it.
     scan_secrets({"subject_id": subject_id})
     subject = validation.identifier(subject_id, "subject_id")
     if subject is None:
         raise InvalidInput("'subject_id' is required", field="subject_id")
-    subject = principal.resolve_subject(subject)
-    tenant = principal.tenant
+    return subject
+
+
+def _erase(
+    tenant: Tenant, subject: str, purge: bool, actor: str, now: datetime, batch_size: int
+) -> ErasureResult:
     thread_ids = list(
         Thread.objects.for_tenant(tenant)
         .filter(subject_id=subject)
@@ -95,7 +118,7 @@ def subject_erase(
     memories = 0
     for start in range(0, len(memory_ids), batch_size):
         memories += _erase_memories(
-            tenant.pk, memory_ids[start : start + batch_size], purge, principal.actor, now
+            tenant.pk, memory_ids[start : start + batch_size], purge, actor, now
         )
     if purge:
         erase_orphaned_revisions(tenant_id=tenant.pk, subject_id=subject)

@@ -24,7 +24,7 @@ from memories.clock import resolve_now
 from memories.compiled import CompiledSQL, Slot, principal_values, slot_principal
 from memories.dedup import NEAR_LIMIT, Near, Probe, near_duplicates_sql, run_near_duplicates
 from memories.embeddings import vector_literal
-from memories.models import ChangeType, Memory, ReviewState, Status
+from memories.models import ChangeType, Memory, ReviewReason, ReviewState, Status
 from memories.revisions import revision_write, snapshot
 from memories.services.common import MAX_RETRIES
 from memories.services.eviction import cap_lock, evict_over_cap
@@ -54,15 +54,15 @@ class StoreResult:
 
 @dataclass(frozen=True)
 class Formation:
-    """A store of a fact extracted from a conversation (SPEC §11), not an agent's own: it
-    carries its `evidence`, waits for review only when `pending` says so (the agent's
-    `review_below` / `extraction: review`), and never re-adds what was tombstoned. It stays in
-    the formation scope (`visibility.formation_q`, SPEC §13.5): never a workspace memory, never a
-    keyed upsert of a memory outside the scope, and its look-alikes (live and tombstoned) are
-    looked for only inside the scope."""
+    """A store of a fact extracted from a conversation (docs/formation.md), not an agent's own:
+    it carries its `evidence`, waits for review only when `review_reason` names why (the
+    agent's `review_below` / `extraction: review`; "" when it does not wait), and never re-adds
+    what was tombstoned. It stays in the formation scope (`visibility.formation_q`, SPEC §13.5):
+    never a workspace memory, never a keyed upsert of a memory outside the scope, and its
+    look-alikes (live and tombstoned) are looked for only inside the scope."""
 
     evidence: dict[str, Any]
-    pending: bool
+    review_reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -155,7 +155,7 @@ def _store_write(prepared: PreparedStore) -> StoreResult:
             near_duplicates=near,
             previously_corrected=corrected,
         )
-    memory = _insert(prepared, pending=bool(near))
+    memory = _insert(prepared, near=bool(near))
     return StoreResult(
         memory=memory,
         created=True,
@@ -198,15 +198,23 @@ def _check_quota(tenant: Tenant, owner: Agent | None) -> None:
         )
 
 
-def _insert(prepared: PreparedStore, *, pending: bool) -> Memory:
+def _review_reason(prepared: PreparedStore, *, near: bool) -> str:
+    """Why this write waits for review ("" when it does not): a formed memory by its agent's
+    review policy only; an agent's own store when it is `inferred`, or lands next to
+    near-duplicates (`dedup_policy: ask`)."""
+    if prepared.formation is not None:
+        return prepared.formation.review_reason
+    if prepared.inp.capture_mode == "inferred":
+        return ReviewReason.INFERRED
+    return ReviewReason.NEAR_DUPLICATE if near else ""
+
+
+def _insert(prepared: PreparedStore, *, near: bool) -> Memory:
     principal, inp, now = prepared.principal, prepared.inp, prepared.now
     _check_quota(principal.tenant, prepared.owner)
     cap_lock(principal.tenant, prepared.owner)  # before the insert touches the counter row
-    if prepared.formation is not None:  # SPEC §11: pending by the agent's review policy only
-        pending = prepared.formation.pending
-    elif inp.capture_mode == "inferred":
-        pending = True
-    review = ReviewState.PENDING if pending else ReviewState.NONE
+    reason = _review_reason(prepared, near=near)
+    review = ReviewState.PENDING if reason else ReviewState.NONE
     memory = Memory(
         tenant=principal.tenant,
         agent=prepared.owner,
@@ -217,6 +225,7 @@ def _insert(prepared: PreparedStore, *, pending: bool) -> Memory:
         updated_at=now,
         last_accessed_at=now,
         review_state=review,
+        review_reason=reason,
         evidence=prepared.formation.evidence if prepared.formation else None,
         **_store_fields(prepared),
     )
@@ -273,7 +282,7 @@ def _upsert(prepared: PreparedStore, *, corrected: list[Near]) -> StoreResult:
                 raise Conflict(details={"current_version": 0})
             try:
                 with transaction.atomic():
-                    memory = _insert(prepared, pending=False)
+                    memory = _insert(prepared, near=False)
             except IntegrityError as exc:
                 if "memory_live_key_uniq" not in str(exc):
                     raise
@@ -289,10 +298,9 @@ def _upsert(prepared: PreparedStore, *, corrected: list[Near]) -> StoreResult:
         fields = _store_fields(prepared)
         if prepared.formation is not None:
             fields["evidence"] = prepared.formation.evidence
-            if prepared.formation.pending:
-                fields["review_state"] = ReviewState.PENDING
-        elif inp.capture_mode == "inferred":
-            fields["review_state"] = ReviewState.PENDING
+        reason = _review_reason(prepared, near=False)
+        if reason:
+            fields["review_state"], fields["review_reason"] = ReviewState.PENDING, reason
         try:
             memory = change(
                 existing,

@@ -1,6 +1,7 @@
-"""The README's recipes, executed as written against a live MemoryHub: an OpenAI Agents SDK
-agent with MemoryHub as its MCP server, a LangGraph graph compiled with `MemoryHubStore`, and
-LangMem's memory tools on the store. No model is called (none is needed up to that point)."""
+"""The Python client's recipes (clients/python/README.md), executed as written against a live
+MemoryHub: an OpenAI Agents SDK agent with MemoryHub as its MCP server, a LangGraph graph
+compiled with `MemoryHubStore`, and LangMem's memory tools on the store. No model is called
+(none is needed up to that point)."""
 
 from __future__ import annotations
 
@@ -12,15 +13,16 @@ import pytest
 
 from memories.models import Memory
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+# Where recipes are written: the client's own page (and the README, should one move there).
+PAGES = (ROOT / "clients" / "python" / "README.md", ROOT / "README.md")
 
 
 def recipe(name: str) -> str:
-    match = re.search(
-        rf"<!-- recipe: {re.escape(name)} -->\n```python\n(.*?)\n```", README.read_text(), re.S
-    )
-    assert match, f"README has no recipe {name!r}"
-    return match.group(1)
+    pattern = rf"<!-- recipe: {re.escape(name)} -->\n```python\n(.*?)\n```"
+    found = [m.group(1) for page in PAGES if (m := re.search(pattern, page.read_text(), re.S))]
+    assert len(found) == 1, f"recipe {name!r} is written {len(found)} times, not once"
+    return found[0]
 
 
 @pytest.fixture
@@ -30,7 +32,7 @@ def run_recipe(live, monkeypatch, capsys):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
 
     def run(name: str) -> str:
-        exec(compile(recipe(name), f"README.md#{name}", "exec"), {"__name__": "__recipe__"})
+        exec(compile(recipe(name), f"recipe:{name}", "exec"), {"__name__": "__recipe__"})
         return capsys.readouterr().out
 
     return run

@@ -80,7 +80,13 @@ def test_viewer_post_to_every_console_route_is_403_and_changes_nothing(
     thread = make_thread(agent, "A conversation a viewer must not extract")
     url = _url(
         pattern,
-        {"memory_id": memory.pk, "slug": agent.slug, "key_id": key.pk, "thread_pk": thread.pk},
+        {
+            "memory_id": memory.pk,
+            "slug": agent.slug,
+            "key_id": key.pk,
+            "thread_pk": thread.pk,
+            "subject_id": "alice",
+        },
     )
     data = {**PAYLOAD, "ids": [memory.pk], "merge": [other.pk]}
     response = viewer_client.post(url, data)
@@ -136,6 +142,7 @@ def test_viewer_reads_every_page(viewer_client, agent, store_memory, make_thread
         "/console/jobs/",
         "/console/threads/",
         f"/console/threads/{thread.pk}/",
+        f"/console/subjects/{store_memory(agent, 'About alice', subject_id='alice').subject_id}/",
     ]:
         response = viewer_client.get(url)
         assert response.status_code == 200, url
@@ -151,7 +158,7 @@ def test_another_tenants_objects_are_404_on_every_addressed_route(
     owner_client, agent, other_tenant, store_memory, make_thread, pattern
 ):
     foreign_agent = make_agent(other_tenant, "spy-bot")
-    foreign = store_memory(foreign_agent, "Globex secret plan")
+    foreign = store_memory(foreign_agent, "Globex secret plan", subject_id="globex-user")
     near = store_memory(foreign_agent, "Globex secret plan, again")
     foreign_key, _ = make_key(foreign_agent)
     foreign_thread = make_thread(foreign_agent, "Globex secret conversation")
@@ -162,6 +169,7 @@ def test_another_tenants_objects_are_404_on_every_addressed_route(
             "slug": foreign_agent.slug,
             "key_id": foreign_key.pk,
             "thread_pk": foreign_thread.pk,
+            "subject_id": "globex-user",
         },
     )
     get = owner_client.get(url)

@@ -83,8 +83,13 @@ def test_login_shows_the_dashboard(new_page, owner, agent, store_memory):
     store_memory(agent, "Renewal is due in March", capture_mode="inferred")
     store_memory(make_agent(agent.tenant, "sales-bot"), "Lead: Dana at Acme", category="daily")
     page = new_page()
-    expect(page.get_by_text("Pending review")).to_be_visible()
+    expect(page.get_by_role("link", name="Pending review")).to_be_visible()
     expect(page.get_by_role("link", name="support-bot")).to_be_visible()
+    # The charts are drawn by the server: SVG in the page, each an image with a name.
+    expect(page.get_by_role("img", name="Live memories by category, last 30 days")).to_be_visible()
+    expect(
+        page.get_by_role("img", name="Pending reviews by the day they arrived, and why")
+    ).to_be_visible()
     shot(page, "dashboard")
 
 
@@ -367,7 +372,7 @@ def test_run_extraction_then_approve_the_memory_next_to_its_evidence(
     page.get_by_role("link", name="Threads").click()
     row = page.locator('[data-thread-row="chat-2026-05-01"]')
     expect(row).to_contain_text("user-7")
-    expect(row.locator("[data-thread-state]")).to_have_text("pending")
+    expect(row.locator("[data-thread-state]")).to_have_text("idle")  # sent with extract: off
     row.get_by_role("link", name="chat-2026-05-01").click()
     expect(page.get_by_role("heading", name="Thread chat-2026-05-01")).to_be_visible()
     first = page.locator('[data-message-seq="1"]')
@@ -390,6 +395,9 @@ def test_run_extraction_then_approve_the_memory_next_to_its_evidence(
 
     page.get_by_role("link", name="Review queue").click()
     item = page.locator("[data-review-row]", has_text="The user is vegetarian")
+    expect(item.locator('[data-review-reason="low_confidence"]')).to_contain_text(
+        "confidence 0.70, below support-bot's review threshold (0.80)"
+    )
     evidence = item.locator("[data-evidence]")
     expect(evidence).to_contain_text("I'm vegetarian.")
     expect(evidence.locator("[data-redacted]")).to_have_text("redacted: github_token")

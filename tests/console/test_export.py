@@ -514,6 +514,7 @@ def test_a_backup_where_a_key_moved_on_imports_over_the_old_state(tenant, agent)
         ({"mentions": [{"who": "x"}]}, "Each mention is an object"),
         ({"data": ["not", "an", "object"]}, "'data' must be a JSON object"),
         ({"capture_mode": "guessed"}, "'capture_mode' must be one of"),
+        ({"review_reason": "because"}, "'review_reason' must be one of"),
         ({"version": 0}, "version: must be a whole number from 1"),
         ({"created_at": "yesterday"}, "'created_at' must be an ISO 8601 timestamp"),
         ({"embedding": [float("nan")] * 384}, "embedding: must be a list of 384 numbers"),

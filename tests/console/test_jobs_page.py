@@ -118,7 +118,7 @@ def test_the_dashboards_last_prune_is_scoped_the_same_way(
 
     # globex's run is the newest of all; acme sees the scheduled run, with acme's share only.
     body = viewer_client.get("/console/").content.decode()
-    assert "expired 27182" in last_prune_stat(body) and "· ok ·" in last_prune_stat(body)
+    assert "27182 expired" in last_prune_stat(body) and "· ok ·" in last_prune_stat(body)
     for leak in ("77701", "69137", "41955", "failed"):
         assert leak not in body
 
@@ -127,10 +127,10 @@ def test_the_dashboards_last_prune_is_scoped_the_same_way(
         started_at=ago(minutes=30), counts={"expired": 31415, "total": 31415},
     )  # fmt: skip
     body = viewer_client.get("/console/").content.decode()
-    assert "expired 31415" in last_prune_stat(body)
+    assert "31415 expired" in last_prune_stat(body)
     # globex's dashboard: its own run, not acme's newer one nor acme's share.
     body = login(outsider).get("/console/").content.decode()
-    assert "expired 77701" in last_prune_stat(body) and "· failed ·" in last_prune_stat(body)
+    assert "77701 expired" in last_prune_stat(body) and "· failed ·" in last_prune_stat(body)
     for leak in ("31415", "27182", "69137"):
         assert leak not in body
 
@@ -194,11 +194,11 @@ def test_run_now_in_the_browser(new_page, tenant, other_tenant, agent):  # noqa:
     runs = page.locator("#job-runs")
     expect(runs.get_by_text("all tenants")).to_be_visible()
     expect(runs.get_by_text("69137")).to_have_count(0)
-    page.get_by_role("button", name="Run now: prune_memories").click()
-    expect(page.get_by_text("prune_memories queued for acme.")).to_be_visible()
+    page.get_by_role("button", name="Run now: Prune expired memories").click()
+    expect(page.get_by_text("Prune expired memories queued for acme.")).to_be_visible()
     expect(runs.locator("tbody tr")).to_have_count(2)
     own = runs.locator("tbody tr", has_text="acme only")
-    expect(own).to_contain_text("console")
-    expect(own).to_contain_text("expired 2")
+    expect(own).to_contain_text("Run now")
+    expect(own).to_contain_text("2 expired")
     shot(page, "jobs")
     assert Memory.objects.filter(tenant=other_tenant, status="active").count() == 3

@@ -807,8 +807,9 @@ def test_dashboard_links_expiring_and_names_recent_memories(owner_client, agent,
     listing = owner_client.get(link.group(1).replace("&amp;", "&")).content.decode()
     assert soon.pk in listing and "Expires next month" not in listing
     assert "durable fact" not in listing
-    # Recent activity names each memory by key or by the start of its text, and says when.
-    assert ">billing</a>" in body and ">Trial ends tomorrow</a>" in body
+    # Recent activity names each memory by the start of its text (not its key), and says when.
+    assert ">A durable fact about the customer&#x27;s billing address</a>" in body
+    assert ">billing</a>" not in body and ">Trial ends tomorrow</a>" in body
     assert "just now" in body and "0\xa0minutes ago" not in body and "0 minutes" not in body
 
 

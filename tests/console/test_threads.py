@@ -56,11 +56,15 @@ def extracted(agent, *contents, thread_id="t-1", **ingest_extra):
 
 
 @pytest.fixture
-def threads_in_every_state(agent):
-    """One thread per extraction state, named after it."""
+def threads_in_every_state(agent, settings):
+    """One thread per extraction state, named after it (an LLM configured: none is called)."""
+    settings.MEMORYHUB_LLM_URL = "http://127.0.0.1:9/v1"
     now = timezone.now()
     out = {}
-    out["pending"] = ingest(agent, "waiting", thread_id="pending")
+    out["idle"] = ingest(agent, "waiting", thread_id="idle")
+    out["off"] = ingest(
+        make_agent(agent.tenant, "quiet-bot", extraction="off"), "x", thread_id="off"
+    )
     scheduled = ingest(agent, "soon", thread_id="scheduled")
     Thread.objects.filter(pk=scheduled.pk).update(extraction_due_at=now + timedelta(minutes=2))
     out["scheduled"] = scheduled
@@ -100,13 +104,29 @@ def test_threads_page_and_its_htmx_fragment(owner_client, agent):
 
 def test_threads_page_shows_each_state_and_filters_by_it(owner_client, threads_in_every_state):
     body = owner_client.get("/console/threads/").content.decode()
-    for state in ("pending", "scheduled", "failed", "deferred", "done"):
+    for state in ("idle", "off", "scheduled", "failed", "deferred", "done"):
         assert f'data-thread-state="{state}">{state}<' in body
+    assert "pending<" not in body
     assert 'data-thread-state="queued">queued<' in body  # filtered as running
     for state, thread in threads_in_every_state.items():
         body = owner_client.get(f"/console/threads/?state={state}", **HX).content.decode()
         assert body.count("data-thread-row=") == 1, state
         assert f'data-thread-row="{thread.thread_id}"' in body
+
+
+def test_without_an_llm_the_threads_page_says_disabled_as_the_api_does(
+    owner_client, agent, key_client
+):
+    waiting = ingest(agent, "nobody extracts this", thread_id="waiting")
+    running = ingest(agent, "on it", thread_id="running")
+    run_of(running, RunState.QUEUED)
+    body = owner_client.get("/console/threads/").content.decode()
+    assert 'data-thread-state="disabled">disabled<' in body
+    assert 'data-thread-state="queued">queued<' in body  # an open run still shows
+    api = key_client(agent).get("/api/v1/threads/waiting").json()
+    assert api["thread"]["extraction"]["state"] == "disabled"
+    filtered = owner_client.get("/console/threads/?state=disabled", **HX).content.decode()
+    assert filtered.count("data-thread-row=") == 1 and waiting.thread_id in filtered
 
 
 def test_threads_page_columns_count_messages_pending_memories_and_tokens(

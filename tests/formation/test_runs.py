@@ -248,10 +248,15 @@ def test_secrets_low_confidence_and_review_thresholds(principal, fake_llm, llm):
         "pending_review": 1,
         "category_not_allowed": 1,
     }
-    states = dict(Memory.objects.values_list("text", "review_state"))
+    states = {
+        text: (state, reason)
+        for text, state, reason in Memory.objects.values_list(
+            "text", "review_state", "review_reason"
+        )
+    }
     assert states == {
-        "The user probably lives in Porto": "pending",
-        "The user speaks Portuguese": "none",
+        "The user probably lives in Porto": ("pending", "low_confidence"),
+        "The user speaks Portuguese": ("none", ""),
     }
     assert TOKEN not in str(list(Memory.objects.values())) + str(
         list(ExtractionRun.objects.values())
@@ -265,7 +270,8 @@ def test_review_policy_puts_every_extracted_memory_in_the_queue(principal, agent
     ingest(principal, "I like tea")
     fake_llm.queue_json({"operations": [add_op("The user likes tea", confidence=0.99)]})
     extract(principal, llm)
-    assert Memory.objects.get().review_state == "pending"
+    memory = Memory.objects.get()
+    assert (memory.review_state, memory.review_reason) == ("pending", "agent_policy")
 
 
 @pytest.mark.django_db

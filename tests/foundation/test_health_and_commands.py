@@ -91,6 +91,40 @@ def test_create_operator_and_role():
 
 
 @pytest.mark.django_db
+def test_create_operator_reset_password_keeps_the_role_and_prints_a_new_one_once():
+    run(
+        "create_operator",
+        "--tenant",
+        "t1",
+        "--email",
+        "ops@example.com",
+        "--password",
+        "old-pass1",
+        "--role",
+        "owner",
+    )
+    out = run("create_operator", "--email", "OPS@example.com", "--reset-password")
+    new = out.strip().rsplit(": ", 1)[1].split()[0]
+    membership = Membership.objects.select_related("user").get()
+    assert membership.role == "owner"  # untouched, unlike a create_operator without --role
+    assert membership.user.check_password(new) and not membership.user.check_password("old-pass1")
+    assert "changed" in run(
+        "create_operator",
+        "--email",
+        "ops@example.com",
+        "--reset-password",
+        "--password",
+        "chosen-pass",
+    )
+    membership.user.refresh_from_db()
+    assert membership.user.check_password("chosen-pass")
+    with pytest.raises(CommandError, match="No operator nobody@example.com"):
+        run("create_operator", "--email", "nobody@example.com", "--reset-password")
+    with pytest.raises(CommandError, match="--tenant and --password are required"):
+        run("create_operator", "--email", "ops@example.com")
+
+
+@pytest.mark.django_db
 def test_agent_policy_prints_the_resulting_policy():
     run("create_api_key", "--tenant", "t1", "--agent", "a1")
     run("create_api_key", "--tenant", "t1", "--agent", "helper")

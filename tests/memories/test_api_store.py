@@ -209,6 +209,9 @@ def test_ask_inserts_and_flags_near_duplicates_for_review(api_client):
         {"memory_id": first["memory_id"], "text": COLBY, "similarity": 1.0}
     ]
     assert second["memory"]["review_state"] == "pending"
+    # The console says why it waits; the reason is not part of the API's memory object.
+    assert Memory.objects.get(pk=second["memory_id"]).review_reason == "near_duplicate"
+    assert "review_reason" not in second["memory"]
     # Cosine near duplicates (not the same text) count too.
     third = store(api_client, text="My son Colby lives in Los Angeles now.").json()
     assert third["near_duplicates"][0]["similarity"] >= 0.9
@@ -245,6 +248,12 @@ def test_near_duplicates_respect_the_agent_threshold_and_visibility(
 def test_inferred_memories_wait_for_review(api_client):
     body = store(api_client, text="Seems to like jazz", capture_mode="inferred").json()
     assert body["memory"]["review_state"] == "pending"
+    assert Memory.objects.get(pk=body["memory_id"]).review_reason == "inferred"
+    # A keyed upsert that is inferred waits again, saying so; an explicit one is not pending.
+    keyed = store(api_client, text="Likes jazz", key="music", capture_mode="inferred").json()
+    assert Memory.objects.get(pk=keyed["memory_id"]).review_reason == "inferred"
+    plain = store(api_client, text="Likes blues", key="blues").json()
+    assert Memory.objects.get(pk=plain["memory_id"]).review_reason == ""
 
 
 @pytest.mark.django_db

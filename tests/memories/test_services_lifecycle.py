@@ -285,17 +285,46 @@ def test_store_result_replays_under_idempotency(principal):
 
 
 @pytest.mark.django_db
-def test_seed_demo_stores_demo_memories_once():
+def test_seed_demo_shows_each_concept_once_and_prints_the_key_to_export():
     from io import StringIO
 
     from django.core.management import call_command
 
-    call_command("seed_demo", stdout=StringIO())
-    call_command("seed_demo", stdout=StringIO())
+    from accounts.models import Agent
+    from memories.models import Thread
+    from memories.retrieval.hydrate import memory_hydrate
+
+    first, second = StringIO(), StringIO()
+    call_command("seed_demo", stdout=first)
+    call_command("seed_demo", stdout=second)
+    exported = [
+        line for line in first.getvalue().splitlines() if "export MEMORYHUB_KEY=mh_" in line
+    ]
+    assert len(exported) == 1 and "export MEMORYHUB_KEY" not in second.getvalue()
     rows = Memory.objects.filter(tenant__slug="demo")
-    assert rows.count() == 5
+    assert rows.count() == 7
     assert set(rows.values_list("category", flat=True)) == {"core", "workspace", "daily"}
-    assert rows.filter(review_state="pending").count() == 1
+    # One memory waits for review, and says why; its agent was not sure of it.
+    pending = rows.get(review_state="pending")
+    assert (pending.review_reason, pending.capture_mode) == ("inferred", "inferred")
+    assert pending.confidence < 1 and pending.subject_id == "alice"
+    # No subject-less memory is about a person: alice's context holds alice's facts, the
+    # agent's own policy and the workspace's, and nothing of bob's.
+    agent = Agent.objects.get(tenant__slug="demo", slug="demo-agent")
+    principal = Principal(tenant=agent.tenant, agent=agent)
+    texts = [
+        e["text"]
+        for e in memory_hydrate(principal=principal, data={"subject_id": "alice"})["entries"]
+    ]
+    assert "Alice prefers answers in French." in texts and "Alice is allergic to peanuts." in texts
+    assert "Release freeze starts every Thursday at 18:00 UTC." in texts
+    assert not [t for t in texts if "Bob" in t]
+    assert all(
+        "alice" not in text.lower()
+        for text in rows.filter(subject_id__isnull=True).values_list("text", flat=True)
+    )
+    thread = Thread.objects.get(tenant__slug="demo", thread_id="support-42")
+    assert (thread.subject_id, thread.message_count) == ("alice", 4)
 
 
 def _counter_matches_table():

@@ -1,8 +1,9 @@
 """`python manage.py bench`: latency over real HTTP, pruning, memory formation (ingest and
-extraction server time) and LoCoMo retrieval quality (SPEC §10, §11).
+extraction server time) and LoCoMo retrieval quality (docs/benchmarks.md).
 
 Runs on a throwaway embedded PostgreSQL in a temp dir with a real uvicorn server on a free
-127.0.0.1 port; prints tables and writes bench-results.json.
+127.0.0.1 port; prints tables and writes bench-results.json. `--charts` draws a results file's
+figures as SVG (docs/benchmarks.md's charts) and runs nothing.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from django.utils import timezone
 
 from accounts.services import agent_get_or_create, api_key_create, tenant_get_or_create
 from memories.bench import latency
+from memories.bench.charts import write_charts
 from memories.bench.formation import formation_table, run_extraction_bench, run_ingest_bench
 from memories.bench.load import load_table, run_load_bench
 from memories.bench.locomo import KS, MODES, run_locomo
@@ -83,6 +85,13 @@ class Command(BaseCommand):
             help="only the mixed load (30%% store, 40%% hybrid search, 30%% recall) against "
             "`serve` with its defaults; its figures are merged into --output",
         )
+        parser.add_argument(
+            "--charts",
+            action="store_true",
+            help="only draw the figures of --output (a bench-results.json) as SVG charts into "
+            "--charts-dir: latency by scale, throughput by embedder, recall by mode",
+        )
+        parser.add_argument("--charts-dir", type=Path, default=Path("docs"))
         parser.add_argument("--clients", type=int, default=8, help="--load client processes")
         parser.add_argument("--duration", type=float, default=30.0, help="--load seconds timed")
         parser.add_argument("--skip-latency", action="store_true")
@@ -90,6 +99,9 @@ class Command(BaseCommand):
         parser.add_argument("--skip-locomo", action="store_true")
 
     def handle(self, *args, **opts):
+        if opts["charts"]:
+            self.charts(opts["output"], opts["charts_dir"])
+            return
         if opts["load"]:
             self.load(opts)
             return
@@ -172,6 +184,19 @@ class Command(BaseCommand):
     def out(self, line: str) -> None:
         self.stdout.write(line)
         self.stdout.flush()
+
+    # --- charts (memories/bench/charts.py) ------------------------------------------------
+
+    def charts(self, results_path: Path, directory: Path) -> None:
+        try:
+            results = json.loads(results_path.read_text())
+        except (OSError, ValueError) as exc:
+            raise CommandError(f"cannot read {results_path}: {exc}") from exc
+        written = write_charts(results, directory)
+        if not written:
+            raise CommandError(f"{results_path} holds no latency, load or LoCoMo figures")
+        for path in written:
+            self.out(f"wrote {path}")
 
     # --- mixed load (memories/bench/load.py) ------------------------------------------------
 

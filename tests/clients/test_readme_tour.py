@@ -1,0 +1,106 @@
+"""The README's five-minute tour, run as a newcomer runs it: `seed_demo` (what `make run` calls)
+prints the key as an `export MEMORYHUB_KEY=…` line, which is pasted into a shell; then each
+`<!-- tour: curl -->` block is pasted in turn (one bash session, as written), and the
+`<!-- tour: python -->` block runs in a fresh Python. Against a live server on the suite's
+PostgreSQL. Each output is checked, and so is every example output the README shows next to a
+block (its fragments between "…" must appear in what the block printed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from io import StringIO
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+
+from tests.support.live_server import asgi_server  # noqa: F401 - the fixture
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+MARK = "@@tour-block@@"
+BLOCK = re.compile(
+    r"<!-- tour: (curl|python) -->\n```(?:sh|python)\n(.*?)\n```(?:\n```\n(.*?)\n```)?", re.S
+)
+
+pytestmark = pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
+
+
+def tour() -> list[tuple[str, str, str | None]]:
+    """(language, code, the example output shown after it) of each tour block, in order."""
+    return [(m.group(1), m.group(2), m.group(3)) for m in BLOCK.finditer(README.read_text())]
+
+
+@pytest.fixture
+def newcomer(asgi_server):  # noqa: F811 - the imported fixture
+    """The shell lines a newcomer has after `make run`: the server's URL and the printed key."""
+    out = StringIO()
+    call_command("seed_demo", stdout=out)
+    (export,) = [line.strip() for line in out.getvalue().splitlines() if "MEMORYHUB_KEY=" in line]
+    assert re.fullmatch(r"export MEMORYHUB_KEY=mh_[A-Za-z0-9]+", export)
+    return {"url": asgi_server, "export": export, "key": export.split("=", 1)[1]}
+
+
+def shows(example: str | None, actual: str) -> None:
+    """Every fragment of a README example output (split at "…") is in the actual output."""
+    if example is None:
+        return
+    for fragment in example.split("…"):
+        assert fragment in actual, f"the README shows {fragment!r}, the block printed {actual!r}"
+
+
+def test_the_curl_tour_runs_as_written(newcomer):
+    blocks = [(code, example) for lang, code, example in tour() if lang == "curl"]
+    assert len(blocks) == 7
+    script = [f"export MEMORYHUB_URL={newcomer['url']}", newcomer["export"]]
+    for code, _ in blocks:
+        script += [f"echo {MARK}", code, "echo"]
+    done = subprocess.run(
+        ["bash", "-e", "-o", "pipefail", "-c", "\n".join(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp")},
+    )
+    assert done.returncode == 0, done.stderr
+    outputs = [part.strip() for part in done.stdout.split(MARK)[1:]]
+    bodies = [json.loads(part) for part in outputs]
+    assert all(body["ok"] for body in bodies), outputs
+    for (_, example), output in zip(blocks, outputs, strict=True):
+        shows(example, output)
+    stored, second, recalled, found, others, hydrated, handed = bodies
+    assert (stored["message"], stored["version"], stored["memory"]["key"]) == ("Ok", 1, "diet")
+    assert stored["memory"]["subject_id"] == "alice" and second["memory"]["tags"] == ["billing"]
+    assert recalled["memory"]["text"] == "Alice is vegetarian and allergic to peanuts."
+    texts = [hit["data"]["text"] for hit in found["memories"]]
+    assert "Alice is vegetarian and allergic to peanuts." in texts
+    assert not [t for t in texts if "Bob" in t]  # alice's request never sees bob's
+    assert not [hit for hit in others["memories"] if "Alice" in hit["data"]["text"]]
+    assert "Alice is vegetarian and allergic to peanuts." in hydrated["markdown"]
+    assert "Bob" not in hydrated["markdown"]
+    assert handed["accepted"] == 2 and handed["extraction"]["state"] == "disabled"
+
+
+def test_the_python_tour_runs_as_written_and_prints_what_was_stored(newcomer):
+    (code,) = [code for lang, code, _ in tour() if lang == "python"]
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "MEMORYHUB_URL": newcomer["url"], "MEMORYHUB_KEY": newcomer["key"]},
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "Bob prefers short answers."  # recalled by key
+    assert re.fullmatch(r"0\.\d\d Bob (prefers short answers|is learning Portuguese)\.", lines[1])
+    # The list loop prints what was stored, the demo's fact about bob too, never alice's.
+    assert "style Bob prefers short answers." in lines
+    assert "None Bob is learning Portuguese." in lines
+    assert "pref.language Bob prefers answers in English, short and to the point." in lines
+    assert not [line for line in lines if "Alice" in line]
+    assert lines[-1] == "1 disabled"
