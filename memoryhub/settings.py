@@ -266,6 +266,19 @@ MEMORYHUB_RETENTION_DAYS = env_int("MEMORYHUB_RETENTION_DAYS", 30)
 MEMORYHUB_MESSAGE_RETENTION_DAYS = env_int("MEMORYHUB_MESSAGE_RETENTION_DAYS", 30)
 MEMORYHUB_RATE_LIMIT_PER_MINUTE = env_int("MEMORYHUB_RATE_LIMIT_PER_MINUTE", 0)  # 0 = off
 
+# --- Operating it (SPEC §14; docs/operations.md) --------------------------------------------
+# Events (the change feed, `GET /api/v1/events`, and webhook deliveries) are kept this long.
+MEMORYHUB_EVENT_RETENTION_DAYS = env_int("MEMORYHUB_EVENT_RETENTION_DAYS", 7)
+# `GET /metrics` answers only `Authorization: Bearer <this>`; unset, it is a 404 and nothing is
+# measured. `serve` gives every process it starts one PROMETHEUS_MULTIPROC_DIR.
+MEMORYHUB_METRICS_TOKEN = env_str("MEMORYHUB_METRICS_TOKEN")
+# Webhook URLs may be http:// and reach loopback or private addresses (development only).
+MEMORYHUB_WEBHOOK_ALLOW_INSECURE = env_bool("MEMORYHUB_WEBHOOK_ALLOW_INSECURE")
+MEMORYHUB_WEBHOOK_TIMEOUT = env_float("MEMORYHUB_WEBHOOK_TIMEOUT", 10.0)
+# One line per request on the `memoryhub.access` logger (method, route, status, duration, tenant
+# and agent): on by default, at INFO.
+MEMORYHUB_ACCESS_LOG = env_bool("MEMORYHUB_ACCESS_LOG", default=True)
+
 # --- Embeddings -------------------------------------------------------------------------------
 MEMORYHUB_EMBEDDER = env_str("MEMORYHUB_EMBEDDER", "hashing" if TESTING else "auto")
 # The local embedder's runtime (auto: onnx where exported, else torch), its threads, the

@@ -37,6 +37,7 @@ from django_q.tasks import async_task
 
 from accounts.models import Extraction
 from memories.clock import resolve_now
+from memories.events.record import extraction_event_write
 from memories.formation.apply import apply_operations
 from memories.formation.context import (
     message_window,
@@ -294,7 +295,9 @@ def _finish(
     )
     run.state, run.counts, run.finished_at = RunState.DONE, counts, timezone.now()
     run.error_message = note
-    run.save(update_fields=["state", "counts", "finished_at", "error_message"])
+    with transaction.atomic():
+        run.save(update_fields=["state", "counts", "finished_at", "error_message"])
+        extraction_event_write(run, subject_id=thread.subject_id, now=run.finished_at)
     if thread.extraction_due_at is not None:
         transaction.on_commit(partial(_continue, thread.pk))
 
@@ -313,17 +316,19 @@ def _fail(run: ExtractionRun, error_class: str, message: str, *, usage=None, lat
         run.prompt_tokens += usage.prompt_tokens
         run.completion_tokens += usage.completion_tokens
     run.llm_ms += latency_ms or 0
-    run.save(
-        update_fields=[
-            "state",
-            "finished_at",
-            "error_class",
-            "error_message",
-            "prompt_tokens",
-            "completion_tokens",
-            "llm_ms",
-        ]
-    )
+    with transaction.atomic():
+        run.save(
+            update_fields=[
+                "state",
+                "finished_at",
+                "error_class",
+                "error_message",
+                "prompt_tokens",
+                "completion_tokens",
+                "llm_ms",
+            ]
+        )
+        extraction_event_write(run, subject_id=run.thread.subject_id, now=run.finished_at)
 
 
 def tokens_used_today(tenant_id: int, now: datetime) -> int:
