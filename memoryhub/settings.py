@@ -43,6 +43,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Outermost: the access log and the HTTP metrics see every answer (memoryhub/observe.py).
+    "memoryhub.observe.ObserveMiddleware",
     "memoryhub.middleware.ApiErrorMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",

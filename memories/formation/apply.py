@@ -25,6 +25,7 @@ from memories.services.eviction import cap_lock
 from memories.services.lifecycle import memory_forget
 from memories.services.store import Formation, memory_store_prepare, memory_store_write
 from memories.services.writes import embeddings_remembered, embeddings_seed
+from memoryhub import tracing
 from memoryhub.errors import Conflict, DomainError, InvalidInput, NotFound, SecretRejected
 
 ACTOR = "system:extract"
@@ -109,7 +110,7 @@ def apply_operations(
     agent = thread.agent
     principal = extraction_principal(thread)
     texts = [op.text for op in operations if isinstance(op, AddOp | UpdateOp)]
-    with embeddings_remembered():
+    with tracing.span("apply", operations=len(operations)), embeddings_remembered():
         embeddings_seed(texts)  # one forward pass for the run, before any row is locked
         _lock_caps(thread, operations)
         for operation in operations:

@@ -50,6 +50,7 @@ from memories.formation.operations import Operation, operation_json, parse_opera
 from memories.models import OPEN_RUN_STATES, ExtractionRun, RunState, Thread
 from memories.secrets_scan import find_secret
 from memories.services.common import session_advisory
+from memoryhub import metrics
 
 log = logging.getLogger(__name__)
 
@@ -298,6 +299,7 @@ def _finish(
     with transaction.atomic():
         run.save(update_fields=["state", "counts", "finished_at", "error_message"])
         extraction_event_write(run, subject_id=thread.subject_id, now=run.finished_at)
+    _measure(run)
     if thread.extraction_due_at is not None:
         transaction.on_commit(partial(_continue, thread.pk))
 
@@ -329,6 +331,14 @@ def _fail(run: ExtractionRun, error_class: str, message: str, *, usage=None, lat
             ]
         )
         extraction_event_write(run, subject_id=run.thread.subject_id, now=run.finished_at)
+    _measure(run)
+
+
+def _measure(run: ExtractionRun) -> None:
+    """A finished run in the metrics: its state and the tokens it used."""
+    metrics.count(metrics.EXTRACTION_RUNS, run.state)
+    metrics.count(metrics.EXTRACTION_TOKENS, "prompt", amount=run.prompt_tokens)
+    metrics.count(metrics.EXTRACTION_TOKENS, "completion", amount=run.completion_tokens)
 
 
 def tokens_used_today(tenant_id: int, now: datetime) -> int:
