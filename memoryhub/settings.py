@@ -277,6 +277,9 @@ MEMORYHUB_METRICS_TOKEN = env_str("MEMORYHUB_METRICS_TOKEN")
 # Webhook URLs may be http:// and reach loopback or private addresses (development only).
 MEMORYHUB_WEBHOOK_ALLOW_INSECURE = env_bool("MEMORYHUB_WEBHOOK_ALLOW_INSECURE")
 MEMORYHUB_WEBHOOK_TIMEOUT = env_float("MEMORYHUB_WEBHOOK_TIMEOUT", 10.0)
+# Wake the dispatcher after each commit with events for a tenant with webhooks (tests run it
+# themselves).
+MEMORYHUB_WEBHOOK_NUDGE = env_bool("MEMORYHUB_WEBHOOK_NUDGE", default=not TESTING)
 # One line per request on the `memoryhub.access` logger (method, route, status, duration, tenant
 # and agent): on by default, at INFO.
 MEMORYHUB_ACCESS_LOG = env_bool("MEMORYHUB_ACCESS_LOG", default=True)
@@ -347,6 +350,8 @@ LOGGING = {
         # At DEBUG the openai SDK logs each request's options, conversation text included:
         # message content must never reach the logs, whatever LOG_LEVEL says.
         "openai": {"level": "WARNING"},
+        # httpx logs each request's URL at INFO: a webhook's URL may carry its receiver's token.
+        "httpx": {"level": "WARNING"},
         "axes.apps": {"level": "WARNING"},  # its version banner at every start
     },
 }

@@ -9,6 +9,7 @@ from rest_framework.response import Response
 from memories.api import event_schema, schema
 from memories.api.views import AgentAPIView, query_subject
 from memories.events.feed import events_page
+from memories.webhooks import endpoints
 
 
 class EventsView(AgentAPIView):
@@ -34,3 +35,59 @@ class EventsView(AgentAPIView):
             include_shared=request.query_params.get("include_shared"),
         )
         return Response({"ok": True, "events": events, "next_cursor": cursor})
+
+
+class WebhooksView(AgentAPIView):
+    @extend_schema(
+        operation_id="webhooks_list",
+        description="The tenant's webhook endpoints (admin scope). Secrets are never shown again.",
+        summary="Webhooks",
+        responses={200: event_schema.WebhookListResponseSerializer, **schema.READ_ERRORS},
+    )
+    def get(self, request):
+        request.user.require_scope("admin")
+        hooks = endpoints.webhook_list(tenant=request.user.tenant)
+        return Response({"ok": True, "webhooks": [endpoints.webhook_json(h) for h in hooks]})
+
+    @extend_schema(
+        operation_id="webhooks_create",
+        description=(
+            "Add an endpoint (admin scope): `url` (https:// and a public address, checked again "
+            "before every delivery), `events` (types; default all), `description`. The answer "
+            "holds the signing `secret`, shown this once: each delivery's body is one event, "
+            'signed as `MemoryHub-Signature: t=<unix>,v1=<hex HMAC-SHA256 of "t.body">`.'
+        ),
+        summary="Add a webhook",
+        request=event_schema.WebhookCreateSerializer,
+        responses={201: event_schema.WebhookCreatedResponseSerializer, **schema.WRITE_ERRORS},
+    )
+    def post(self, request):
+        request.user.require_scope("admin")
+        data = request.data if isinstance(request.data, dict) else {}
+        created = endpoints.webhook_create(
+            tenant=request.user.tenant,
+            url=data.get("url"),
+            events=data.get("events"),
+            description=data.get("description", ""),
+            actor=request.user.actor,
+        )
+        body = {
+            "ok": True,
+            "webhook": endpoints.webhook_json(created.endpoint),
+            "secret": created.secret,
+        }
+        return Response(body, status=201)
+
+
+class WebhookDetailView(AgentAPIView):
+    @extend_schema(
+        operation_id="webhooks_delete",
+        description="Delete an endpoint and its delivery log (admin scope).",
+        summary="Delete a webhook",
+        request=None,
+        responses={200: event_schema.WebhookDeletedResponseSerializer, **schema.WRITE_ERRORS},
+    )
+    def delete(self, request, webhook_id: str):
+        request.user.require_scope("admin")
+        endpoints.webhook_delete(tenant=request.user.tenant, webhook_id=webhook_id)
+        return Response({"ok": True, "deleted": True})

@@ -1,7 +1,7 @@
 from django.urls import path
 
 from memories.api import views
-from memories.api.event_views import EventsView
+from memories.api.event_views import EventsView, WebhookDetailView, WebhooksView
 from memories.api.export import ExportMarkdownView
 from memories.api.retrieval_views import HydrateView, SearchView
 from memories.api.subject_views import SubjectView
@@ -39,4 +39,6 @@ urlpatterns = [
     path("threads/<path:thread_id>", ThreadDetailView.as_view(), name="api-thread"),
     path("subjects/<path:subject_id>", SubjectView.as_view(), name="api-subject"),
     path("events", EventsView.as_view(), name="api-events"),
+    path("webhooks", WebhooksView.as_view(), name="api-webhooks"),
+    path("webhooks/<str:webhook_id>", WebhookDetailView.as_view(), name="api-webhook"),
 ]

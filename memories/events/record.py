@@ -29,6 +29,7 @@ from typing import Any
 import orjson
 from django.db import connection
 
+from memories.events.nudge import after_commit
 from memories.models import Category, ChangeType, Event, ExtractionRun, Memory, ReviewState, Status
 from memories.serialization import MEMORY_JSON_COLUMNS, memory_json, memory_json_sql
 
@@ -102,6 +103,8 @@ def events_insert(events: list[Event]) -> None:
     writes equal to `bulk_create`'s."""
     if not events:
         return
+    for tenant_id in {event.tenant_id for event in events}:
+        after_commit(tenant_id)
     params: list[Any] = []
     for event in events:
         params.extend(_row(event))
