@@ -84,13 +84,18 @@ def parse_cursor(value: Any) -> int:
 
 
 def parse_types(values: list[str]) -> list[str]:
-    """`types`: event types, comma-separated and/or repeated; each must be one of EVENT_TYPES."""
+    """`types`: event types, comma-separated and/or repeated."""
     types = [t.strip() for value in values for t in str(value).split(",") if t.strip()]
+    return known_types(types, field="types")
+
+
+def known_types(types: list[str], *, field: str) -> list[str]:
+    """`types` without repeats, each one of EVENT_TYPES (else INVALID_INPUT naming `field`)."""
     unknown = [t for t in types if t not in EVENT_TYPES]
     if unknown:
         raise InvalidInput(
             f"Unknown event type '{unknown[0][:40]}'",
-            field="types",
+            field=field,
             details={"allowed": list(EVENT_TYPES)},
         )
     return list(dict.fromkeys(types))

@@ -13,7 +13,7 @@ from accounts.models import Tenant
 from memories.clock import resolve_now
 from memories.events import feed
 from memories.events.nudge import forget_tenants
-from memories.models import EVENT_TYPES, DeliveryState, WebhookDelivery, WebhookEndpoint
+from memories.models import DeliveryState, WebhookDelivery, WebhookEndpoint
 from memories.secrets_scan import scan_secrets
 from memories.serialization import iso
 from memories.webhooks import addresses, signing
@@ -34,14 +34,7 @@ def clean_events(value: Any) -> list[str]:
         return []
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise InvalidInput("'events' must be a list of event types", field="events")
-    unknown = [v for v in value if v not in EVENT_TYPES]
-    if unknown:
-        raise InvalidInput(
-            f"Unknown event type '{unknown[0][:40]}'",
-            field="events",
-            details={"allowed": list(EVENT_TYPES)},
-        )
-    return list(dict.fromkeys(value))
+    return feed.known_types(value, field="events")
 
 
 def webhook_create(
