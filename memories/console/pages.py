@@ -27,6 +27,7 @@ from memories.console.forms import (
     MemberForm,
 )
 from memories.console.memories import parse_filters
+from memories.console.webhooks import disabled_webhooks
 from memories.export import export_filename, export_markdown
 from memories.formation.runs import tokens_used_today
 from memories.ids import is_memory_id
@@ -39,7 +40,11 @@ JOB_NAMES = ("prune_memories", "purge_retention", "reembed")
 
 @require_role(Role.VIEWER)
 def dashboard(request: HttpRequest) -> HttpResponse:
-    context = {"section": "dashboard", **sel.dashboard_stats(tenant=request.tenant)}
+    context = {
+        "section": "dashboard",
+        **sel.dashboard_stats(tenant=request.tenant),
+        "disabled_webhooks": disabled_webhooks(request),
+    }
     return render(request, "console/dashboard.html", context, fragment="dashboard-body")
 
 
