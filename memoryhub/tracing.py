@@ -29,20 +29,24 @@ def configured() -> bool:
     )
 
 
-def setup(*, provider: trace.TracerProvider | None = None) -> bool:
-    """Turn tracing on for this process when configured (or with `provider`, for tests).
-    Returns whether it is on. Safe to call more than once."""
-    global _tracer
+def setup() -> bool:
+    """Turn tracing on for this process when configured; returns whether it is on. Safe to
+    call more than once."""
     if _tracer is not None:
         return True
-    if provider is None:
-        if not configured():
-            return False
-        provider = _otlp_provider()
-        trace.set_tracer_provider(provider)
+    if not configured():
+        return False
+    provider = _otlp_provider()
+    trace.set_tracer_provider(provider)
     _instrument()
-    _tracer = provider.get_tracer("memoryhub")
+    start(provider)
     return True
+
+
+def start(provider: trace.TracerProvider) -> None:
+    """Our own spans go to `provider` (tests give one of their own)."""
+    global _tracer
+    _tracer = provider.get_tracer("memoryhub")
 
 
 def _otlp_provider() -> trace.TracerProvider:
