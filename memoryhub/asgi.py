@@ -20,6 +20,9 @@ out of the cyclic garbage collector's sight (`MEMORYHUB_GC_FREEZE`): the ~150k o
 Django, the MCP SDK and the model's runtime never become garbage, yet each full collection
 walked them all (50-100 ms, the worker's requests stalled).
 
+Every HTTP request is timed here, from arrival to its last byte, and recorded once
+(`observed`: the access log line and the HTTP metrics of `memoryhub.observe`).
+
 `/mcp` requests pass `mcp_transport` first: the `Host` and `Origin` checks (DNS rebinding) with
 Django's ALLOWED_HOSTS rules, the JSON content type and the body limit, answered in our envelope
 (400 INVALID_INPUT, 413 PAYLOAD_TOO_LARGE) rather than the SDK's plain-text pages. A foreign `Origin` is the one
