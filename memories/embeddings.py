@@ -17,15 +17,33 @@ import os
 import re
 import threading
 import time
+from collections.abc import Callable
+from functools import wraps
 from typing import Protocol
 
 from django.conf import settings
 
 from memories.embedding_batch import MicroBatcher, VectorCache
 from memories.models import EMBEDDING_DIM
+from memoryhub import metrics, tracing
 from memoryhub.errors import EmbeddingError
 
 logger = logging.getLogger(__name__)
+
+
+def measured(embed: Callable) -> Callable:
+    """A backend's `embed`, as the `embed` span and `memoryhub_embed_duration_seconds`."""
+
+    @wraps(embed)
+    def timed(self, texts: list[str]) -> list[list[float]]:
+        started = time.perf_counter()
+        try:
+            with tracing.span("embed", texts=len(texts), model=self.model_name):
+                return embed(self, texts)
+        finally:
+            metrics.observe(metrics.EMBED_DURATION, time.perf_counter() - started)
+
+    return timed
 
 
 class Embedder(Protocol):
@@ -63,6 +81,7 @@ class HashingEmbedder:
             return vector
         return [v / norm for v in vector]
 
+    @measured
     def embed(self, texts: list[str]) -> list[list[float]]:
         return [self.embed_one(t) for t in texts]
 
@@ -193,6 +212,7 @@ class LocalEmbedder:
     def _encode(self, texts: list[str]):
         return self._load()(texts)
 
+    @measured
     def embed(self, texts: list[str]) -> list[list[float]]:
         if not texts:
             return []
@@ -248,6 +268,7 @@ class OpenAIEmbedder:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.Client(timeout=timeout, headers=headers)
 
+    @measured
     def embed(self, texts: list[str]) -> list[list[float]]:
         out: list[list[float]] = []
         for start in range(0, len(texts), self.batch_size):

@@ -30,6 +30,7 @@ from django.db.models import DateTimeField, Max, QuerySet
 
 from accounts.models import Agent, Tenant
 from memories import validation
+from memories.events.record import memory_events_write_many
 from memories.ids import is_memory_id
 from memories.models import (
     EMBEDDING_DIM,
@@ -278,6 +279,7 @@ def import_jsonl(*, tenant: Tenant, lines: Iterable[str | bytes], actor: str) ->
             .values_list("memory_id", "latest")
         )
         revisions = []
+        changes: list[tuple[Memory, dict]] = []
         for number, record in records:
             slug = record.get("agent")
             agent = None
@@ -323,17 +325,28 @@ def import_jsonl(*, tenant: Tenant, lines: Iterable[str | bytes], actor: str) ->
                 memory.save()
             except IntegrityError as exc:
                 raise ImportLineError(number, _integrity_message(exc, memory)) from None
-            revisions.append(
-                revision_build(
-                    memory=memory,
-                    actor=actor,
-                    change_type=ChangeType.IMPORT,
-                    reason="JSONL import",
-                    before=before,
-                    after=snapshot(memory),
+            revision = revision_build(
+                memory=memory,
+                actor=actor,
+                change_type=ChangeType.IMPORT,
+                reason="JSONL import",
+                before=before,
+                after=snapshot(memory),
+            )
+            revisions.append(revision)
+            changes.append(
+                (
+                    memory,
+                    {
+                        "change_type": revision.change_type,
+                        "before": before,
+                        "after": revision.after,
+                        "now": revision.created_at,
+                    },
                 )
             )
         MemoryRevision.objects.bulk_create(revisions)
+        memory_events_write_many(changes)  # what `revision_write` does for one
     return result
 
 

@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import Any
 
 from memories.clock import resolve_now
+from memories.events.record import memory_events_write
 from memories.models import PUBLIC_FIELDS, Memory, MemoryRevision
 
 # What a revision's before/after snapshot records: the public fields but `id` (the revision
@@ -79,7 +80,15 @@ def revision_build(
 
 
 def revision_write(**kwargs) -> MemoryRevision:
-    """Write one revision (call inside the transaction that made the change)."""
+    """Write one revision (call inside the transaction that made the change), and the change's
+    events with it (`memories.events.record`)."""
     revision = revision_build(**kwargs)
     revision.save(force_insert=True)
+    memory_events_write(
+        kwargs["memory"],
+        change_type=revision.change_type,
+        before=revision.before,
+        after=revision.after,
+        now=revision.created_at,
+    )
     return revision

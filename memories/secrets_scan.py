@@ -548,6 +548,7 @@ SECRET_SCANNED_FIELDS = frozenset(
         "tombstoned_by",
         "created_by",
         "embedding_model",
+        "description",  # a webhook's (memories.webhooks.endpoints)
     }
 )
 

@@ -50,6 +50,8 @@ def _python_encoder(field: models.Field) -> Callable[[Any], Any] | None:
 
 
 _PYTHON_ENCODERS = tuple((field.name, _python_encoder(field)) for field in _COLUMNS)
+# The memory columns `memory_json_sql` reads from its table (with the owner's id).
+MEMORY_JSON_COLUMNS = ("agent_id", *(field.column for field in _COLUMNS))
 
 
 def memory_json(
@@ -125,10 +127,13 @@ def _sql_encoder(field: models.Field, column: str) -> str:
     return f"to_json({column})"
 
 
-def memory_json_sql(table: str = "m", owner: str = "o", *, owner_slug: str | None = None) -> str:
+def memory_json_sql(
+    table: str = "m", owner: str = "o", *, owner_slug: str | None = None, viewer: str = "%s"
+) -> str:
     """SQL for `memory_json(memory, agent=viewer)` as compact JSON text, one per row of `table`
     joined to its owner agent as `owner` (or with `owner_slug`, SQL for the owner's slug, where
-    there is no such join); its one parameter is the viewing agent's id.
+    there is no such join); `viewer` is SQL for the viewing agent's id (by default its one
+    parameter).
 
     Hydrate returns a hundred or more memory objects; PostgreSQL writes them in a fraction of
     the time Python takes to decode rows and encode dicts. The text is `memory_json`'s JSON:
@@ -139,7 +144,7 @@ def memory_json_sql(table: str = "m", owner: str = "o", *, owner_slug: str | Non
     slug = owner_slug or f"{owner}.slug"
     expressions["agent"] = f"to_json({slug})"
     expressions["source"] = (
-        f"to_json(CASE WHEN {table}.agent_id IS NULL THEN 'workspace' WHEN {table}.agent_id = %s "
+        f"to_json(CASE WHEN {table}.agent_id IS NULL THEN 'workspace' WHEN {table}.agent_id = {viewer} "
         f"THEN 'own' ELSE 'shared:' || {slug} END)"
     )
     parts = [

@@ -20,6 +20,9 @@ out of the cyclic garbage collector's sight (`MEMORYHUB_GC_FREEZE`): the ~150k o
 Django, the MCP SDK and the model's runtime never become garbage, yet each full collection
 walked them all (50-100 ms, the worker's requests stalled).
 
+Every HTTP request is timed here, from arrival to its last byte, and recorded once
+(`observed`: the access log line and the HTTP metrics of `memoryhub.observe`).
+
 `/mcp` requests pass `mcp_transport` first: the `Host` and `Origin` checks (DNS rebinding) with
 Django's ALLOWED_HOSTS rules, the JSON content type and the body limit, answered in our envelope
 (400 INVALID_INPUT, 413 PAYLOAD_TOO_LARGE) rather than the SDK's plain-text pages. A foreign `Origin` is the one
@@ -32,6 +35,7 @@ import gc
 import json
 import logging
 import os
+import time
 from urllib.parse import urlsplit
 
 from a2wsgi import WSGIMiddleware
@@ -43,8 +47,12 @@ django_wsgi = get_wsgi_application()
 from django.conf import settings  # noqa: E402  (after setup)
 from django.http.request import split_domain_port, validate_host  # noqa: E402
 
-from memories.mcp_server import MCP_PATH, mcp_application  # noqa: E402  (needs Django set up)
-from memoryhub import db_outage  # noqa: E402
+from memories.mcp_server import (  # noqa: E402  (needs Django set up)
+    MCP_PATH,
+    PRINCIPAL_SCOPE_KEY,
+    mcp_application,
+)
+from memoryhub import db_outage, observe  # noqa: E402
 from memoryhub.errors import (  # noqa: E402
     BackendUnavailable,
     DomainError,
@@ -238,8 +246,35 @@ async def application(scope, receive, send):
     if scope["type"] == "lifespan":
         await mcp_application(scope, _settling(receive), send)
         return
-    path = scope.get("path", "")
-    if scope["type"] == "http" and (path == MCP_PATH or path.startswith(MCP_PATH + "/")):
-        await mcp_transport(scope, receive, send)
+    if scope["type"] != "http":
+        await django_application(scope, receive, send)
         return
-    await django_application(scope, receive, send)
+    await observed(scope, receive, send)
+
+
+async def observed(scope, receive, send):
+    """An HTTP request, timed from here to its last byte and recorded (`memoryhub.observe`):
+    Django fills in its route, tenant and agent; `/mcp` is one route, its key's principal in
+    the scope once the MCP app has authenticated it."""
+    started = time.perf_counter()
+    info = scope[observe.SCOPE_KEY] = observe.RequestInfo()
+    status = 500  # a request that raised before answering
+
+    async def sending(message):
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+        await send(message)
+
+    path = scope.get("path", "")
+    try:
+        if path == MCP_PATH or path.startswith(MCP_PATH + "/"):
+            info.route = MCP_PATH
+            await mcp_transport(scope, receive, sending)
+            principal = scope.get(PRINCIPAL_SCOPE_KEY)
+            if principal is not None:
+                info.tenant, info.agent = principal.tenant.slug, principal.agent.slug
+        else:
+            await django_application(scope, receive, sending)
+    finally:
+        observe.record(scope.get("method", ""), status, time.perf_counter() - started, info)

@@ -43,6 +43,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Outermost: the access log and the HTTP metrics see every answer (memoryhub/observe.py).
+    "memoryhub.observe.ObserveMiddleware",
     "memoryhub.middleware.ApiErrorMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -266,6 +268,22 @@ MEMORYHUB_RETENTION_DAYS = env_int("MEMORYHUB_RETENTION_DAYS", 30)
 MEMORYHUB_MESSAGE_RETENTION_DAYS = env_int("MEMORYHUB_MESSAGE_RETENTION_DAYS", 30)
 MEMORYHUB_RATE_LIMIT_PER_MINUTE = env_int("MEMORYHUB_RATE_LIMIT_PER_MINUTE", 0)  # 0 = off
 
+# --- Operating it (SPEC §14; docs/operations.md) --------------------------------------------
+# Events (the change feed, `GET /api/v1/events`, and webhook deliveries) are kept this long.
+MEMORYHUB_EVENT_RETENTION_DAYS = env_int("MEMORYHUB_EVENT_RETENTION_DAYS", 7)
+# `GET /metrics` answers only `Authorization: Bearer <this>`; unset, it is a 404 and nothing is
+# measured. `serve` gives every process it starts one PROMETHEUS_MULTIPROC_DIR.
+MEMORYHUB_METRICS_TOKEN = env_str("MEMORYHUB_METRICS_TOKEN")
+# Webhook URLs may be http:// and reach loopback or private addresses (development only).
+MEMORYHUB_WEBHOOK_ALLOW_INSECURE = env_bool("MEMORYHUB_WEBHOOK_ALLOW_INSECURE")
+MEMORYHUB_WEBHOOK_TIMEOUT = env_float("MEMORYHUB_WEBHOOK_TIMEOUT", 10.0)
+# Wake the dispatcher after each commit with events for a tenant with webhooks (tests run it
+# themselves).
+MEMORYHUB_WEBHOOK_NUDGE = env_bool("MEMORYHUB_WEBHOOK_NUDGE", default=not TESTING)
+# One line per request on the `memoryhub.access` logger (method, route, status, duration, tenant
+# and agent): on by default, at INFO.
+MEMORYHUB_ACCESS_LOG = env_bool("MEMORYHUB_ACCESS_LOG", default=True)
+
 # --- Embeddings -------------------------------------------------------------------------------
 MEMORYHUB_EMBEDDER = env_str("MEMORYHUB_EMBEDDER", "hashing" if TESTING else "auto")
 # The local embedder's runtime (auto: onnx where exported, else torch), its threads, the
@@ -341,6 +359,8 @@ LOGGING = {
         # At DEBUG the openai SDK logs each request's options, conversation text included:
         # message content must never reach the logs, whatever LOG_LEVEL says.
         "openai": {"level": "WARNING"},
+        # httpx logs each request's URL at INFO: a webhook's URL may carry its receiver's token.
+        "httpx": {"level": "WARNING"},
         "axes.apps": {"level": "WARNING"},  # its version banner at every start
     },
 }

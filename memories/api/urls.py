@@ -1,6 +1,7 @@
 from django.urls import path
 
 from memories.api import views
+from memories.api.event_views import EventsView, WebhookDetailView, WebhooksView
 from memories.api.export import ExportMarkdownView
 from memories.api.index import ApiIndexView
 from memories.api.retrieval_views import HydrateView, SearchView
@@ -39,4 +40,7 @@ urlpatterns = [
     path("threads/<path:thread_id>/end", ThreadEndView.as_view(), name="api-thread-end"),
     path("threads/<path:thread_id>", ThreadDetailView.as_view(), name="api-thread"),
     path("subjects/<path:subject_id>", SubjectView.as_view(), name="api-subject"),
+    path("events", EventsView.as_view(), name="api-events"),
+    path("webhooks", WebhooksView.as_view(), name="api-webhooks"),
+    path("webhooks/<str:webhook_id>", WebhookDetailView.as_view(), name="api-webhook"),
 ]

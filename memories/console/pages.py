@@ -29,6 +29,7 @@ from memories.console.forms import (
 )
 from memories.console.labels import job_label
 from memories.console.memories import parse_filters
+from memories.console.webhooks import disabled_webhooks
 from memories.export import export_filename, export_markdown
 from memories.formation.runs import tokens_used_today
 from memories.ids import is_memory_id
@@ -47,6 +48,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         **stats,
         "charts": trends.dashboard_charts(tenant=request.tenant, live_now=stats["by_category"]),
         # The first steps, until the tenant holds a memory: an agent, a key, a first call.
+        "disabled_webhooks": disabled_webhooks(request),
         "getting_started": None if stats["total"] or stats["recent"] else _first_steps(request),
     }
     return render(request, "console/dashboard.html", context, fragment="dashboard-body")

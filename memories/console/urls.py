@@ -4,6 +4,7 @@ from memories.console import memories as m
 from memories.console import pages as p
 from memories.console import subjects as s
 from memories.console import threads as t
+from memories.console import webhooks as w
 
 app_name = "console"
 
@@ -38,4 +39,10 @@ urlpatterns = [
     path("jobs/", p.jobs, name="jobs"),
     path("jobs/run/", p.job_run, name="job-run"),
     path("members/", p.members, name="members"),
+    path("webhooks/", w.webhook_list, name="webhooks"),
+    path("webhooks/add/", w.webhook_create, name="webhook-create"),
+    path("webhooks/<str:webhook_id>/", w.webhook_detail, name="webhook"),
+    path("webhooks/<str:webhook_id>/delete/", w.webhook_delete, name="webhook-delete"),
+    path("webhooks/<str:webhook_id>/enable/", w.webhook_enable, name="webhook-enable"),
+    path("deliveries/<int:delivery_id>/resend/", w.delivery_resend, name="delivery-resend"),
 ]

@@ -42,6 +42,7 @@ from memories.services.lifecycle import memory_forget
 from memories.services.store import Formation, memory_store_prepare, memory_store_write
 from memories.services.writes import embeddings_remembered, embeddings_seed
 from memories.visibility import formation_changeable, owned_q
+from memoryhub import tracing
 from memoryhub.errors import Conflict, DomainError, InvalidInput, NotFound, SecretRejected
 
 APPLY_BATCH = 10  # operations per transaction: how long the agent's cap lock may be held
@@ -143,7 +144,7 @@ def apply_operations(
     principal = extraction_principal(thread)
     offered = frozenset(run.offered_ids or ())
     texts = [op.text for op in operations[run.applied_ops :] if isinstance(op, AddOp | UpdateOp)]
-    with embeddings_remembered():
+    with tracing.span("apply", operations=len(operations)), embeddings_remembered():
         embeddings_seed(texts)  # one forward pass for the run, before any row is locked
         for start in range(run.applied_ops, len(operations), APPLY_BATCH):
             if deadline is not None and time.monotonic() >= deadline:

@@ -62,6 +62,7 @@ from memories.formation.prompts import (
     summary_messages,
 )
 from memories.redaction import redact
+from memoryhub import metrics
 
 if TYPE_CHECKING:
     import openai  # imported where used: see LLMClient.__init__
@@ -327,6 +328,15 @@ class LLMClient:
         return None  # `prompt`: servers that take neither; the prompt asks for the JSON alone
 
     def _complete(
+        self, chat: list[dict[str, str]], *, schema_name: str, schema: dict[str, Any]
+    ) -> _Reply:
+        started = time.perf_counter()
+        try:
+            return self._complete_retrying(chat, schema_name=schema_name, schema=schema)
+        finally:
+            metrics.observe(metrics.LLM_DURATION, time.perf_counter() - started)
+
+    def _complete_retrying(
         self, chat: list[dict[str, str]], *, schema_name: str, schema: dict[str, Any]
     ) -> _Reply:
         request: dict[str, Any] = {"model": self.model, "messages": chat}

@@ -46,6 +46,7 @@ from django_q.tasks import async_task
 from accounts.models import Agent, Extraction
 from memories import validation
 from memories.clock import resolve_now
+from memories.events.record import extraction_event_write
 from memories.formation.apply import ApplyDeadline, apply_operations
 from memories.formation.context import (
     message_window,
@@ -59,6 +60,7 @@ from memories.models import OPEN_RUN_STATES, ExtractionRun, RunState, Thread
 from memories.redaction import redact
 from memories.secrets_scan import find_secret
 from memories.services.common import session_advisory
+from memoryhub import metrics
 from memoryhub.errors import InvalidInput
 
 log = logging.getLogger(__name__)
@@ -374,9 +376,14 @@ def _finish(
     )
     run.state, run.counts, run.finished_at = RunState.DONE, counts, timezone.now()
     run.error_message = note
-    ExtractionRun.objects.filter(pk=run.pk).update(
-        state=run.state, counts=counts, finished_at=run.finished_at, error_message=note
-    )
+    with transaction.atomic():
+        updated = ExtractionRun.objects.filter(pk=run.pk).update(
+            state=run.state, counts=counts, finished_at=run.finished_at, error_message=note
+        )
+        if updated:  # an erasure may have deleted it meanwhile
+            extraction_event_write(run, subject_id=thread.subject_id, now=run.finished_at)
+    if updated:
+        _measure(run)
     if thread.extraction_due_at is not None:
         transaction.on_commit(partial(_continue, thread.pk))
 
@@ -399,15 +406,27 @@ def _fail(run: ExtractionRun, error_class: str, message: str, *, usage=None, lat
         run.prompt_tokens += usage.prompt_tokens
         run.completion_tokens += usage.completion_tokens
     run.llm_ms += latency_ms or 0
-    ExtractionRun.objects.filter(pk=run.pk, state=RunState.RUNNING).update(
-        state=run.state,
-        finished_at=run.finished_at,
-        error_class=run.error_class,
-        error_message=run.error_message,
-        prompt_tokens=run.prompt_tokens,
-        completion_tokens=run.completion_tokens,
-        llm_ms=run.llm_ms,
-    )
+    with transaction.atomic():
+        updated = ExtractionRun.objects.filter(pk=run.pk, state=RunState.RUNNING).update(
+            state=run.state,
+            finished_at=run.finished_at,
+            error_class=run.error_class,
+            error_message=run.error_message,
+            prompt_tokens=run.prompt_tokens,
+            completion_tokens=run.completion_tokens,
+            llm_ms=run.llm_ms,
+        )
+        if updated:  # still running: an erasure had not failed or deleted it
+            extraction_event_write(run, subject_id=run.thread.subject_id, now=run.finished_at)
+    if updated:
+        _measure(run)
+
+
+def _measure(run: ExtractionRun) -> None:
+    """A finished run in the metrics: its state and the tokens it used."""
+    metrics.count(metrics.EXTRACTION_RUNS, run.state)
+    metrics.count(metrics.EXTRACTION_TOKENS, "prompt", amount=run.prompt_tokens)
+    metrics.count(metrics.EXTRACTION_TOKENS, "completion", amount=run.completion_tokens)
 
 
 def tokens_used_today(tenant_id: int, now: datetime) -> int:

@@ -46,6 +46,7 @@ from datetime import datetime, timedelta
 from django.db import connection, connections, transaction
 
 from memories.clock import resolve_now
+from memories.events.record import EVENT_RETURNING, insert_events_sql
 from memories.jobs.batches import (
     BEGINNING,
     DEFAULT_BATCH_SIZE,
@@ -110,7 +111,7 @@ REMAINING = """
     AND NOT (m.category = 'conversation' AND m.updated_at <= %(conversation_cutoff)s)
 """
 
-# Appended to a `changed` CTE (RETURNING id, tenant_id, version): one revision per changed row,
+# Appended to a `changed` CTE (RETURNING EVENT_RETURNING): one revision per changed row,
 # its before/after holding the changed fields.
 REVISION_PER_CHANGED_ROW = insert_revisions_sql(
     rows="changed c",
@@ -124,10 +125,23 @@ REVISION_PER_CHANGED_ROW = insert_revisions_sql(
     after="jsonb_build_object('status', %(status)s::text, 'version', c.version)",
     created_at="%(now)s",
 )
+# ... and its events (`memories.events.record`): memory.expired / memory.evicted, and
+# review.resolved for a pending one, each holding the memory's public object.
+EVENTS_PER_CHANGED_ROW = insert_events_sql(
+    rows="changed c",
+    alias="c",
+    event_type="%(event_type)s::text",
+    version="c.version",
+    occurred_at="%(now)s",
+    left_review=True,
+)
 INSERT_REVISIONS = f"""
     revisions AS (
         {REVISION_PER_CHANGED_ROW}
         RETURNING 1
+    ),
+    events AS (
+        {EVENTS_PER_CHANGED_ROW}
     )
 """
 
@@ -168,7 +182,7 @@ changed AS (
     SET status = %(status)s, status_changed_at = %(now)s, updated_at = %(now)s,
         version = m.version + 1
     WHERE m.id = ANY (ARRAY(SELECT id FROM picked)) AND {{where}}
-    RETURNING m.id, m.tenant_id, m.version
+    RETURNING {EVENT_RETURNING}
 ),
 {{insert_revisions}}
 SELECT (SELECT count(*) FROM picked), (SELECT max(sort_key) FROM picked),
@@ -223,7 +237,7 @@ changed AS (
     SET status = %(status)s, status_changed_at = %(now)s, updated_at = %(now)s,
         version = m.version + 1
     WHERE m.id = ANY (ARRAY(SELECT id FROM picked)) AND m.status = 'active'
-    RETURNING m.id, m.tenant_id, m.version
+    RETURNING {EVENT_RETURNING}
 ),
 {{insert_revisions}}
 SELECT count(*) FROM revisions
@@ -251,7 +265,12 @@ def _run_age_rule(
         per_tenant=PER_TENANT_JSON.format(rows="changed"),
     )
     batch_params = dict(
-        params, change_type="expire", status="expired", reason=rule.reason, limit=batch_size
+        params,
+        change_type="expire",
+        event_type="memory.expired",
+        status="expired",
+        reason=rule.reason,
+        limit=batch_size,
     )
     after, total, batch = BEGINNING, 0, 0
     while True:
@@ -320,6 +339,7 @@ def _enforce_cap(
     batch_params = dict(
         params,
         change_type="evict",
+        event_type="memory.evicted",
         status="evicted",
         reason=cap_reason(workspace=agent_id is None, cap=cap),
         tenant_id=tenant_id,

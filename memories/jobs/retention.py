@@ -6,6 +6,9 @@
   where the memory went; earlier revisions stay (the history outlives the row, as designed in
   `MemoryRevision`). Erasing content from history is the operator's `Purge`, not retention.
 - Idempotency records older than 24 h are deleted (their replay window is over).
+- Events (SPEC §14) older than settings.MEMORYHUB_EVENT_RETENTION_DAYS (default 7) are deleted,
+  with their webhook deliveries. A deleted memory's last event is `memory.purged`, without its
+  content.
 - Messages of threads ended at least `message_days` (settings.MEMORYHUB_MESSAGE_RETENTION_DAYS,
   default 30) before now are deleted (SPEC §11); the thread stays with its summary and counts,
   its message count goes down, and its watermarks move to its last message (what is gone
@@ -20,11 +23,13 @@ to one tenant (the console's `Run now`), idempotency records included.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
 
 from django.conf import settings
 
 from memories.clock import resolve_now
+from memories.events.record import EVENT_RETURNING, insert_events_sql
 from memories.jobs.batches import (
     DEFAULT_BATCH_SIZE,
     PER_TENANT_JSON,
@@ -35,7 +40,9 @@ from memories.jobs.batches import (
     fetch_all,
     report,
 )
+from memories.models import Event, WebhookDelivery
 from memories.revisions import insert_revisions_sql
+from memories.services.lifecycle import PURGED_FIELDS
 
 ACTOR = "system:retention"
 IDEMPOTENCY_TTL = timedelta(hours=24)
@@ -55,6 +62,18 @@ REVISION_PER_DELETED_ROW = insert_revisions_sql(
     created_at="%(now)s",
 )
 
+# ... and its event: memory.purged, holding the memory's public object without its content
+# (`lifecycle.PURGED_FIELDS`), at the revision's version.
+EVENT_PER_DELETED_ROW = insert_events_sql(
+    rows="gone g",
+    alias="g",
+    event_type="'memory.purged'",
+    version="g.version + 1",
+    occurred_at="%(now)s",
+    left_review=False,
+    patch="jsonb_build_object('version', g.version + 1) || %(purged)s::jsonb",
+)
+
 DELETE_MEMORIES = f"""
 WITH picked AS (
     SELECT m.id FROM memories_memory m
@@ -65,11 +84,14 @@ WITH picked AS (
 gone AS (
     DELETE FROM memories_memory m
     WHERE m.id = ANY (ARRAY(SELECT id FROM picked)) AND {RETIRED}
-    RETURNING m.id, m.tenant_id, m.version, m.status
+    RETURNING {EVENT_RETURNING}
 ),
 revisions AS (
     {REVISION_PER_DELETED_ROW}
     RETURNING 1
+),
+events AS (
+    {EVENT_PER_DELETED_ROW}
 )
 SELECT (SELECT count(*) FROM picked), (SELECT count(*) FROM revisions)
 """
@@ -106,6 +128,26 @@ emptied AS (
         extraction_due_at = NULL
     FROM counted c
     WHERE t.id = c.thread_id
+)
+SELECT (SELECT count(*) FROM picked), (SELECT count(*) FROM gone)
+"""
+
+# Events past MEMORYHUB_EVENT_RETENTION_DAYS, with their webhook deliveries (the delivery log).
+DELETE_EVENTS = f"""
+WITH picked AS (
+    SELECT e.id FROM {Event._meta.db_table} e
+    WHERE e.tenant_id = %(tenant_id)s AND e.occurred_at <= %(cutoff)s
+    ORDER BY e.occurred_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+deliveries AS (
+    DELETE FROM {WebhookDelivery._meta.db_table} d
+    WHERE d.tenant_id = %(tenant_id)s AND d.event_id = ANY (ARRAY(SELECT id FROM picked))
+),
+gone AS (
+    DELETE FROM {Event._meta.db_table} e WHERE e.id = ANY (ARRAY(SELECT id FROM picked))
+    RETURNING 1
 )
 SELECT (SELECT count(*) FROM picked), (SELECT count(*) FROM gone)
 """
@@ -173,7 +215,9 @@ def purge_retention(
         "cutoff": now - timedelta(days=days),
         "actor": ACTOR,
         "reason": f"retention: {days} days after leaving active",
+        "purged": json.dumps(PURGED_FIELDS),
     }
+    event_params = {"cutoff": now - timedelta(days=settings.MEMORYHUB_EVENT_RETENTION_DAYS)}
     idempotency_params = {"cutoff": now - IDEMPOTENCY_TTL, "scope_tenant_id": tenant_id}
     if message_days is None:
         message_days = settings.MEMORYHUB_MESSAGE_RETENTION_DAYS
@@ -182,6 +226,7 @@ def purge_retention(
         counts = {}
         for key, sql, params in (
             ("memories_deleted", f"memories_memory m WHERE {RETIRED}", memory_params),
+            ("events_deleted", "memories_event m WHERE m.occurred_at <= %(cutoff)s", event_params),
             (
                 "idempotency_deleted",
                 "memories_idempotencyrecord m WHERE m.created_at <= %(cutoff)s",
@@ -205,7 +250,7 @@ def purge_retention(
             per_tenant.add("messages_deleted", by_tenant)
         report(progress, f"purge_retention (dry run): would delete {counts}")
         return counts
-    deleted = messages = 0
+    deleted = messages = events = 0
     for (each_tenant,) in fetch_all(
         "SELECT id FROM accounts_tenant WHERE %(scope)s::bigint IS NULL OR id = %(scope)s "
         "ORDER BY id",
@@ -227,12 +272,22 @@ def purge_retention(
             label=f"messages of ended threads of tenant {each_tenant}",
         )
         messages += gone
+        expired = _drain(
+            DELETE_EVENTS,
+            dict(event_params, tenant_id=each_tenant),
+            batch_size=batch_size,
+            progress=progress,
+            label=f"events of tenant {each_tenant}",
+        )
+        events += expired
         if per_tenant is not None:
             per_tenant.add("memories_deleted", [(each_tenant, removed)])
             per_tenant.add("messages_deleted", [(each_tenant, gone)])
+            per_tenant.add("events_deleted", [(each_tenant, expired)])
     return {
         "memories_deleted": deleted,
         "messages_deleted": messages,
+        "events_deleted": events,
         "idempotency_deleted": _drain(
             DELETE_IDEMPOTENCY,
             idempotency_params,

@@ -1,7 +1,16 @@
 """The memories app's models: memories and their history (`memory`), conversations and the
-extraction runs that form memories from them (`threads`), and reads counted per day (`usage`).
-Django finds models here."""
+extraction runs that form memories from them (`threads`), reads counted per day (`usage`), and
+the change feed and its webhooks (`events`). Django finds models here."""
 
+from memories.models.events import (
+    EVENT_TYPES,
+    MEMORY_EVENT_TYPES,
+    POSITION_SEQUENCE,
+    DeliveryState,
+    Event,
+    WebhookDelivery,
+    WebhookEndpoint,
+)
 from memories.models.memory import (
     EMBEDDING_DIM,
     PUBLIC_FIELDS,
@@ -35,6 +44,13 @@ from memories.models.threads import (
 from memories.models.usage import DailyReads
 
 __all__ = [
+    "EVENT_TYPES",
+    "MEMORY_EVENT_TYPES",
+    "POSITION_SEQUENCE",
+    "DeliveryState",
+    "Event",
+    "WebhookDelivery",
+    "WebhookEndpoint",
     "EMBEDDING_DIM",
     "MAX_MESSAGE_CHARS",
     "MAX_SUMMARY_CHARS",

@@ -31,6 +31,7 @@ from pgvector.django import CosineDistance
 from memories.embeddings import vector_literal
 from memories.models import Memory
 from memories.retrieval import context
+from memoryhub import tracing
 
 # Candidates taken from each list before fusing (at least the requested limit).
 DEPTH = 40
@@ -162,7 +163,7 @@ def run_ranking(
 ) -> list[tuple[str, float]]:
     """Runs `statement(exact)` (`ranking_sql`'s, or the same compiled once) as `ranked_ids`
     describes: the HNSW walk first, then the exact scan when the walk came back short."""
-    with transaction.atomic(), connection.cursor() as cursor:
+    with tracing.span("rank", depth=depth), transaction.atomic(), connection.cursor() as cursor:
         if has_vector:
             # Filtered HNSW scans keep walking the graph until `depth` rows pass the filters.
             cursor.execute(

@@ -31,8 +31,10 @@ from accounts.models import Tenant
 from accounts.principal import Principal
 from memories import validation
 from memories.clock import resolve_now
+from memories.events.record import event_write
 from memories.models import (
     OPEN_RUN_STATES,
+    Category,
     ExtractionRun,
     Memory,
     Message,
@@ -122,6 +124,22 @@ def _erase(
         )
     if purge:
         erase_orphaned_revisions(tenant_id=tenant.pk, subject_id=subject)
+    # The tenant's event (no agent: every agent acting for the subject sees it), written once
+    # the erasure is complete; each memory's own events came with its batch.
+    event_write(
+        tenant_id=tenant.pk,
+        type="subject.erased",
+        occurred_at=now,
+        category=Category.WORKSPACE,
+        subject_id=subject,
+        data={
+            "subject_id": subject,
+            "purged": purge,
+            "memories": memories,
+            "threads": threads,
+            "messages": messages,
+        },
+    )
     return ErasureResult(
         subject_id=subject, memories=memories, threads=threads, messages=messages, purged=purge
     )

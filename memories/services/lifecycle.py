@@ -15,6 +15,7 @@ from django.db.models import Case, Q, Value, When
 from accounts.principal import Principal
 from memories import idempotency, validation
 from memories.clock import resolve_now
+from memories.events.record import erase_memory_events, events_insert, in_review, memory_event
 from memories.ids import is_memory_id
 from memories.models import Category, ChangeType, Memory, Status
 from memories.revisions import revision_write, snapshot
@@ -213,6 +214,9 @@ def purge_content(memory: Memory, *, actor: str, reason: str, now: datetime) -> 
         )
     with transaction.atomic():
         for _ in range(MAX_RETRIES):
+            was_in_review = in_review(
+                {"status": memory.status, "review_state": memory.review_state}
+            )
             with transaction.atomic():
                 if conditional_update(
                     memory, fields=fields, now=now, expected_version=memory.version
@@ -234,6 +238,8 @@ def purge_content(memory: Memory, *, actor: str, reason: str, now: datetime) -> 
             after=snapshot(memory),
             now=now,
         )
+        if was_in_review:  # the revision's events cannot tell: a purge records no `before`
+            events_insert([memory_event(memory, "review.resolved", now=now)])
     return memory
 
 
@@ -247,12 +253,14 @@ UPDATE memories_memoryrevision r SET
 
 
 def _erase_revisions(memory: Memory) -> None:
+    """Erase the content from the memory's revisions and its events."""
     patch = json.dumps(PURGED_FIELDS)
     with connection.cursor() as cursor:
         cursor.execute(
             _ERASE_REVISIONS + "WHERE r.tenant_id = %s AND r.memory_id = %s",
             [patch, patch, memory.tenant_id, memory.pk],
         )
+    erase_memory_events(tenant_id=memory.tenant_id, patch=patch, memory_id=memory.pk)
 
 
 def erase_orphaned_revisions(*, tenant_id: int, subject_id: str) -> int:
@@ -269,4 +277,6 @@ def erase_orphaned_revisions(*, tenant_id: int, subject_id: str) -> int:
             """,
             [patch, patch, tenant_id, subject_id, subject_id],
         )
-        return cursor.rowcount
+        erased = cursor.rowcount
+    erase_memory_events(tenant_id=tenant_id, patch=patch, subject_id=subject_id)
+    return erased

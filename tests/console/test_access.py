@@ -8,7 +8,7 @@ from django.urls import URLPattern, reverse
 from accounts.console import SESSION_TENANT_KEY
 from accounts.models import Agent, ApiKey, Membership
 from memories.console import urls as console_urls
-from memories.models import ExtractionRun, Memory, Status
+from memories.models import Event, ExtractionRun, Memory, Status, WebhookDelivery, WebhookEndpoint
 from tests.factories import make_agent, make_key, make_operator
 
 pytestmark = pytest.mark.django_db
@@ -42,6 +42,28 @@ def _url(pattern: URLPattern, ids: dict[str, object]) -> str:
     # A new kind of path parameter needs an object here, so the route cannot go untested.
     assert not unknown, f"{pattern.name}: no test object for {unknown}"
     return reverse(f"console:{pattern.name}", kwargs={p: ids[p] for p in params})
+
+
+def _webhook(tenant) -> tuple[WebhookEndpoint, WebhookDelivery]:
+    """A disabled endpoint with one delivery: enough for every webhook action to change."""
+    hook = WebhookEndpoint.objects.create(
+        tenant=tenant,
+        url="https://hooks.example.com/",
+        secret_encrypted="v1:",
+        created_by="x",
+        disabled_at="2026-01-01T00:00:00Z",
+    )
+    event = Event.objects.create(tenant=tenant, type="subject.erased", position=1, data={})
+    delivery = WebhookDelivery.objects.create(
+        tenant=tenant, endpoint=hook, event=event, position=1, event_type=event.type
+    )
+    return hook, delivery
+
+
+def _webhook_unchanged(hook: WebhookEndpoint) -> None:
+    hook.refresh_from_db()  # not deleted, still disabled, nothing resent
+    assert hook.disabled_at is not None
+    assert WebhookDelivery.objects.filter(endpoint=hook).count() == 1
 
 
 ROUTES = [pytest.param(p, id=p.name) for p in _console_routes()]
@@ -78,6 +100,7 @@ def test_viewer_post_to_every_console_route_is_403_and_changes_nothing(
     other = store_memory(agent, "A near-duplicate a viewer must not merge")
     key, _ = make_key(agent)
     thread = make_thread(agent, "A conversation a viewer must not extract")
+    hook, delivery = _webhook(agent.tenant)
     url = _url(
         pattern,
         {
@@ -86,6 +109,8 @@ def test_viewer_post_to_every_console_route_is_403_and_changes_nothing(
             "key_id": key.pk,
             "thread_pk": thread.pk,
             "subject_id": "alice",
+            "webhook_id": hook.pk,
+            "delivery_id": delivery.pk,
         },
     )
     data = {**PAYLOAD, "ids": [memory.pk], "merge": [other.pk]}
@@ -104,6 +129,8 @@ def test_viewer_post_to_every_console_route_is_403_and_changes_nothing(
     assert not ExtractionRun.objects.exists()
     agent.tenant.refresh_from_db()
     assert agent.tenant.extraction_daily_token_budget == 0
+    _webhook_unchanged(hook)
+    assert WebhookEndpoint.objects.count() == 1  # `Add webhook` added none
 
 
 def test_reviewer_may_correct_but_not_purge_or_manage(reviewer_client, agent, store_memory):
@@ -162,6 +189,7 @@ def test_another_tenants_objects_are_404_on_every_addressed_route(
     near = store_memory(foreign_agent, "Globex secret plan, again")
     foreign_key, _ = make_key(foreign_agent)
     foreign_thread = make_thread(foreign_agent, "Globex secret conversation")
+    foreign_hook, foreign_delivery = _webhook(other_tenant)
     url = _url(
         pattern,
         {
@@ -170,6 +198,8 @@ def test_another_tenants_objects_are_404_on_every_addressed_route(
             "key_id": foreign_key.pk,
             "thread_pk": foreign_thread.pk,
             "subject_id": "globex-user",
+            "webhook_id": foreign_hook.pk,
+            "delivery_id": foreign_delivery.pk,
         },
     )
     get = owner_client.get(url)
@@ -184,6 +214,7 @@ def test_another_tenants_objects_are_404_on_every_addressed_route(
     foreign_agent.refresh_from_db()
     assert foreign_agent.entry_cap != 5
     assert not ExtractionRun.objects.filter(thread=foreign_thread).exists()
+    _webhook_unchanged(foreign_hook)
 
 
 def test_another_tenants_memories_are_invisible_to_lists_and_bulk(

@@ -42,7 +42,12 @@ def test_retired_memories_past_retention_are_deleted(tenant, agent):
 
     counts = purge_retention(now=NOW)
 
-    assert counts == {"memories_deleted": 4, "idempotency_deleted": 0, "messages_deleted": 0}
+    assert counts == {
+        "memories_deleted": 4,
+        "events_deleted": 0,
+        "idempotency_deleted": 0,
+        "messages_deleted": 0,
+    }
     assert [exists(m) for m in old] == [False, False, False]
     assert (exists(recent), exists(at_cutoff), exists(restored)) == (True, False, True)
     revision = MemoryRevision.objects.get(memory_id=old[0].pk)
@@ -66,6 +71,7 @@ def test_days_option_and_setting_choose_the_period(tenant, agent):
 
     assert last_json_line(out.getvalue()) == {
         "memories_deleted": 1,
+        "events_deleted": 0,
         "idempotency_deleted": 0,
         "messages_deleted": 0,
     }
@@ -91,7 +97,12 @@ def test_idempotency_records_older_than_24_hours_are_deleted(tenant, other_tenan
 
     counts = purge_retention(now=NOW, batch_size=2)
 
-    assert counts == {"memories_deleted": 0, "idempotency_deleted": 4, "messages_deleted": 0}
+    assert counts == {
+        "memories_deleted": 0,
+        "events_deleted": 0,
+        "idempotency_deleted": 4,
+        "messages_deleted": 0,
+    }
     assert list(IdempotencyRecord.objects.values_list("pk", flat=True)) == [fresh.pk]
 
 
@@ -104,6 +115,7 @@ def test_dry_run_counts_and_deletes_nothing(tenant, agent):
 
     assert last_json_line(out.getvalue()) == {
         "memories_deleted": 2,
+        "events_deleted": 0,
         "idempotency_deleted": 0,
         "messages_deleted": 0,
     }
@@ -160,7 +172,12 @@ def test_messages_of_threads_ended_past_retention_are_deleted_in_batches(tenant,
 
     counts = purge_retention(now=NOW, batch_size=2, progress=lines.append)
 
-    assert counts == {"memories_deleted": 0, "idempotency_deleted": 0, "messages_deleted": 7}
+    assert counts == {
+        "memories_deleted": 0,
+        "events_deleted": 0,
+        "idempotency_deleted": 0,
+        "messages_deleted": 7,
+    }
     assert len(lines) == 4  # 7 messages, 2 a batch
     assert message_counts(old, at_cutoff, recent, open_thread) == [(0, 0), (0, 0), (3, 3), (3, 3)]
     # The thread stays, and what is gone is no longer waiting for extraction.
@@ -193,6 +210,7 @@ def test_message_retention_setting_option_dry_run_and_tenant_scope(tenant, agent
         )
     assert last_json_line(out.getvalue()) == {
         "memories_deleted": 0,
+        "events_deleted": 0,
         "idempotency_deleted": 0,
         "messages_deleted": 2,
     }

@@ -113,13 +113,19 @@ def test_a_tenant_scoped_retention_purge_deletes_that_tenants_rows_only(
 
     scoped = run_job("purge_retention", now=NOW, tenant_id=tenant.pk)
 
-    assert scoped.counts == {"memories_deleted": 2, "idempotency_deleted": 1, "messages_deleted": 0}
+    assert scoped.counts == {
+        "memories_deleted": 2,
+        "events_deleted": 0,
+        "idempotency_deleted": 1,
+        "messages_deleted": 0,
+    }
     assert Memory.objects.filter(tenant=other_tenant).count() == 2
     assert IdempotencyRecord.objects.filter(tenant=other_tenant).count() == 1
     rest = run_job("purge_retention", now=NOW)
     assert rest.tenant_counts == {
         str(other_tenant.pk): {
             "memories_deleted": 2,
+            "events_deleted": 0,
             "idempotency_deleted": 1,
             "messages_deleted": 0,
         }

@@ -14,12 +14,21 @@ own, and watches them every `TICK`:
 - SIGTERM or SIGINT (Ctrl-C) stops the children: SIGTERM to each, then SIGKILL to what is left
   of its group after `STOP_TIMEOUT` seconds. The database is left running, as by every other
   command (`make stop-db` stops it).
+
+Once the web server answers HTTP, `serve` prints one line, `MemoryHub ready on <url>` with the
+console, API, MCP (and, with MEMORYHUB_METRICS_TOKEN, metrics) URLs; scripts may wait for it.
+With MEMORYHUB_METRICS_TOKEN set, every child shares one PROMETHEUS_MULTIPROC_DIR (the
+variable's value, else `<data dir>/metrics`), emptied at start; the files of a process that has
+died are marked (`mark_process_dead`: its live gauges drop out, its counts stay in the sums).
 """
 
 from __future__ import annotations
 
+import http.client
 import logging
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -30,6 +39,7 @@ from pathlib import Path
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
+from prometheus_client import multiprocess
 
 logger = logging.getLogger("memoryhub.serve")
 
@@ -186,6 +196,69 @@ class EmbeddedDatabase:
         logger.warning("embedded PostgreSQL restarted in %.1f s", time.monotonic() - began)
 
 
+READY_POLL = 0.2  # seconds between two asks whether the web server answers
+REAP_EVERY = 5.0  # seconds between two looks for dead processes' metrics files
+_PID_FILE = re.compile(r"_(\d+)\.db$")
+
+
+def metrics_dir(env: dict[str, str]) -> Path | None:
+    """With MEMORYHUB_METRICS_TOKEN: the children's PROMETHEUS_MULTIPROC_DIR, emptied (what a
+    previous run left would be counted again)."""
+    if not settings.MEMORYHUB_METRICS_TOKEN:
+        return None
+    path = Path(env.get("PROMETHEUS_MULTIPROC_DIR") or settings.DATA_DIR / "metrics")
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True, exist_ok=True)
+    env["PROMETHEUS_MULTIPROC_DIR"] = str(path)
+    return path
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def mark_dead_processes(path: Path, marked: set[int]) -> None:
+    """Mark the metrics files of processes that are gone (a restarted uvicorn worker, a recycled
+    cluster worker): prometheus-client then leaves their live gauges out of a scrape."""
+    for file in path.glob("*.db"):
+        match = _PID_FILE.search(file.name)
+        if match is None:
+            continue
+        pid = int(match.group(1))
+        if pid not in marked and not _alive(pid):
+            multiprocess.mark_process_dead(pid, str(path))
+            marked.add(pid)
+
+
+def ready_line(host: str, port: int) -> str:
+    base = f"http://{host}:{port}"
+    parts = [f"console {base}/console/", f"API {base}/api/v1/", f"MCP {base}/mcp"]
+    if settings.MEMORYHUB_METRICS_TOKEN:
+        parts.append(f"metrics {base}/metrics")
+    return f"MemoryHub ready on {base}: " + ", ".join(parts) + ". Ctrl-C stops."
+
+
+def answers_http(host: str, port: int, timeout: float = 2.0) -> bool:
+    """Whether the web server answers a request (any status: a 503 while the database starts
+    is an answer)."""
+    probe = "127.0.0.1" if host in ("0.0.0.0", "") else "::1" if host == "::" else host
+    connection = http.client.HTTPConnection(probe, port, timeout=timeout)
+    try:
+        connection.request("GET", "/healthz", headers={"Host": "localhost"})
+        connection.getresponse().read()
+    except OSError:
+        return False
+    finally:
+        connection.close()
+    return True
+
+
 class Command(BaseCommand):
     help = (
         "Start the web server (uvicorn, ASGI: console, REST, MCP) and the django-q2 cluster, "
@@ -206,6 +279,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts):
         env = dict(os.environ)
+        metrics_path = metrics_dir(env)
         commands = processes(
             host=opts["host"],
             port=opts["port"],
@@ -227,12 +301,16 @@ class Command(BaseCommand):
         signal.signal(signal.SIGINT, request_stop)
         for child in children:
             child.start()
-        self.stdout.write(
-            f"MemoryHub on http://{opts['host']}:{opts['port']}/console/ "
-            f"(API /api/v1/, MCP /mcp, docs /api/docs/). Ctrl-C stops."
-        )
+        threading.Thread(
+            target=self._announce_ready, args=(opts["host"], opts["port"], stop), daemon=True
+        ).start()
+        marked: set[int] = set()
+        reaped_at = time.monotonic()
         try:
             while not stop.is_set():
+                if metrics_path is not None and time.monotonic() - reaped_at >= REAP_EVERY:
+                    mark_dead_processes(metrics_path, marked)
+                    reaped_at = time.monotonic()
                 # The pause between rounds is a wait on the web server, so its exit is seen
                 # at once.
                 if web.running:
@@ -259,3 +337,12 @@ class Command(BaseCommand):
             deadline = time.monotonic() + STOP_TIMEOUT
             for child in reversed(children):
                 child.wait_stopped(deadline)
+
+    def _announce_ready(self, host: str, port: int, stop: threading.Event) -> None:
+        """Print the ready line once, when the web server first answers."""
+        while not stop.is_set():
+            if answers_http(host, port):
+                self.stdout.write(ready_line(host, port))
+                self.stdout.flush()
+                return
+            stop.wait(READY_POLL)

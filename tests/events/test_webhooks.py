@@ -1,0 +1,280 @@
+"""Webhooks (SPEC §14): signed deliveries, at least once, in order per memory, with backoff,
+a delivery log, auto-disable; the SSRF guard. Receivers are real HTTP servers on 127.0.0.1;
+every other address comes from a stubbed resolver and is never connected to."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import httpx
+import pytest
+
+from accounts.principal import Principal
+from memories.models import DeliveryState, WebhookDelivery, WebhookEndpoint
+from memories.services.changes import memory_update
+from memories.services.store import memory_store
+from memories.webhooks import addresses, delivery, endpoints, signing
+from memoryhub.errors import InvalidInput
+from tests.events.receivers import Receiver
+from tests.factories import make_agent, make_tenant
+
+T0 = datetime(2026, 5, 1, 9, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def receiver(settings):
+    settings.MEMORYHUB_WEBHOOK_ALLOW_INSECURE = True
+    settings.MEMORYHUB_WEBHOOK_TIMEOUT = 0.5
+    receiver = Receiver()
+    receiver.url = receiver.start()
+    yield receiver
+    receiver.stop()
+
+
+def store(agent, text, **data):
+    principal = Principal(tenant=agent.tenant, agent=agent)
+    return memory_store(
+        principal=principal, data={"text": text, "dedup_policy": "insert", **data}
+    ).memory
+
+
+@pytest.mark.django_db
+def test_a_failing_then_hanging_receiver_gets_every_event_signed_and_in_order(
+    receiver, tenant, agent
+):
+    created = endpoints.webhook_create(tenant=tenant, url=receiver.url, actor="operator:a@b.c")
+    receiver.script = [500, "hang"]
+    first = store(agent, "Prefers email")
+    memory_update(
+        principal=Principal(tenant=tenant, agent=agent),
+        memory_id=first.pk,
+        data={"text": "Prefers phone"},
+    )
+    memory_update(
+        principal=Principal(tenant=tenant, agent=agent),
+        memory_id=first.pk,
+        data={"text": "Prefers post"},
+    )
+    second = store(agent, "Lives in Lyon")
+
+    counts = delivery.dispatch_webhooks(now=T0)
+    assert counts["created"] == 4
+    assert counts["retry"] == 2  # the 500 and the time-out: both memories' first events
+    for hours in (1, 2):  # later runs, past the backoff
+        delivery.dispatch_webhooks(now=T0 + timedelta(hours=hours))
+
+    secret = created.secret
+    got = []
+    for record in receiver.received:
+        body = json.loads(record.body)
+        assert signing.verify(
+            secret,
+            record.body,
+            record.headers["MemoryHub-Signature"],
+            now=T0.timestamp(),
+            tolerance=3 * 3600,
+        )
+        assert record.headers["MemoryHub-Event"] == body["type"]
+        assert record.headers["Host"] == receiver.url.split("/")[2]
+        got.append((body["memory_id"], body["version"], record.answered))
+    acknowledged = [(m, v) for m, v, status in got if status == 200]
+    assert sorted(acknowledged) == sorted(
+        [(first.pk, 1), (first.pk, 2), (first.pk, 3), (second.pk, 1)]
+    )
+    # Per memory, nothing was sent before the previous event was acknowledged.
+    mine = [(v, status) for m, v, status in got if m == first.pk]
+    assert [v for v, status in mine if status == 200] == [1, 2, 3]
+    for index, (version, _) in enumerate(mine):
+        acknowledged_before = {v for v, s in mine[:index] if s == 200}
+        assert set(range(1, version)) <= acknowledged_before
+    log = list(WebhookDelivery.objects.order_by("position"))
+    assert all(d.state == DeliveryState.DELIVERED for d in log)
+    assert sorted(d.attempts for d in log) == [1, 1, 2, 2]
+    endpoint = WebhookEndpoint.objects.get()
+    assert endpoint.failing_since is None and endpoint.last_success_at is not None
+
+
+@pytest.mark.django_db
+def test_a_delivery_is_retried_for_24_hours_then_the_endpoint_is_disabled(receiver, tenant, agent):
+    endpoints.webhook_create(tenant=tenant, url=receiver.url, actor="operator:a@b.c")
+    receiver.script = [503] * 100
+    store(agent, "a fact")
+    when, previous = T0, None
+    while True:
+        delivery.dispatch_webhooks(now=when)
+        row = WebhookDelivery.objects.get()
+        if row.state != DeliveryState.PENDING:
+            break
+        gap = row.next_attempt_at - when
+        assert gap <= timedelta(hours=1, minutes=7)
+        if previous is not None:
+            assert gap >= min(previous * 1.6, timedelta(minutes=54))  # it grows, up to an hour
+        previous, when = gap, row.next_attempt_at
+    assert row.state == DeliveryState.FAILED and row.last_status == 503
+    assert when - T0 >= timedelta(hours=24)
+    endpoint = WebhookEndpoint.objects.get()
+    assert endpoint.disabled_at is not None and "24 hours" in endpoint.disabled_reason
+    # Disabled: new events are not fanned out; enabling again sends what came meanwhile.
+    store(agent, "another fact")
+    assert delivery.dispatch_webhooks(now=when)["created"] == 0
+    endpoints.webhook_enable(tenant=tenant, webhook_id=endpoint.pk, now=when)
+    receiver.script = []
+    assert delivery.dispatch_webhooks(now=when)["delivered"] == 1
+
+
+@pytest.mark.django_db
+def test_resend_sends_a_delivered_event_again(receiver, tenant, agent):
+    endpoints.webhook_create(tenant=tenant, url=receiver.url, actor="operator:a@b.c")
+    store(agent, "a fact")
+    delivery.dispatch_webhooks(now=T0)
+    (done,) = WebhookDelivery.objects.all()
+    endpoints.delivery_resend(tenant=tenant, delivery_id=done.pk, now=T0)
+    delivery.dispatch_webhooks(now=T0)
+    assert len(receiver.received) == 2
+    assert receiver.received[0].body == receiver.received[1].body
+    other = make_tenant("globex")
+    with pytest.raises(Exception, match="No such delivery"):
+        endpoints.delivery_resend(tenant=other, delivery_id=done.pk)
+
+
+@pytest.fixture
+def dns(monkeypatch, settings):
+    """A resolver of our own: {host: [addresses]}; sending anything fails the test."""
+    settings.MEMORYHUB_WEBHOOK_ALLOW_INSECURE = False
+    table: dict[str, list[str]] = {}
+    monkeypatch.setattr(addresses, "resolve", lambda host, port: table[host])
+
+    def no_connection(*args, **kwargs):
+        raise AssertionError("a refused address was connected to")
+
+    monkeypatch.setattr(httpx.Client, "send", no_connection)
+    return table
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "127.0.0.1",
+        "10.1.2.3",
+        "172.16.0.9",
+        "192.168.1.1",
+        "169.254.169.254",
+        "100.64.0.1",
+        "0.0.0.0",
+        "::1",
+        "fe80::1",
+        "fd00::1",
+        "::ffff:127.0.0.1",
+        "224.0.0.1",
+    ],
+)
+@pytest.mark.django_db
+def test_a_host_that_resolves_to_a_non_public_address_is_refused(dns, tenant, address):
+    dns["hooks.example.com"] = [address]
+    with pytest.raises(InvalidInput, match="loopback, private or link-local"):
+        endpoints.webhook_create(
+            tenant=tenant, url="https://hooks.example.com/in", actor="operator:a@b.c"
+        )
+
+
+@pytest.mark.django_db
+def test_one_private_address_among_public_ones_is_enough_to_refuse(dns, tenant):
+    dns["hooks.example.com"] = ["93.184.216.34", "10.0.0.7"]
+    with pytest.raises(InvalidInput):
+        endpoints.webhook_create(tenant=tenant, url="https://hooks.example.com/", actor="x")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://hooks.example.com/",
+        "https://user:pw@hooks.example.com/",
+        "ftp://x/",
+        "https:///x",
+        "https://hooks.example.com:99999/",
+        "https://hooks example.com/",
+    ],
+)
+@pytest.mark.django_db
+def test_urls_other_than_https_to_a_host_are_refused(dns, tenant, url):
+    dns["hooks.example.com"] = ["93.184.216.34"]
+    with pytest.raises(InvalidInput):
+        endpoints.webhook_create(tenant=tenant, url=url, actor="x")
+
+
+@pytest.mark.django_db
+def test_a_host_that_changes_to_a_private_address_after_creation_is_refused_at_delivery(
+    dns, tenant, agent
+):
+    dns["hooks.example.com"] = ["93.184.216.34"]
+    endpoints.webhook_create(tenant=tenant, url="https://hooks.example.com/in", actor="x")
+    dns["hooks.example.com"] = ["169.254.169.254"]  # DNS rebinding
+    store(agent, "a fact")
+    counts = delivery.dispatch_webhooks(now=T0)
+    assert counts["refused"] == 1
+    row = WebhookDelivery.objects.get()
+    assert row.state == DeliveryState.PENDING and row.last_status is None
+    assert "loopback, private or link-local" in row.last_error
+
+
+@pytest.mark.django_db
+def test_the_connection_goes_to_the_address_that_was_checked(receiver, monkeypatch, tenant, agent):
+    """A name that no resolver outside the test knows: the request reaches our receiver only
+    because the connection is made to the checked address, the name kept in Host."""
+    port = receiver.url.split(":")[2].split("/")[0]
+    monkeypatch.setattr(addresses, "resolve", lambda host, p: ["127.0.0.1"])
+    endpoints.webhook_create(
+        tenant=tenant, url=f"http://hooks.memoryhub.invalid:{port}/in", actor="x"
+    )
+    store(agent, "a fact")
+    assert delivery.dispatch_webhooks(now=T0)["delivered"] == 1
+    assert receiver.received[0].headers["Host"] == f"hooks.memoryhub.invalid:{port}"
+
+
+@pytest.mark.django_db
+def test_the_rest_api_needs_admin_shows_the_secret_once_and_isolates_tenants(
+    receiver, tenant, agent, key_client
+):
+    admin = key_client(agent, scopes=["read", "write", "admin"])
+    assert key_client(agent).get("/api/v1/webhooks").status_code == 403
+    response = admin.post(
+        "/api/v1/webhooks",
+        {"url": receiver.url, "events": ["review.pending"], "description": "ops"},
+        format="json",
+    )
+    assert response.status_code == 201, response.content
+    body = response.json()
+    assert body["secret"].startswith("whsec_")
+    hook = body["webhook"]
+    assert (hook["url"], hook["events"], hook["enabled"]) == (
+        receiver.url,
+        ["review.pending"],
+        True,
+    )
+    listed = admin.get("/api/v1/webhooks").json()
+    assert listed["webhooks"] == [hook] and body["secret"] not in json.dumps(listed)
+    assert body["secret"] not in WebhookEndpoint.objects.get().secret_encrypted
+    bad = admin.post("/api/v1/webhooks", {"url": receiver.url, "events": ["nope"]}, format="json")
+    assert bad.status_code == 400
+    outsider = key_client(make_agent(make_tenant("globex"), "bot"), scopes=["admin"])
+    assert outsider.delete(f"/api/v1/webhooks/{hook['id']}").status_code == 404
+    assert outsider.get("/api/v1/webhooks").json()["webhooks"] == []
+    assert admin.delete(f"/api/v1/webhooks/{hook['id']}").json() == {"ok": True, "deleted": True}
+    assert admin.delete(f"/api/v1/webhooks/{hook['id']}").status_code == 404
+
+
+@pytest.mark.django_db
+def test_review_pending_reaches_an_endpoint_that_wants_only_it(receiver, tenant, agent):
+    endpoints.webhook_create(
+        tenant=tenant, url=receiver.url, events=["review.pending"], actor="operator:a@b.c"
+    )
+    store(agent, "plain fact")
+    pending = store(agent, "maybe a fact", capture_mode="inferred")
+    delivery.dispatch_webhooks(now=T0)
+    (only,) = receiver.received
+    body = json.loads(only.body)
+    assert (body["type"], body["memory_id"]) == ("review.pending", pending.pk)
+    assert (
+        body["data"]["review_state"] == "pending" and body["data"]["source"] == "agent:support-bot"
+    )
