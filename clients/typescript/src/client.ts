@@ -61,11 +61,14 @@ export interface ClientOptions {
 }
 
 function environment(name: string): string | undefined {
-  // `process` exists on Node, Bun and Deno (with --allow-env); not in browsers.
-  const process = (globalThis as { process?: { env?: Record<string, string | undefined> } })
-    .process;
-  const value = process?.env?.[name];
-  return value ? value : undefined;
+  // `process` exists on Node, Bun and Deno, not in browsers; Deno without --allow-env throws.
+  try {
+    const process = (globalThis as { process?: { env?: Record<string, string | undefined> } })
+      .process;
+    return process?.env?.[name] || undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 /**

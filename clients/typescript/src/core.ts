@@ -12,13 +12,13 @@
  */
 
 import {
-  ERRORS_BY_CODE,
   MemoryHubAbortError,
   MemoryHubConnectionError,
   MemoryHubError,
   MemoryHubTimeoutError,
   errorFromResponse,
   isRecord,
+  knownCode,
   parseRetryAfter,
 } from "./errors.js";
 import { OPERATIONS, type OperationId, type Operations } from "./schema.js";
@@ -158,7 +158,7 @@ function retryable(status: number, body: string): boolean {
   } catch {
     return true; // a 429 from something in front of MemoryHub: a rate limit
   }
-  return code === "RATE_LIMITED" || typeof code !== "string" || !(code in ERRORS_BY_CODE);
+  return code === "RATE_LIMITED" || typeof code !== "string" || !knownCode(code);
 }
 
 /** One attempt's signal: aborts on the caller's signal or after `timeout` ms. */

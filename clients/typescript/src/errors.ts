@@ -173,6 +173,11 @@ export const ERRORS_BY_CODE: Readonly<Record<string, ErrorClass>> = Object.freez
   ),
 );
 
+/** Whether `code` is one of the SPEC's error codes. */
+export function knownCode(code: string): boolean {
+  return Object.hasOwn(ERRORS_BY_CODE, code);
+}
+
 /** `Retry-After` in seconds (MemoryHub sends delta-seconds; an HTTP date is honoured too). */
 export function parseRetryAfter(value: string | null, now: number = Date.now()): number | null {
   if (!value) return null;
@@ -199,7 +204,7 @@ export function errorFromResponse(status: number, headers: Headers, body: string
   const code = error.code;
   const message = typeof error.message === "string" && error.message ? error.message : code;
   const details = isRecord(error.details) ? error.details : {};
-  const cls: ErrorClass = ERRORS_BY_CODE[code] ?? MemoryHubError;
+  const cls: ErrorClass = knownCode(code) ? ERRORS_BY_CODE[code]! : MemoryHubError;
   return new cls(message, { code, status, details, headers });
 }
 

@@ -194,6 +194,11 @@ test("an answer that is not MemoryHub's envelope is the base class, with its sta
   ]);
   const newer = await rejectsWith(recordingHub({ url: unknown.url }).hub.keys(), MemoryHubError);
   assert.deepEqual([newer.status, newer.code, newer.message], [418, "NEW_CODE", "from a newer server"]);
+
+  // A code that names an Object.prototype member is still just an unknown code.
+  const odd = await flakyProxy([["status", 400, { "Content-Type": "application/json" }, envelope("constructor", "odd")]]);
+  const oddError = await rejectsWith(recordingHub({ url: odd.url }).hub.keys(), MemoryHubError);
+  assert.deepEqual([oddError.status, oddError.code], [400, "constructor"]);
 });
 
 async function freePort(): Promise<number> {
