@@ -219,36 +219,48 @@ export class Transport {
 
     for (let attempt = 0; ; attempt++) {
       if (caller?.aborted) throw aborted(caller);
-      const attemptAbort = attemptSignal(caller, timeout);
-      let response: Response;
-      let text: string;
-      try {
-        const init: RequestInit = { method, headers, signal: attemptAbort.signal };
-        if (body !== undefined) init.body = body;
-        response = await this.config.fetch(url, init);
-        text = await response.text(); // inside the timeout: a stalled body times out too
-      } catch (error) {
+      const attempted = await this.attempt(url, { method, headers, body }, caller, timeout);
+      if ("error" in attempted) {
         if (caller?.aborted) throw aborted(caller);
-        const timedOut = attemptAbort.timedOut();
         const wait = retryDelay(this.config.retry, attempt, maxRetries);
         if (wait === null) {
           const tries = `${attempt + 1} attempt${attempt ? "s" : ""}`;
-          throw timedOut
-            ? new MemoryHubTimeoutError(`No answer from MemoryHub within ${timeout} ms (${tries})`, {
-                cause: error,
-              })
-            : new MemoryHubConnectionError(`No answer from MemoryHub after ${tries}`, { cause: error });
+          const cause = { cause: attempted.error };
+          throw attempted.timedOut
+            ? new MemoryHubTimeoutError(`No answer from MemoryHub within ${timeout} ms (${tries})`, cause)
+            : new MemoryHubConnectionError(`No answer from MemoryHub after ${tries}`, cause);
         }
         await this.wait(wait, caller);
         continue;
-      } finally {
-        attemptAbort.done();
       }
+      const { response, text } = attempted;
       if (response.ok) return parse(response, text) as Operations[K]["response"];
       const answer = { status: response.status, headers: response.headers, body: text };
       const wait = retryDelay(this.config.retry, attempt, maxRetries, answer);
       if (wait === null) throw errorFromResponse(response.status, response.headers, text);
       await this.wait(wait, caller);
+    }
+  }
+
+  /** One attempt: the response and its whole body, or the error that stopped it (and whether
+   * that was the timeout). The attempt's timer and listener are gone when it returns. */
+  private async attempt(
+    url: string,
+    request: { method: string; headers: Record<string, string>; body: string | undefined },
+    caller: AbortSignal | undefined,
+    timeout: number,
+  ): Promise<{ response: Response; text: string } | { error: unknown; timedOut: boolean }> {
+    const attemptAbort = attemptSignal(caller, timeout);
+    try {
+      const init: RequestInit = { method: request.method, headers: request.headers, signal: attemptAbort.signal };
+      if (request.body !== undefined) init.body = request.body;
+      const response = await this.config.fetch(url, init);
+      const text = await response.text(); // inside the timeout: a stalled body times out too
+      return { response, text };
+    } catch (error) {
+      return { error, timedOut: attemptAbort.timedOut() };
+    } finally {
+      attemptAbort.done();
     }
   }
 
