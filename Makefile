@@ -11,6 +11,9 @@ export TRANSFORMERS_OFFLINE := 1
 PYTEST_ARGS ?=
 
 .PHONY: install chromium run test lint format bench migrate clean-db screenshots
+# The TypeScript client: its dev dependencies from the lockfile (npm ci), and its build.
+TS_CLIENT := clients/typescript
+NODE_STAMP := $(TS_CLIENT)/node_modules/.installed
 
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,7 +28,12 @@ $(STAMP): pyproject.toml clients/python/pyproject.toml
 $(ONNX_MODEL): $(STAMP)
 	$(BIN)/python -m memories.onnx_minilm export
 
-install: $(STAMP) $(ONNX_MODEL)
+$(NODE_STAMP): $(TS_CLIENT)/package.json $(TS_CLIENT)/package-lock.json
+	cd $(TS_CLIENT) && npm ci --no-audit --no-fund && npm run build
+	@touch $(NODE_STAMP)
+
+# tests/clients/test_typescript.py runs the client's Node tests (Node >= 20) in `make test`.
+install: $(STAMP) $(ONNX_MODEL) $(NODE_STAMP)
 
 # Browser tests drive the system Chromium (never a downloaded one).
 chromium:
