@@ -36,7 +36,7 @@ def test_compiled_look_alike_statement_is_the_built_one(
     body = {"text": "Ann's greyhound is called Pixel"}
     if subject_id:
         body["subject_id"] = subject_id
-    formed = Formation(evidence={}, pending=False) if formation else None
+    formed = Formation(evidence={}) if formation else None
     prepared = memory_store_prepare(principal=principal, data=body, formation=formed)
     assert len(reads_from_ids(agent)) == reads_from
     sets = look_alike_sets(
