@@ -91,13 +91,23 @@ def sql_with_params(qs: QuerySet) -> tuple[str, tuple]:
 
 def _keyword_sets(scope: QuerySet, cap: int) -> tuple[str, tuple]:
     """`cap` at most of the scope's memories holding the lexeme `l.q` of the enclosing
-    statement (a LATERAL subquery: one bitmap scan of the full-text index per lexeme)."""
-    return sql_with_params(
+    statement (a LATERAL subquery: one bitmap scan of the full-text index per lexeme).
+
+    Counted by `row_number()`, not cut by a LIMIT: the planner plans for every match (a bitmap
+    scan of the index), while the window stops reading at the `cap`-th row (its run condition).
+    A LIMIT would let it walk another index or the table, in the hope of finding `cap` matches
+    soon, which for a rare word means reading all of a big owner's memories."""
+    sql, params = sql_with_params(
         scope.annotate(
             has_context=RawSQL("context_text IS NOT NULL", (), output_field=BooleanField())
         )
         .filter(RawSQL("search_vector @@ l.q", (), output_field=BooleanField()))
-        .values("id", "search_vector", "has_context")[:cap]
+        .values("id", "search_vector", "has_context")
+    )
+    return (
+        "SELECT id, search_vector, has_context FROM (SELECT *, row_number() OVER () AS n "
+        f"FROM ({sql}) m) numbered WHERE n <= {int(cap)}",
+        params,
     )
 
 
