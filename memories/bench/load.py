@@ -83,10 +83,12 @@ def seed(
 
 @contextmanager
 def serving(
-    data_dir: Path, *, embedder: str, out, workers: int | None = None, timeout: float = 180
+    data_dir: Path, *, embedder: str, out, workers: int | None = None, timeout: float | None = None
 ):
     """`python manage.py serve` (its defaults, or `workers` web processes) on `data_dir` and a
-    free port; yields its URL and pid."""
+    free port; yields its URL and pid. Each web process imports the app and loads its model at
+    start-up: on a busy machine that takes a while, hence the time allowed per process."""
+    timeout = timeout or max(180.0, 60.0 * (workers or default_workers()))
     port = free_port()
     base_url = f"http://127.0.0.1:{port}"
     env = server_env(data_dir, embedder)
