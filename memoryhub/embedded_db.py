@@ -37,6 +37,10 @@ SERVER_SETTINGS = {
     "maintenance_work_mem": "256MB",
     "max_connections": "200",
     "random_page_cost": "1.1",
+    # Statements here take milliseconds; JIT compiling one costs tens of milliseconds, and the
+    # planner turns it on by cost estimates (jit_above_cost), which a big tenant's ranking can
+    # pass: a p95 spike, never a gain (docs/performance.md).
+    "jit": "off",
     # Crash recovery first syncs the whole data directory: one syncfs() per file system instead
     # of an fsync per file (seconds on a busy disk), so a killed server is back sooner.
     "recovery_init_sync_method": "syncfs",

@@ -81,8 +81,17 @@ TEMPLATES = [
     }
 ]
 
-# Threads that run Django requests and MCP tool calls in each web process (memoryhub/web_pool.py).
-MEMORYHUB_WEB_THREADS = env_int("MEMORYHUB_WEB_THREADS", 16)
+# Web processes and their share of PostgreSQL's connections. `serve` tells its web processes how
+# many they are (WEB_CONCURRENCY); together they hold at most MEMORYHUB_DB_CONNECTIONS (the
+# embedded server allows 200: the rest is the cluster's, commands' and superusers'), so one web
+# process per core on a big machine cannot run PostgreSQL out of connections
+# (docs/performance.md).
+MEMORYHUB_WEB_WORKERS = max(1, env_int("WEB_CONCURRENCY", 1))
+MEMORYHUB_DB_CONNECTIONS = env_int("MEMORYHUB_DB_CONNECTIONS", 160)
+_CONNECTIONS_PER_WORKER = max(4, MEMORYHUB_DB_CONNECTIONS // MEMORYHUB_WEB_WORKERS)
+# Threads that run Django requests and MCP tool calls in each web process (memoryhub/web_pool.py):
+# 16, or fewer where the process's share of connections is smaller (each thread may hold one).
+MEMORYHUB_WEB_THREADS = env_int("MEMORYHUB_WEB_THREADS", min(16, _CONNECTIONS_PER_WORKER - 2))
 
 # --- Database -------------------------------------------------------------------------------
 # DATABASE_URL when set; otherwise the embedded PostgreSQL 18 + pgvector under MEMORYHUB_DATA_DIR.

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -85,3 +87,71 @@ def descendants(pid: int) -> list[int]:
         out.append(current)
         todo.extend(children.get(current, []))
     return out
+
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+@dataclass(frozen=True)
+class ProcessCPU:
+    """One process's CPU from `/proc/PID/stat`, in ms: `own` (user + system of all its threads,
+    those that ended included) and `reaped` (of its children that ended and were waited for:
+    how the CPU of a PostgreSQL backend that closed its connection is still counted)."""
+
+    ppid: int
+    own: float
+    reaped: float
+    cmdline: str
+
+
+def process_cpu(pid: int) -> ProcessCPU | None:
+    """`ProcessCPU` of `pid`, None when it is gone or cannot be read."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        # The command name (2nd field) is in parentheses and may hold spaces.
+        fields = stat.rsplit(")", 1)[1].split()
+        ppid = int(fields[1])
+        utime, stime, cutime, cstime = (int(v) for v in fields[11:15])
+    except (OSError, ValueError, IndexError):
+        return None
+    tick_ms = 1000 / _CLOCK_TICKS
+    return ProcessCPU(ppid, (utime + stime) * tick_ms, (cutime + cstime) * tick_ms, cmdline.strip())
+
+
+def sample_kinds(roots: dict[str, list[int]], classify) -> dict[int, tuple[str, ProcessCPU]]:
+    """Every live process below each root (`roots`: a name → root pids), with the kind
+    `classify(root_name, pid, cpu, root_pid)` gives it (None: not counted)."""
+    out: dict[int, tuple[str, ProcessCPU]] = {}
+    for name, pids in roots.items():
+        for root in pids:
+            for pid in descendants(root):
+                sample = process_cpu(pid)
+                kind = None if sample is None else classify(name, pid, sample, root)
+                if kind is not None:
+                    out[pid] = (kind, sample)
+    return out
+
+
+def kinds_delta_ms(
+    before: dict[int, tuple[str, ProcessCPU]],
+    after: dict[int, tuple[str, ProcessCPU]],
+    ended_kind: Callable[[str], str] = lambda parent_kind: parent_kind,
+) -> dict[str, float]:
+    """CPU ms of each kind between two `sample_kinds`: what live processes spent (a process
+    first seen in `after` from its start), and what children that ended in between spent (their
+    parent's `reaped` grew by their whole life; what they had spent by `before` is taken off),
+    counted to `ended_kind(the parent's kind)`."""
+    spent: dict[str, float] = {}
+    for pid, (kind, cpu) in after.items():
+        start = before[pid][1].own if pid in before else 0.0
+        spent[kind] = spent.get(kind, 0.0) + cpu.own - start
+    for pid, (kind, cpu) in after.items():
+        if pid not in before:
+            continue
+        grown = cpu.reaped - before[pid][1].reaped
+        grown -= sum(c.own for p, (_, c) in before.items() if c.ppid == pid and p not in after)
+        if grown:
+            ended = ended_kind(kind)
+            spent[ended] = spent.get(ended, 0.0) + grown
+    return spent

@@ -153,14 +153,22 @@ SEED_CHUNK = 256  # texts embedded in one call while seeding
 
 
 def seed_agent(
-    *, tenant_id: int, agent_id: int, agent_index: int, count: int, progress, embedder=None
+    *,
+    tenant_id: int,
+    agent_id: int,
+    agent_index: int,
+    count: int,
+    progress,
+    embedder=None,
+    text: Callable[[random.Random, int], str] = fact,
 ) -> None:
     """COPY `count` synthetic memories for one agent (workspace ones belong to the tenant),
-    embedded by `embedder` (the hashing one by default) a chunk at a time."""
+    their texts made by `text(rng, index)` (`fact` by default), embedded by `embedder` (the
+    hashing one by default) a chunk at a time."""
     rng = random.Random(agent_index)
     embedder = embedder or HashingEmbedder()
     now = timezone.now()
-    texts = [fact(rng, i) for i in range(count)]
+    texts = [text(rng, i) for i in range(count)]
     vectors: list = []
     sql = f"COPY memories_memory ({COLUMNS}) FROM STDIN"
     with connection.cursor() as cursor, cursor.cursor.copy(sql) as copy:

@@ -2,11 +2,18 @@
 hybrid search, 30% recall by key, against `python manage.py serve` with its defaults.
 
 The bench process seeds a throwaway database (one agent per client, `SEED_PER_AGENT` memories
-each, embedded by the embedder under test so that search sees real vectors), starts `serve` on
-it (web workers, thread pool and the django-q2 cluster as `serve` chooses them), then starts the
-clients (memories/bench/load_client.py). Each is a closed loop: it sends its next request when
-the last has answered. After a warm-up, every request of `duration` seconds is timed; the figures
-are the requests answered per second and the latency percentiles of each operation.
+each, texts of the `--corpus` (memories/bench/corpus.py), embedded by the embedder under test
+so that search sees real vectors), starts `serve` on it (web workers, thread pool and the
+django-q2 cluster as `serve` chooses them, or `--workers`), then starts the clients
+(memories/bench/load_client.py). Each is a closed loop: it sends its next request when the last
+has answered. After a warm-up, every request of `duration` seconds is timed; the figures are the
+requests answered per second and the latency percentiles of each operation.
+
+Beside them, the CPU each kind of process spent per request of the timed window
+(`/proc/PID/stat`, so a thread or process that ended meanwhile still counts): the web workers,
+PostgreSQL's backends, its background processes, its processes that ended (closed connections,
+autovacuum workers), the django-q2 cluster, `serve` itself and the load clients; and how many
+PostgreSQL backends were opened and closed meanwhile (connection churn).
 """
 
 from __future__ import annotations
@@ -29,8 +36,10 @@ from django.db import connection
 
 from accounts.services import agent_get_or_create, api_key_create, tenant_get_or_create
 from memories.bench import cpu, latency
+from memories.bench.corpus import CORPORA, Corpus
 from memories.bench.server import Progress, free_port, server_env
 from memories.embeddings import build_embedder
+from memoryhub.management.commands.serve import default_workers
 
 MIX = {"store": 30, "search_hybrid": 40, "recall": 30}
 SEED_PER_AGENT = 500
@@ -38,14 +47,13 @@ POOL = 4000  # store texts and queries generated for each client (cycled through
 WARMUP = 3.0  # seconds of unmeasured requests before the timed window
 
 
-def load_query(rng: random.Random) -> str:
-    """A search as an agent would phrase it (35,000 combinations: few repeat in a run)."""
-    return (
-        f"{latency.query_text(rng)} in {rng.choice(latency.PLACES)} on {rng.choice(latency.DAYS)}"
-    )
+# PostgreSQL settings recorded with the figures: those that change a request's CPU.
+POSTGRES_SETTINGS = ("max_connections", "shared_buffers", "jit", "huge_pages", "work_mem")
 
 
-def seed(*, clients: int, embedder_name: str, per_agent: int, out) -> list[dict]:
+def seed(
+    *, clients: int, embedder_name: str, per_agent: int, out, corpus: Corpus = CORPORA["synthetic"]
+) -> list[dict]:
     """One agent, key and seeded memories per client; returns each client's credentials."""
     tenant = tenant_get_or_create(slug="load")
     embedder = build_embedder(embedder_name)
@@ -62,6 +70,7 @@ def seed(*, clients: int, embedder_name: str, per_agent: int, out) -> list[dict]
             count=per_agent,
             progress=progress,
             embedder=embedder,
+            text=corpus.fact,
         )
         _, key = api_key_create(tenant=tenant, agent=agent, scopes=["read", "write"])
         creds.append({"key": key, "keys": latency.recallable_keys(index, per_agent)})
@@ -73,15 +82,23 @@ def seed(*, clients: int, embedder_name: str, per_agent: int, out) -> list[dict]
 
 
 @contextmanager
-def serving(data_dir: Path, *, embedder: str, out, timeout: float = 180):
-    """`python manage.py serve` (its defaults) on `data_dir` and a free port; yields its URL."""
+def serving(
+    data_dir: Path, *, embedder: str, out, workers: int | None = None, timeout: float | None = None
+):
+    """`python manage.py serve` (its defaults, or `workers` web processes) on `data_dir` and a
+    free port; yields its URL and pid. Each web process imports the app and loads its model at
+    start-up: on a busy machine that takes a while, hence the time allowed per process."""
+    timeout = timeout or max(180.0, 60.0 * (workers or default_workers()))
     port = free_port()
     base_url = f"http://127.0.0.1:{port}"
     env = server_env(data_dir, embedder)
     log_path = data_dir / "serve.log"  # removed with the throwaway directory
+    command = [sys.executable, "manage.py", "serve", "--port", str(port)]
+    if workers is not None:
+        command += ["--workers", str(workers)]
     with open(log_path, "w") as log:
         process = subprocess.Popen(
-            [sys.executable, "manage.py", "serve", "--port", str(port)],
+            command,
             cwd=settings.BASE_DIR,
             env=env,
             stdout=log,
@@ -107,13 +124,58 @@ def serving(data_dir: Path, *, embedder: str, out, timeout: float = 180):
             process.wait()
 
 
-def _postgres(data_dir: Path) -> list[int]:
-    """The embedded PostgreSQL's postmaster and its backends."""
+def _postmaster(data_dir: Path) -> list[int]:
+    """The embedded PostgreSQL's postmaster (none when it cannot be read)."""
     try:
-        postmaster = int((data_dir / "pg" / "postmaster.pid").read_text().split()[0])
+        return [int((data_dir / "pg" / "postmaster.pid").read_text().split()[0])]
     except (OSError, ValueError, IndexError):
         return []
-    return cpu.descendants(postmaster)
+
+
+# PostgreSQL's own processes (`postgres: <name>` in their command line), not a client's backend.
+POSTGRES_BACKGROUND = (
+    "checkpointer",
+    "background writer",
+    "walwriter",
+    "autovacuum",
+    "logical replication",
+    "io worker",
+    "archiver",
+    "walsummarizer",
+    "parallel worker",
+)
+KINDS = (
+    "web",
+    "postgres backends",
+    "postgres background",
+    "postgres ended",
+    "cluster",
+    "serve",
+)
+
+
+def _kind(root: str, pid: int, sample: cpu.ProcessCPU, root_pid: int) -> str | None:
+    """The kind of a process below `serve` or the postmaster (`KINDS`)."""
+    if root == "postgres":
+        activity = sample.cmdline.removeprefix("postgres: ")
+        if pid == root_pid or activity.startswith(POSTGRES_BACKGROUND):
+            return "postgres background"
+        return "postgres backends"
+    if pid == root_pid:
+        return "serve"
+    # The cluster's workers are forks of `manage.py qcluster`, with its command line.
+    return "cluster" if "qcluster" in sample.cmdline else "web"
+
+
+def _ended_kind(parent_kind: str) -> str:
+    # What the postmaster reaped: backends whose connection closed, autovacuum workers.
+    return "postgres ended" if parent_kind == "postgres background" else parent_kind
+
+
+def _clients_ms() -> float:
+    """CPU ms of this process's children that ended and were waited for (the load clients)."""
+    times = os.times()
+    return (times.children_user + times.children_system) * 1000
 
 
 def _healthy(base_url: str) -> bool:
@@ -137,9 +199,17 @@ def _warm(base_url: str, creds: list[dict], queries: list[str]) -> None:
 
 
 def drive(
-    base_url: str, creds: list[dict], *, duration: float, warmup: float, out: Callable
+    base_url: str,
+    creds: list[dict],
+    *,
+    duration: float,
+    warmup: float,
+    out: Callable,
+    corpus: Corpus = CORPORA["synthetic"],
+    started: Callable[[list[int]], None] = lambda pids: None,
 ) -> tuple[list[dict], float]:
-    """Run one client process per credential; returns their results and the wall seconds."""
+    """Run one client process per credential; returns their results and the wall seconds.
+    `started(the clients' pids)` is called once every client has been told to go."""
     configs = []
     for index, cred in enumerate(creds):
         rng = random.Random(1000 + index)
@@ -152,8 +222,8 @@ def drive(
                 "mix": MIX,
                 "warmup": warmup,
                 "duration": duration,
-                "facts": [latency.fact(rng, i) for i in range(POOL)],
-                "queries": [load_query(rng) for _ in range(POOL)],
+                "facts": [corpus.fact(rng, i) for i in range(POOL)],
+                "queries": [corpus.query(rng) for _ in range(POOL)],
             }
         )
     _warm(base_url, creds, configs[0]["queries"][-8:])
@@ -174,10 +244,11 @@ def drive(
         for process in processes:
             if process.stdout.readline().strip() != "ready":
                 raise RuntimeError("a load client did not start")
-        started = time.monotonic()
+        went = time.monotonic()
         for process in processes:
             process.stdin.write("go\n")
             process.stdin.flush()
+        started([process.pid for process in processes])
         out(f"{len(processes)} clients: {warmup:g}s warm-up, {duration:g}s measured")
         results = []
         for process in processes:
@@ -185,7 +256,7 @@ def drive(
             if process.wait(timeout=duration + warmup + 120) != 0 or not line:
                 raise RuntimeError("a load client failed")
             results.append(json.loads(line))
-        return results, time.monotonic() - started - warmup
+        return results, time.monotonic() - went - warmup
     finally:
         for process in processes:
             if process.poll() is None:
@@ -222,41 +293,107 @@ def summarise(results: list[dict], duration: float) -> dict:
 
 
 def run_load_bench(
-    *, data_dir: Path, clients: int, duration: float, embedder: str, out, warmup=WARMUP
+    *,
+    data_dir: Path,
+    clients: int,
+    duration: float,
+    embedder: str,
+    out,
+    warmup=WARMUP,
+    corpus: str = "synthetic",
+    workers: int | None = None,
 ) -> dict:
-    creds = seed(clients=clients, embedder_name=embedder, per_agent=SEED_PER_AGENT, out=out)
-    with serving(data_dir, embedder=embedder, out=out) as (base_url, serve_pid):
-        trees = {"web": lambda: cpu.descendants(serve_pid), "db": lambda: _postgres(data_dir)}
-        before = {name: cpu.processes_ns(pids()) for name, pids in trees.items()}
-        results, wall = drive(base_url, creds, duration=duration, warmup=warmup, out=out)
-        after = {name: cpu.processes_ns(pids()) for name, pids in trees.items()}
+    chosen = CORPORA[corpus]
+    creds = seed(
+        clients=clients, embedder_name=embedder, per_agent=SEED_PER_AGENT, out=out, corpus=chosen
+    )
+    with serving(data_dir, embedder=embedder, out=out, workers=workers) as (base_url, serve_pid):
+        roots = {"serve": [serve_pid], "postgres": _postmaster(data_dir)}
+        samples: dict = {}
+
+        def started(client_pids: list[int]) -> None:
+            # Sampled once the warm-up is over: the steady state's CPU, not each process's and
+            # connection's first requests (compiling statements, filling caches).
+            time.sleep(warmup)
+            samples["before"] = cpu.sample_kinds(roots, _kind)
+            pre = (cpu.process_cpu(pid) for pid in client_pids)
+            samples["clients"] = _clients_ms() + sum(c.own for c in pre if c is not None)
+
+        results, wall = drive(
+            base_url,
+            creds,
+            duration=duration,
+            warmup=warmup,
+            out=out,
+            corpus=chosen,
+            started=started,
+        )
+        after = cpu.sample_kinds(roots, _kind)
+        clients_ms = _clients_ms() - samples["clients"]
+        settings_now = _postgres_settings()
+    before = samples["before"]
+    spent = cpu.kinds_delta_ms(before, after, _ended_kind)
     ops = summarise(results, duration)
-    answered = sum(len(r["latencies"][name]) for r in results for name in MIX)
-    # On-CPU time per request of the server side (web processes, PostgreSQL), warm-up included
-    # (its requests are not counted): what the code costs, whatever else the machine runs.
-    rate = answered / duration * (wall + warmup) if duration else 0
-    server_cpu = {
-        name: round(cpu.delta_ms(before[name], after[name])[0] / rate, 2) if rate else None
-        for name in trees
-    }
+    # The requests of the timed window against the CPU spent from its start to the last
+    # answer: what the code costs, whatever else the machine runs.
+    answered = sum(
+        len(r["latencies"][n]) + sum(r["errors"][n].values()) for r in results for n in MIX
+    )
+
+    def per_request(ms: float) -> float | None:
+        return round(ms / answered, 2) if answered else None
+
+    by_kind = {kind: per_request(spent.get(kind, 0.0)) for kind in KINDS}
+    by_kind["clients"] = per_request(clients_ms)
+    backends = {"before": _pids_of(before, "postgres backends")}
+    backends["after"] = _pids_of(after, "postgres backends")
     return {
         "clients": clients,
         "duration_s": duration,
         "warmup_s": warmup,
         "embedder": embedder,
+        "corpus": corpus,
+        "workers": workers or default_workers(),
         "mix_percent": MIX,
         "seeded_memories": clients * SEED_PER_AGENT,
         "machine_load_avg": [round(x, 2) for x in os.getloadavg()],
         "operations": ops,
-        "server_cpu_ms_per_request": server_cpu,
+        "warmup_requests": sum(r.get("warmup_requests", 0) for r in results),
+        "cpu_ms_per_request": by_kind,
+        # The server's part as before (web processes; PostgreSQL, all of it).
+        "server_cpu_ms_per_request": {
+            "web": by_kind["web"],
+            "db": per_request(sum(spent.get(k, 0.0) for k in KINDS if k.startswith("postgres"))),
+        },
+        "postgres_backends": {
+            "at_end": len(backends["after"]),
+            "opened": len(backends["after"] - backends["before"]),
+            "closed": len(backends["before"] - backends["after"]),
+        },
+        "postgres_settings": settings_now,
     }
+
+
+def _pids_of(sample: dict, kind: str) -> set[int]:
+    return {pid for pid, (k, _) in sample.items() if k == kind}
+
+
+def _postgres_settings() -> dict[str, str]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT name, setting || COALESCE(unit, '') FROM pg_settings WHERE name = ANY(%s)",
+            [list(POSTGRES_SETTINGS)],
+        )
+        return dict(cursor.fetchall())
 
 
 def load_table(result: dict, out) -> None:
     out("")
+    workers = result.get("workers")
     out(
         f"mixed load: {result['clients']} clients, {result['duration_s']:g}s, embedder "
-        f"{result['embedder']} (load average after: {result['machine_load_avg'][0]})"
+        f"{result['embedder']}, corpus {result.get('corpus', 'synthetic')}, {workers} web "
+        f"workers (load average after: {result['machine_load_avg'][0]})"
     )
     out(
         f"{'operation':<15}{'n':>7}{'req/s':>9}{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}{'errors':>8}"
@@ -266,10 +403,17 @@ def load_table(result: dict, out) -> None:
             f"{name:<15}{row['n']:>7}{row['req_per_s']:>9.1f}{row['p50']:>9.2f}"
             f"{row['p95']:>9.2f}{row['p99']:>9.2f}{row['errors']:>8}"
         )
-    server_cpu = result["server_cpu_ms_per_request"]
-    if all(v is not None for v in server_cpu.values()):
+    by_kind = result["cpu_ms_per_request"]
+    if all(v is not None for v in by_kind.values()):
         out(
-            f"server on-CPU per request: web {server_cpu['web']:.2f} ms, "
-            f"PostgreSQL {server_cpu['db']:.2f} ms"
+            "CPU ms per request: "
+            + ", ".join(f"{kind} {ms:.2f}" for kind, ms in by_kind.items())
+            + f" (server {sum(v for k, v in by_kind.items() if k != 'clients'):.2f})"
         )
+    backends = result["postgres_backends"]
+    out(
+        f"PostgreSQL backends: {backends['at_end']} at the end, {backends['opened']} opened and "
+        f"{backends['closed']} closed during the run; "
+        + ", ".join(f"{k} {v}" for k, v in result["postgres_settings"].items())
+    )
     out("")

@@ -4,7 +4,8 @@ Run as `python -m memories.bench.load_client`: reads its configuration as one JS
 stdin, opens a keep-alive connection, answers `ready`, waits for a `go` line, then sends
 requests back to back (a closed loop: the next one when the last has answered) for `warmup`
 seconds unmeasured and `duration` seconds measured, each operation drawn from the mix. Prints
-one JSON object: the latencies (ms) and the errors of each operation.
+one JSON object: the latencies (ms) and the errors of each operation, and how many requests the
+warm-up sent.
 
 Standard library only, and no Django: eight of these share two cores with the server, so the
 client's own cost per request is kept small (http.client rather than httpx).
@@ -86,6 +87,7 @@ def run(config: dict, wait_for_go=None, out=None) -> dict:
     began = time.monotonic()
     measure_from = began + config["warmup"]
     stop_at = measure_from + config["duration"]
+    unmeasured = 0  # requests of the warm-up
     while True:
         name = rng.choices(names, weights)[0]
         started = time.monotonic()
@@ -98,12 +100,18 @@ def run(config: dict, wait_for_go=None, out=None) -> dict:
             problem = type(exc).__name__
         ended = time.monotonic()
         if started < measure_from:
+            unmeasured += 1
             continue
         if problem is None:
             latencies[name].append((ended - started) * 1000)
         else:
             errors[name][problem] = errors[name].get(problem, 0) + 1
-    return {"latencies": latencies, "errors": errors, "seconds": stop_at - measure_from}
+    return {
+        "latencies": latencies,
+        "errors": errors,
+        "seconds": stop_at - measure_from,
+        "warmup_requests": unmeasured,
+    }
 
 
 def main() -> None:

@@ -3,8 +3,11 @@
 - keyword: full-text over the generated `search_vector`, with a tsquery that ORs the query's
   lexemes (stop words dropped, stemmed by the `english` config) — plainto_tsquery ANDs them,
   which finds nothing as soon as a question uses one word the memory lacks — scored by the
-  BM25-style IDF of the lexemes each memory holds (counted over the matching memories) plus
-  ts_rank;
+  BM25-style IDF of the lexemes each memory holds (counted over the memories ranked) plus
+  ts_rank. Its work is bounded by the candidates it takes, not by how many memories hold the
+  query's words: each lexeme's matches are read `common_matches(depth)` at most; a lexeme with
+  that many is common (its IDF near zero), and of the memories holding only common lexemes a
+  share of that size is ranked. A query without a common lexeme ranks every match, as before;
 - semantic: pgvector cosine distance through the HNSW index, with iterative index scans so a
   selective tenant/agent/subject filter still yields `depth` rows;
 - hybrid: the top candidates of both lists, each re-scored by both signals and mixed linearly.
@@ -35,6 +38,17 @@ from memoryhub import tracing
 
 # Candidates taken from each list before fusing (at least the requested limit).
 DEPTH = 40
+# A lexeme the scope holds in this many memories per candidate taken (`common_matches`) is
+# common: its IDF is near zero, so the keyword branch reads no more of its matches than that.
+COMMON_MATCHES_PER_CANDIDATE = 5
+
+
+def common_matches(depth: int) -> int:
+    """Matches of one lexeme past which it is common: the keyword branch's work is bounded by
+    the candidates it takes (`depth`), not by how many memories hold a query's words."""
+    return int(COMMON_MATCHES_PER_CANDIDATE * depth)
+
+
 # Candidates visited by the HNSW scan; iterative scans go further when filters drop rows.
 EF_SEARCH = 100
 
@@ -48,12 +62,26 @@ TSQUERY_SQL = (
 # Plain ts_rank (normalisation 0) ranked best on LoCoMo; length normalisations (1, 2, 32) and
 # ts_rank_cd all ranked worse there (docs/benchmarks.md). Weights {D, C, B, A}: a memory's
 # own key and text (A) count 0.1, as every word did before documents held neighbours' words (D).
-KEYWORD_MATCH_SQL = "search_vector @@ " + TSQUERY_SQL
 
 
-def keyword_rank_sql() -> str:
+# A lexeme's IDF from its row `d` of kw_df (its document frequency, and the memories ranked).
+IDF_SQL = "ln(1 + (d.n - d.df + 0.5) / (d.df + 0.5))"
+TS_RANK_WEIGHT = 5.0
+
+
+def _held_weight(vector: str, has_context: str) -> str:
+    """The share of its IDF a lexeme `l` held by a memory adds: all of it when the memory's own
+    key or text holds it (weight A), `context.NEIGHBOUR_IDF` when only its neighbours do. Only a
+    memory with neighbours' words can hold a lexeme at D alone."""
+    return (
+        f"CASE WHEN NOT {has_context} OR {vector} @@ l.qa THEN 1.0 "
+        f"ELSE {float(context.NEIGHBOUR_IDF)!r} END"
+    )
+
+
+def keyword_rank_sql(vector: str = "search_vector") -> str:
     weights = f"'{{{float(context.NEIGHBOUR_TS_WEIGHT)!r}, 0.2, 0.4, 0.1}}'::float4[]"
-    return f"ts_rank({weights}, search_vector, {TSQUERY_SQL})"
+    return f"ts_rank({weights}, {vector}, {TSQUERY_SQL})"
 
 
 def sql_with_params(qs: QuerySet) -> tuple[str, tuple]:
@@ -62,14 +90,25 @@ def sql_with_params(qs: QuerySet) -> tuple[str, tuple]:
     return sql, tuple(params)
 
 
-def _keyword_matches(scope: QuerySet, query: str) -> tuple[str, tuple]:
-    return sql_with_params(
+def _keyword_sets(scope: QuerySet, cap: int) -> tuple[str, tuple]:
+    """`cap` at most of the scope's memories holding the lexeme `l.q` of the enclosing
+    statement (a LATERAL subquery: one bitmap scan of the full-text index per lexeme).
+
+    Counted by `row_number()`, not cut by a LIMIT: the planner plans for every match (a bitmap
+    scan of the index), while the window stops reading at the `cap`-th row (its run condition).
+    A LIMIT would let it walk another index or the table, in the hope of finding `cap` matches
+    soon, which for a rare word means reading all of a big owner's memories."""
+    sql, params = sql_with_params(
         scope.annotate(
-            kw_rank=RawSQL(keyword_rank_sql(), (query,)),
-            has_context=RawSQL("context_text IS NOT NULL", (), output_field=BooleanField()),
+            has_context=RawSQL("context_text IS NOT NULL", (), output_field=BooleanField())
         )
-        .filter(RawSQL(KEYWORD_MATCH_SQL, (query,), output_field=BooleanField()))
-        .values("id", "search_vector", "kw_rank", "has_context")
+        .filter(RawSQL("search_vector @@ l.q", (), output_field=BooleanField()))
+        .values("id", "search_vector", "has_context")
+    )
+    return (
+        "SELECT id, search_vector, has_context FROM (SELECT *, row_number() OVER () AS n "
+        f"FROM ({sql}) m) numbered WHERE n <= {int(cap)}",
+        params,
     )
 
 
@@ -193,22 +232,37 @@ def ranking_sql(scope: QuerySet, args: RankingArgs, *, exact: bool) -> tuple[str
     params: list[Any] = []
     if mode in ("keyword", "hybrid"):
         # Score = Σ BM25-style IDF of the query lexemes a memory holds, with the document
-        # frequencies counted over the memories matching any lexeme (for an OR query, exactly
-        # the scope's memories holding each lexeme), + 5 · ts_rank. A lexeme only its
-        # neighbours hold (weight D, not A) adds `context.NEIGHBOUR_IDF` of its IDF.
+        # frequencies counted over the memories ranked (for an OR query, the scope's memories
+        # holding each lexeme), + 5 · ts_rank. A lexeme only its neighbours hold (weight D,
+        # not A) adds `context.NEIGHBOUR_IDF` of its IDF. The memories ranked are every match
+        # while no lexeme is common (`common_matches`), else a bounded share of them.
         # MATERIALIZED, so the planner does not count again per row.
-        sql, p = _keyword_matches(scope, query)
+        cap = common_matches(depth)
+        sql, p = _keyword_sets(scope, cap)
         parts.append(
-            f"kw_all AS MATERIALIZED ({sql}), "
             "kw_lex AS MATERIALIZED (SELECT DISTINCT lexeme, quote_literal(lexeme)::tsquery AS q, "
             "(quote_literal(lexeme) || ':A')::tsquery AS qa "
             "FROM unnest(to_tsvector('english'::regconfig, %s)) ORDER BY lexeme), "
+            # Each lexeme's matches in the scope, `cap` at most: a lexeme with that many is
+            # common (its IDF near zero), and its matches are not all read.
+            "kw_sets AS MATERIALIZED (SELECT l.lexeme, s.id, s.search_vector, s.has_context "
+            f"FROM kw_lex l CROSS JOIN LATERAL ({sql}) s), "
+            "kw_common AS MATERIALIZED (SELECT lexeme FROM kw_sets GROUP BY lexeme "
+            f"HAVING count(*) >= {int(cap)}), "
+            # Ranked: every match of a lexeme that is not common, and `cap` at most of those
+            # holding only common ones (with no common lexeme: every match, each once).
+            "kw_rare AS MATERIALIZED (SELECT id, any_value(search_vector) AS search_vector, "
+            "bool_or(has_context) AS has_context FROM kw_sets "
+            "WHERE lexeme NOT IN (SELECT lexeme FROM kw_common) GROUP BY id), "
+            "kw_all AS MATERIALIZED (SELECT id, search_vector, has_context, "
+            f"{keyword_rank_sql()} AS kw_rank FROM ("
+            "SELECT * FROM kw_rare UNION ALL (SELECT id, any_value(search_vector), "
+            "bool_or(has_context) FROM kw_sets WHERE lexeme IN (SELECT lexeme FROM kw_common) "
+            f"AND id NOT IN (SELECT id FROM kw_rare) GROUP BY id LIMIT {int(cap)})) r), "
             # Each (memory, lexeme it holds), tested once; in kw_lex's order, so every memory
             # adds its lexemes' IDFs below in one order, whatever the plan.
             "kw_hits AS MATERIALIZED (SELECT a.id, a.kw_rank, l.lexeme, "
-            # Only a memory with neighbours' words can hold a lexeme at D alone.
-            "CASE WHEN NOT a.has_context OR a.search_vector @@ l.qa THEN 1.0 "
-            f"ELSE {float(context.NEIGHBOUR_IDF)!r} END AS w "
+            f"{_held_weight('a.search_vector', 'a.has_context')} AS w "
             "FROM kw_all a JOIN kw_lex l ON a.search_vector @@ l.q), "
             # Each lexeme's document frequency: one hashed grouping of the hits, then joined
             # back by lexeme (a handful of rows). No window, no sort of the hits by id: at 1M
@@ -219,12 +273,12 @@ def ranking_sql(scope: QuerySet, args: RankingArgs, *, exact: bool) -> tuple[str
             # Every matching memory holds at least one of the lexemes its match ORs together,
             # so grouping the hits gives each its score.
             "kw_full AS MATERIALIZED (SELECT h.id, "
-            "sum(h.w * ln(1 + (d.n - d.df + 0.5) / (d.df + 0.5))) + 5.0 * max(h.kw_rank) "
+            f"sum(h.w * {IDF_SQL}) + {TS_RANK_WEIGHT!r} * max(h.kw_rank) "
             "AS kw_score FROM kw_hits h JOIN kw_df d ON d.lexeme = h.lexeme GROUP BY h.id), "
             "kw AS (SELECT id, kw_score "
             f"FROM kw_full ORDER BY kw_score DESC, id LIMIT {int(depth)})"
         )
-        params.extend([*p, query])
+        params.extend([query, *p, query])
     if mode in ("semantic", "hybrid"):
         assert vector is not None
         sql, p = _semantic_branch(scope, vector, depth, model, exact)
@@ -282,12 +336,19 @@ def _hybrid(args: RankingArgs, parts: list[str], params: list[Any]) -> str:
         "max(kws) OVER (), 0), 0)) / 2.5 AS b FROM ("
         "SELECT m.id, m.prev_id, m.next_id, m.agent_id, m.subject_id, m.thread_id, "
         f"m.occurred_at, m.mentions, COALESCE({sim_sql}, 0) AS sim, "
-        "COALESCE(c.kws, 0) AS kws "
+        # A candidate the keyword branch did not rank (it holds no query word, or only common
+        # ones, of which the branch read a bounded share) is scored here as it would have been.
+        "COALESCE(c.kws, (SELECT "
+        f"sum({_held_weight('m.search_vector', 'm.context_text IS NOT NULL')} * {IDF_SQL}) "
+        f"+ {TS_RANK_WEIGHT!r} * {keyword_rank_sql('m.search_vector')} "
+        "FROM kw_lex l JOIN kw_df d ON d.lexeme = l.lexeme WHERE m.search_vector @@ l.q), 0) "
+        "AS kws "
         f"FROM cand c JOIN {table} m ON m.id = c.id) scored), "
         "qv AS (SELECT to_tsvector('simple'::regconfig, %s) AS v)"
     )
     params.extend([args.model] if args.model else [])
     params.append(args.vector)
+    params.append(args.query)  # the candidate's ts_rank
     params.append(args.query)
     seq = "PARTITION BY c.agent_id, c.subject_id, c.thread_id ORDER BY c.b DESC, c.id"
     others = (

@@ -124,3 +124,5 @@ def test_a_started_server_runs_with_the_memory_settings(data_dir):
                 [name],
             ).fetchone()[0]
             assert shown == int(value.removesuffix("MB")) * 2**20
+        # Millisecond statements are never JIT-compiled, however big the planner's estimate.
+        assert conn.execute("SHOW jit").fetchone()[0] == "off"

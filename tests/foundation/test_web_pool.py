@@ -4,6 +4,9 @@ MCP tools alike), no thread made per request."""
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -15,18 +18,50 @@ from memoryhub.management.commands import serve
 from memoryhub.web_pool import web_executor
 
 
-def test_serve_runs_one_web_process_per_core_unless_told(monkeypatch):
+def test_serve_runs_one_web_process_per_core_unless_told(monkeypatch, tmp_path):
     monkeypatch.delenv("WEB_CONCURRENCY", raising=False)
-    monkeypatch.setattr(serve.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(serve, "CGROUP_CPU_MAX", tmp_path / "absent")
+    monkeypatch.setattr(serve.os, "sched_getaffinity", lambda pid: {0, 1})
     assert serve.default_workers() == 2
-    monkeypatch.setattr(serve.os, "cpu_count", lambda: 64)
-    assert serve.default_workers() == serve.MAX_DEFAULT_WORKERS
-    monkeypatch.setattr(serve.os, "cpu_count", lambda: None)
-    assert serve.default_workers() == 1
+    monkeypatch.setattr(serve.os, "sched_getaffinity", lambda pid: set(range(64)))
+    assert serve.default_workers() == 64  # no fixed cap
+    quota = tmp_path / "cpu.max"
+    quota.write_text("250000 100000\n")  # a container allowed 2.5 CPUs
+    monkeypatch.setattr(serve, "CGROUP_CPU_MAX", quota)
+    assert serve.default_workers() == 3
+    quota.write_text("max 100000\n")
+    assert serve.default_workers() == 64
     monkeypatch.setenv("WEB_CONCURRENCY", "3")
     assert serve.default_workers() == 3
     parser = serve.Command().create_parser("manage.py", "serve")
     assert parser.parse_args([]).workers == 3
+
+
+@pytest.mark.parametrize(
+    ("workers", "threads", "pool"), [(None, 16, 18), ("8", 16, 18), ("16", 8, 10), ("64", 2, 4)]
+)
+def test_web_processes_share_postgresql_connections_by_their_number(workers, threads, pool):
+    """16 threads and 18 connections a process, or less once the processes together would
+    hold more than MEMORYHUB_DB_CONNECTIONS (160)."""
+    env = dict(os.environ, MEMORYHUB_DB_POOL="1")
+    for name in ("MEMORYHUB_WEB_THREADS", "MEMORYHUB_DB_POOL_SIZE", "MEMORYHUB_DB_CONNECTIONS"):
+        env.pop(name, None)
+    env.pop("WEB_CONCURRENCY", None)
+    if workers:
+        env["WEB_CONCURRENCY"] = workers
+    code = (
+        "import django; django.setup(); from django.conf import settings as s; "
+        "print(s.MEMORYHUB_WEB_THREADS, s.DATABASES['default']['OPTIONS']['pool']['max_size'])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=settings.BASE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert out == [str(threads), str(pool)]
 
 
 @pytest.mark.django_db(transaction=True)  # a reused pool thread may hold a connection

@@ -8,10 +8,14 @@ the file held.
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
+from django.db import connection
 
-from memories.bench.load import MIX, summarise
+from memories.bench import cpu
+from memories.bench.corpus import CORPORA, WORDS
+from memories.bench.load import KINDS, MIX, _ended_kind, _kind, summarise
 from tests.support.bench import run_bench
 
 
@@ -35,6 +39,74 @@ def test_summary_counts_rates_and_errors_per_operation():
     assert ops["all"]["error_kinds"] == {"503": 1, "ConnectionError": 2}
 
 
+def _cpu(ppid: int, own: float, reaped: float = 0.0, cmdline: str = "") -> cpu.ProcessCPU:
+    return cpu.ProcessCPU(ppid=ppid, own=own, reaped=reaped, cmdline=cmdline)
+
+
+def test_cpu_by_kind_counts_new_live_and_ended_processes():
+    before = {
+        1: ("postgres background", _cpu(0, 100.0, reaped=50.0)),  # the postmaster
+        2: ("postgres backends", _cpu(1, 40.0)),  # lives on
+        3: ("postgres backends", _cpu(1, 30.0)),  # closes its connection meanwhile
+        9: ("web", _cpu(8, 500.0)),
+    }
+    after = {
+        1: ("postgres background", _cpu(0, 101.0, reaped=50.0 + 35.0 + 12.0)),
+        2: ("postgres backends", _cpu(1, 47.0)),
+        4: ("postgres backends", _cpu(1, 6.0)),  # opened meanwhile
+        9: ("web", _cpu(8, 520.0)),
+    }
+    # Backend 3 ended at 35 ms (5 of them after `before`); another opened and closed in between
+    # (12 ms): both reaped by the postmaster.
+    spent = cpu.kinds_delta_ms(before, after, _ended_kind)
+    assert spent == {
+        "postgres background": 1.0,
+        "postgres backends": 7.0 + 6.0,
+        "postgres ended": 5.0 + 12.0,
+        "web": 20.0,
+    }
+
+
+def test_processes_are_told_apart_by_their_place_and_command_line():
+    def kind(root, pid, cmdline, root_pid=1):
+        return _kind(root, pid, _cpu(root_pid, 0.0, cmdline=cmdline), root_pid)
+
+    assert kind("postgres", 1, "/usr/lib/postgresql/bin/postgres -D /x") == "postgres background"
+    assert kind("postgres", 2, "postgres: checkpointer ") == "postgres background"
+    assert kind("postgres", 3, "postgres: autovacuum worker memoryhub") == "postgres background"
+    assert kind("postgres", 4, "postgres: postgres memoryhub [local] idle") == "postgres backends"
+    assert kind("serve", 1, "python manage.py serve --port 1") == "serve"
+    assert kind("serve", 5, "python manage.py qcluster") == "cluster"
+    assert kind("serve", 6, "python -m uvicorn memoryhub.asgi:application") == "web"
+    assert {_kind("serve", 6, _cpu(1, 0.0), 1), "postgres backends"} <= set(KINDS)
+
+
+@pytest.mark.django_db
+def test_small_vocabulary_questions_share_a_word_with_most_memories():
+    corpus = CORPORA["small-vocabulary"]
+    rng = random.Random(1)
+    facts = [corpus.fact(rng, i) for i in range(400)]
+    queries = [corpus.query(rng) for _ in range(100)]
+    again = random.Random(1)
+    assert [corpus.fact(again, i) for i in range(3)] == facts[:3]  # deterministic for a seed
+    assert len(WORDS) == len(set(WORDS)) == 300
+    with connection.cursor() as cursor:
+        # Every word is a lexeme of its own (no stop word): each one counts for full text.
+        cursor.execute(
+            "SELECT count(*) FROM unnest(%s::text[]) w WHERE length(to_tsvector('english', w)) = 1",
+            [WORDS],
+        )
+        assert cursor.fetchone()[0] == 300
+        cursor.execute(
+            "SELECT avg(m) FROM (SELECT avg((to_tsvector('english', f) @@ "
+            "replace(plainto_tsquery('english', q)::text, '&', '|')::tsquery)::int) AS m "
+            "FROM unnest(%s::text[]) q, unnest(%s::text[]) f GROUP BY q) per_query",
+            [queries, facts],
+        )
+        share = cursor.fetchone()[0]
+    assert 0.5 < share < 0.95, share  # a question's words match most of the memories
+
+
 @pytest.mark.slow
 def test_bench_load_runs_against_serve_and_writes_its_figures(tmp_path):
     output = tmp_path / "bench-results.json"
@@ -47,14 +119,24 @@ def test_bench_load_runs_against_serve_and_writes_its_figures(tmp_path):
         "2",
         "--embedder",
         "hashing",
+        "--corpus",
+        "small-vocabulary",
+        "--workers",
+        "1",
         "--output",
         str(output),
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
     results = json.loads(output.read_text())
     assert results["latency"] == {"kept": True}  # the other figures stay
-    load = results["load"]["hashing"]
+    load = results["load"]["hashing/small-vocabulary/1 workers"]
     assert (load["clients"], load["duration_s"], load["embedder"]) == (2, 2.0, "hashing")
+    assert (load["corpus"], load["workers"]) == ("small-vocabulary", 1)
+    by_kind = load["cpu_ms_per_request"]
+    assert set(by_kind) == {*KINDS, "clients"}
+    assert by_kind["web"] > 0 and by_kind["postgres backends"] > 0 and by_kind["clients"] > 0
+    assert load["postgres_backends"]["at_end"] > 0
+    assert load["postgres_settings"]["max_connections"]
     on = {"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on"}
     assert load["postgres"] == on  # PostgreSQL as installed, not the tests' settings
     for op in ("store", "search_hybrid", "recall", "all"):
@@ -62,4 +144,6 @@ def test_bench_load_runs_against_serve_and_writes_its_figures(tmp_path):
         assert row["n"] > 0 and row["p50"] > 0 and row["req_per_s"] > 0, op
         assert row["errors"] == 0, (op, row["error_kinds"])
     assert "mixed load: 2 clients" in completed.stdout
+    assert "corpus small-vocabulary, 1 web workers" in completed.stdout
+    assert "CPU ms per request: web " in completed.stdout
     assert "search_hybrid" in completed.stdout

@@ -22,6 +22,7 @@ from django.utils import timezone
 from accounts.services import agent_get_or_create, api_key_create, tenant_get_or_create
 from memories.bench import latency
 from memories.bench.charts import write_charts
+from memories.bench.corpus import CORPORA
 from memories.bench.formation import formation_table, run_extraction_bench, run_ingest_bench
 from memories.bench.load import load_table, run_load_bench
 from memories.bench.locomo import KS, MODES, run_locomo
@@ -94,6 +95,16 @@ class Command(BaseCommand):
         parser.add_argument("--charts-dir", type=Path, default=Path("docs"))
         parser.add_argument("--clients", type=int, default=8, help="--load client processes")
         parser.add_argument("--duration", type=float, default=30.0, help="--load seconds timed")
+        parser.add_argument(
+            "--corpus",
+            choices=sorted(CORPORA),
+            default="synthetic",
+            help="--load texts and queries: synthetic (the latency bench's facts) or "
+            "small-vocabulary (short texts over 300 words, questions matching much of them)",
+        )
+        parser.add_argument(
+            "--workers", type=int, help="--load: web processes for `serve` (default: its own)"
+        )
         parser.add_argument("--skip-latency", action="store_true")
         parser.add_argument("--skip-formation", action="store_true")
         parser.add_argument("--skip-locomo", action="store_true")
@@ -201,10 +212,13 @@ class Command(BaseCommand):
     # --- mixed load (memories/bench/load.py) ------------------------------------------------
 
     def load(self, opts: dict) -> None:
-        """The mixed load alone; its figures go under "load" → embedder in --output, next to
-        whatever figures the file already holds."""
+        """The mixed load alone; its figures go under "load" → embedder (then "/" corpus and
+        "/N workers" when not the defaults) in --output, next to whatever figures the file
+        already holds."""
         if opts["clients"] < 1 or opts["duration"] <= 0:
             raise CommandError("--clients and --duration must be positive")
+        if opts["workers"] is not None and opts["workers"] < 1:
+            raise CommandError("--workers must be positive")
         embedder = opts["embedder"]
         logging.getLogger("httpx").setLevel(logging.WARNING)
         with throwaway_database(self.out, durable=True) as data_dir:
@@ -214,6 +228,8 @@ class Command(BaseCommand):
                 duration=opts["duration"],
                 embedder=embedder,
                 out=self.out,
+                corpus=opts["corpus"],
+                workers=opts["workers"],
             )
             result["postgres"] = durability()
         result["started_at"] = timezone.now().isoformat()
@@ -226,7 +242,12 @@ class Command(BaseCommand):
             results = {}
         if not isinstance(results, dict):
             results = {}
-        results.setdefault("load", {})[embedder] = result
+        name = embedder
+        if opts["corpus"] != "synthetic":
+            name += f"/{opts['corpus']}"
+        if opts["workers"] is not None:
+            name += f"/{opts['workers']} workers"
+        results.setdefault("load", {})[name] = result
         path.write_text(json.dumps(results, indent=2) + "\n")
         self.out(f"wrote the load figures to {path}")
 
