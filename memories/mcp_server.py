@@ -33,8 +33,9 @@ from accounts.principal import Principal
 from memories import idempotency, selectors, validation
 from memories.formation import ingest
 from memories.ratelimit import KeyRateThrottle
+from memories.responses import ingest_response, store_response
 from memories.retrieval import hydrate, search
-from memories.serialization import ingest_response, memory_json, store_response
+from memories.serialization import memory_json
 from memories.services import lifecycle, store
 from memoryhub.errors import (
     DomainError,

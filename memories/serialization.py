@@ -9,17 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db import models
 
 from accounts.models import Agent
 from memories.models import PUBLIC_FIELDS, Memory, Message, Thread
 from memories.visibility import source_label
-
-if TYPE_CHECKING:
-    from memories.formation.ingest import IngestResult
-    from memories.services.store import StoreResult
 
 # Written from the owner and the viewer, not from a column of their own: `agent` is the owner's
 # slug (the column holds its id), `source` the viewer's relation to the owner.
@@ -71,36 +67,6 @@ def memory_json(
     return out
 
 
-def store_response(result: StoreResult, *, agent: Agent) -> tuple[int, dict[str, Any]]:
-    """The status and body of `POST /api/v1/memories` (SPEC §4 Store; the MCP tool returns the
-    same body): 201 when inserted, 200 when updated or already remembered."""
-    memory = result.memory
-    body: dict[str, Any] = {
-        "ok": True,
-        "memory_id": memory.id,
-        "message": result.message,
-        "version": memory.version,
-        "memory": memory_json(memory, agent=agent),
-    }
-    if result.near_duplicates:
-        body["near_duplicates"] = [
-            {"memory_id": near.id, "text": near.text, "similarity": similarity}
-            for near, similarity in result.near_duplicates
-        ]
-    if result.previously_corrected:
-        body["previously_corrected"] = [
-            {
-                "memory_id": tombstone.id,
-                "text": tombstone.text,
-                "reason": tombstone.tombstone_reason,
-                "tombstoned_at": iso(tombstone.tombstoned_at),
-                "similarity": similarity,
-            }
-            for tombstone, similarity in result.previously_corrected
-        ]
-    return (201 if result.created else 200), body
-
-
 # --- the same object built by PostgreSQL --------------------------------------------------------
 
 _TS = "to_json(to_char({} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'))"
@@ -150,18 +116,6 @@ def memory_json_sql(table: str = "m", owner: str = "o", *, owner_slug: str | Non
 
 
 # --- conversations (SPEC §11) ------------------------------------------------------------------
-
-
-def ingest_response(result: IngestResult) -> tuple[int, dict[str, Any]]:
-    """`POST /threads/{id}/messages` and MCP `memory_ingest`: 202 and the SPEC body."""
-    return 202, {
-        "ok": True,
-        "thread_id": result.thread.thread_id,
-        "accepted": result.accepted,
-        "duplicates": result.duplicates,
-        "redacted": result.redacted,
-        "extraction": result.extraction,
-    }
 
 
 def thread_json(thread: Thread, extraction: dict[str, Any]) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from django.test.utils import CaptureQueriesContext
 from accounts.models import Agent
 from accounts.principal import Principal
 from memories import idempotency, validation
+from memories.formation import threads
 from memories.ids import new_memory_id
 from memories.models import IdempotencyRecord, Memory, MemoryRevision
 from memories.services import changes, lifecycle, store
@@ -87,7 +88,7 @@ def test_true_positive_is_refused_in_every_field(principal, rule, text, secret):
         rule,
         "subject_id",
     )
-    _refused(lambda: lifecycle.thread_end(principal=principal, thread_id=text), rule, "thread_id")
+    _refused(lambda: threads.thread_end(principal=principal, thread_id=text), rule, "thread_id")
 
 
 def _accepted_or_shape_refused(call) -> bool:
