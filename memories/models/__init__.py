@@ -1,6 +1,15 @@
-"""The memories app's models: memories and their history (`memory`), conversations and the
+"""The memories app's models: memories and their history (`memory`), the kind registry
+(`kinds`), caps, idempotency records and job runs (`bookkeeping`), conversations and the
 extraction runs that form memories from them (`threads`). Django finds models here."""
 
+from memories.models.bookkeeping import (
+    IdempotencyRecord,
+    JobRun,
+    JobRunQuerySet,
+    OwnerCount,
+    PruneRun,
+)
+from memories.models.kinds import Cardinality, Kind, MemoryType
 from memories.models.memory import (
     EMBEDDING_DIM,
     PUBLIC_FIELDS,
@@ -9,15 +18,11 @@ from memories.models.memory import (
     CaptureMode,
     Category,
     ChangeType,
-    IdempotencyRecord,
-    JobRun,
-    JobRunQuerySet,
     Memory,
     MemoryQuerySet,
     MemoryRevision,
-    OwnerCount,
-    PruneRun,
     ReviewState,
+    Scope,
     Status,
 )
 from memories.models.threads import (
@@ -39,6 +44,7 @@ __all__ = [
     "PUBLIC_FIELDS",
     "SEQUENCE_FIELDS",
     "VECTOR_FIELDS",
+    "Cardinality",
     "CaptureMode",
     "Category",
     "ChangeType",
@@ -46,15 +52,18 @@ __all__ = [
     "IdempotencyRecord",
     "JobRun",
     "JobRunQuerySet",
+    "Kind",
     "Memory",
     "MemoryQuerySet",
     "MemoryRevision",
+    "MemoryType",
     "Message",
     "OwnerCount",
     "PruneRun",
     "ReviewState",
     "Role",
     "RunState",
+    "Scope",
     "Status",
     "Thread",
 ]
