@@ -21,7 +21,7 @@ from schemathesis.checks import (
 )
 
 from accounts.principal import Principal
-from memories import validation
+from memories import inputs, validation
 from memories.formation.ingest import INGEST_FIELDS, MESSAGE_FIELDS, thread_messages_add
 from memories.idempotency import KEY_RE as IDEMPOTENCY_KEY_RE
 from memories.ids import MEMORY_ID_RE
@@ -85,8 +85,8 @@ def test_schema_is_public_valid_and_complete(client):
     # Request bodies list exactly the fields the server accepts, and nothing else.
     schemas = document["components"]["schemas"]
     for name, accepted in (
-        ("StoreRequestRequest", validation.STORE_FIELDS),
-        ("PatchedUpdateRequestRequest", validation.UPDATE_FIELDS),
+        ("StoreRequestRequest", inputs.STORE_FIELDS),
+        ("PatchedUpdateRequestRequest", inputs.UPDATE_FIELDS),
         ("SearchRequestRequest", SEARCH_FIELDS),
         ("HydrateRequestRequest", HYDRATE_FIELDS),
         ("IngestRequestRequest", INGEST_FIELDS),
