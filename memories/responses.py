@@ -16,12 +16,13 @@ from memories.services.store import StoreResult
 
 def store_response(result: StoreResult, *, agent: Agent) -> tuple[int, dict[str, Any]]:
     """The status and body of `POST /api/v1/memories` (SPEC §4 Store; the MCP tool returns the
-    same body): 201 when inserted, 200 when updated or already remembered."""
+    same body): 201 when inserted, 200 when updated, replaced or already remembered."""
     memory = result.memory
     body: dict[str, Any] = {
         "ok": True,
         "memory_id": memory.id,
         "message": result.message,
+        "action": result.action,
         "version": memory.version,
         "memory": memory_json(memory, agent=agent),
     }

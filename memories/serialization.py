@@ -14,7 +14,8 @@ from typing import Any
 from django.db import models
 
 from accounts.models import Agent
-from memories.models import PUBLIC_FIELDS, Memory, Message, Thread
+from memories.kinds import tool_name
+from memories.models import PUBLIC_FIELDS, Kind, Memory, Message, Thread
 from memories.visibility import source_label
 
 # Written from the owner and the viewer, not from a column of their own: `agent` is the owner's
@@ -51,12 +52,15 @@ _PYTHON_ENCODERS = tuple((field.name, _python_encoder(field)) for field in _COLU
 def memory_json(
     memory: Memory, *, agent: Agent | None, slugs: dict[int, str] | None = None
 ) -> dict[str, Any]:
-    """The SPEC §4 memory object as seen by `agent` (None: an operator, source by owner)."""
+    """The SPEC §4 memory object as seen by `agent` (None: an operator, source by owner:
+    `agent:<slug>`, `workspace` or `user`)."""
     owner_slug = None
     if memory.agent_id is not None:
         owner_slug = (slugs or {}).get(memory.agent_id) or memory.agent.slug
     if agent is not None:
         source = source_label(memory, agent, {memory.agent_id: owner_slug} if owner_slug else None)
+    elif memory.scope == "user":
+        source = "user"
     else:
         source = "workspace" if memory.agent_id is None else f"agent:{owner_slug}"
     out: dict[str, Any] = dict.fromkeys(PUBLIC_FIELDS)  # the keys in the SPEC's order
@@ -105,7 +109,8 @@ def memory_json_sql(table: str = "m", owner: str = "o", *, owner_slug: str | Non
     slug = owner_slug or f"{owner}.slug"
     expressions["agent"] = f"to_json({slug})"
     expressions["source"] = (
-        f"to_json(CASE WHEN {table}.agent_id IS NULL THEN 'workspace' WHEN {table}.agent_id = %s "
+        f"to_json(CASE WHEN {table}.scope = 'user' THEN 'user' "
+        f"WHEN {table}.agent_id IS NULL THEN 'workspace' WHEN {table}.agent_id = %s "
         f"THEN 'own' ELSE 'shared:' || {slug} END)"
     )
     parts = [
@@ -138,4 +143,21 @@ def message_json(message: Message) -> dict[str, Any]:
         "name": message.name,
         "created_at": iso(message.created_at),
         "redactions": list(message.redactions),
+    }
+
+
+# --- the kind registry (SPEC §13.1) -------------------------------------------------------------
+
+
+def kind_json(kind: Kind) -> dict[str, Any]:
+    return {
+        "name": kind.name,
+        "cardinality": kind.cardinality,
+        "memory_type": kind.memory_type,
+        "description": kind.description,
+        "schema": kind.schema,
+        "default_category": kind.default_category,
+        "tool": tool_name(kind.name) if kind.schema is not None else None,
+        "created_at": iso(kind.created_at),
+        "updated_at": iso(kind.updated_at),
     }

@@ -15,6 +15,7 @@ from django.db.models import Case, Q, Value, When
 
 from accounts.principal import Principal
 from memories import idempotency, validation
+from memories.cas import Cas
 from memories.clock import resolve_now
 from memories.ids import is_memory_id
 from memories.models import Category, ChangeType, Memory, Status
@@ -95,7 +96,7 @@ def memory_forget(
                     purge_content(target, actor=principal.actor, reason=reason, now=now)
                     deleted = True
             elif _is_live(target, now):
-                cas = None if expected_version is None else validation.Cas(version=expected_version)
+                cas = None if expected_version is None else Cas(version=expected_version)
                 tombstone(target, actor=principal.actor, reason=reason, now=now, cas=cas)
                 deleted = True
     return deleted, memory.pk
@@ -143,7 +144,7 @@ def tombstone(
     reason: str,
     now: datetime,
     change_type: str = ChangeType.TOMBSTONE,
-    cas: validation.Cas | None = None,
+    cas: Cas | None = None,
 ) -> Memory:
     """Forget: status `tombstoned` with who, when and why (the content stays, for
     `previously_corrected` and a restore)."""

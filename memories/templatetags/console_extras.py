@@ -10,6 +10,8 @@ from django.utils.html import conditional_escape
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.timesince import timesince
 
+from memoryhub.durations import format_duration
+
 register = template.Library()
 
 EMPTY = mark_safe('<span class="none" title="none">—</span>')  # noqa: S308 - a constant
@@ -32,3 +34,9 @@ def or_dash(value, autoescape: bool = True) -> SafeString:
     if value is None or value == "" or value == [] or value == {}:
         return EMPTY
     return mark_safe(conditional_escape(value) if autoescape else str(value))  # noqa: S308
+
+
+@register.filter
+def duration_text(value: timedelta | None) -> str:
+    """A duration as the console writes and reads them: `24h`, `30d` ('' for none)."""
+    return format_duration(value) if value is not None else ""
