@@ -2,6 +2,8 @@
 
 from django.db import migrations, models
 
+import accounts.models
+
 
 class Migration(migrations.Migration):
     dependencies = [
@@ -12,12 +14,16 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="tenant",
             name="max_retention",
-            field=models.JSONField(blank=True, default=dict),
+            field=models.JSONField(
+                blank=True, default=dict, validators=[accounts.models.validate_retention]
+            ),
         ),
         migrations.AddField(
             model_name="agent",
             name="max_retention",
-            field=models.JSONField(blank=True, default=dict),
+            field=models.JSONField(
+                blank=True, default=dict, validators=[accounts.models.validate_retention]
+            ),
         ),
         migrations.AddField(
             model_name="apikey",
