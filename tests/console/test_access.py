@@ -8,7 +8,8 @@ from django.urls import URLPattern, reverse
 from accounts.console import SESSION_TENANT_KEY
 from accounts.models import Agent, ApiKey, Membership
 from memories.console import urls as console_urls
-from memories.models import ExtractionRun, Memory, Status
+from memories.models import ExtractionRun, Kind, Memory, Status
+from memories.services.kinds import kind_save
 from tests.factories import make_agent, make_key, make_operator
 
 pytestmark = pytest.mark.django_db
@@ -29,6 +30,12 @@ PAYLOAD = {
     "email": "x@acme.test",
     "role": "viewer",
     "password": "a-long-password",
+    "name": "Hacked",
+    "cardinality": "multiple",
+    "memory_type": "episodic",
+    "schema": "",
+    "user_cap": 5,
+    "max_retention": "core=1h",
 }
 
 
@@ -80,7 +87,13 @@ def test_viewer_post_to_every_console_route_is_403_and_changes_nothing(
     thread = make_thread(agent, "A conversation a viewer must not extract")
     url = _url(
         pattern,
-        {"memory_id": memory.pk, "slug": agent.slug, "key_id": key.pk, "thread_pk": thread.pk},
+        {
+            "memory_id": memory.pk,
+            "slug": agent.slug,
+            "key_id": key.pk,
+            "thread_pk": thread.pk,
+            "name": "UserProfile",
+        },
     )
     data = {**PAYLOAD, "ids": [memory.pk], "merge": [other.pk]}
     response = viewer_client.post(url, data)
@@ -98,6 +111,10 @@ def test_viewer_post_to_every_console_route_is_403_and_changes_nothing(
     assert not ExtractionRun.objects.exists()
     agent.tenant.refresh_from_db()
     assert agent.tenant.extraction_daily_token_budget == 0
+    assert (agent.tenant.user_cap, agent.tenant.max_retention) == (1000, {})
+    profile = Kind.objects.for_tenant(agent.tenant).get(name="UserProfile")
+    assert (profile.cardinality, profile.memory_type) == ("single", "semantic")
+    assert not Kind.objects.filter(name="Hacked").exists()
 
 
 def test_reviewer_may_correct_but_not_purge_or_manage(reviewer_client, agent, store_memory):
@@ -115,6 +132,9 @@ def test_reviewer_may_correct_but_not_purge_or_manage(reviewer_client, agent, st
         (reverse("console:key-revoke", args=[key.pk]), {}),
         (reverse("console:job-run"), {"job": "prune_memories"}),
         (reverse("console:members"), {"email": "x@acme.test", "role": "viewer"}),
+        (reverse("console:kinds"), {"name": "Invoice", "cardinality": "multiple"}),
+        (reverse("console:kind-delete", args=["fact"]), {}),
+        (reverse("console:tenant"), {"user_cap": 5}),
     ]:
         assert reviewer_client.post(url, data).status_code == 403, url
     assert reviewer_client.get(reverse("console:members")).status_code == 403
@@ -136,6 +156,9 @@ def test_viewer_reads_every_page(viewer_client, agent, store_memory, make_thread
         "/console/jobs/",
         "/console/threads/",
         f"/console/threads/{thread.pk}/",
+        "/console/kinds/",
+        "/console/kinds/UserProfile/",
+        "/console/tenant/",
     ]:
         response = viewer_client.get(url)
         assert response.status_code == 200, url
@@ -144,6 +167,8 @@ def test_viewer_reads_every_page(viewer_client, agent, store_memory, make_thread
         assert b">Create key</button>" not in response.content, url
         assert b">Run extraction</button>" not in response.content, url
         assert b">Save budget</button>" not in response.content, url
+        assert b">Save kind</button>" not in response.content, url
+        assert b">Save policy</button>" not in response.content, url
 
 
 @pytest.mark.parametrize("pattern", ADDRESSED)
@@ -155,6 +180,7 @@ def test_another_tenants_objects_are_404_on_every_addressed_route(
     near = store_memory(foreign_agent, "Globex secret plan, again")
     foreign_key, _ = make_key(foreign_agent)
     foreign_thread = make_thread(foreign_agent, "Globex secret conversation")
+    kind_save(tenant=other_tenant, name="GlobexSecret", data={"description": "Globex"})
     url = _url(
         pattern,
         {
@@ -162,6 +188,7 @@ def test_another_tenants_objects_are_404_on_every_addressed_route(
             "slug": foreign_agent.slug,
             "key_id": foreign_key.pk,
             "thread_pk": foreign_thread.pk,
+            "name": "GlobexSecret",
         },
     )
     get = owner_client.get(url)
@@ -176,6 +203,8 @@ def test_another_tenants_objects_are_404_on_every_addressed_route(
     foreign_agent.refresh_from_db()
     assert foreign_agent.entry_cap != 5
     assert not ExtractionRun.objects.filter(thread=foreign_thread).exists()
+    assert Kind.objects.for_tenant(other_tenant).get(name="GlobexSecret").description == "Globex"
+    assert not Kind.objects.for_tenant(agent.tenant).filter(name="GlobexSecret").exists()
 
 
 def test_another_tenants_memories_are_invisible_to_lists_and_bulk(
