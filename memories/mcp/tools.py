@@ -292,9 +292,10 @@ async def memory_search(
 
 @mcp.tool(
     description=(
-        "Load your memory at the start of a run: core facts first, then the most recent notes, "
-        "within a byte budget. Pass subject_id for the user you serve and thread_id for this run; "
-        "with a query and archival_mode=auto, matching archival memories are added too. "
+        "Load your memory at the start of a run: the user's core facts and yours first (each "
+        "block bounded), then the most recent notes, within a byte budget. Pass subject_id for "
+        "the user you serve and thread_id for this run; with a query and archival_mode=auto, "
+        "matching archival memories come in their own list `archival` (outside the budget). "
         "format=markdown returns a compact block to put in your context."
     )
 )

@@ -19,7 +19,10 @@ class Migration(migrations.Migration):
             model_name="memory",
             name="scope",
             field=models.CharField(
-                choices=[("agent", "Agent"), ("user", "User")], default="agent", max_length=8
+                choices=[("agent", "Agent"), ("user", "User")],
+                db_default="agent",
+                default="agent",
+                max_length=8,
             ),
         ),
         migrations.AddConstraint(

@@ -119,11 +119,14 @@ class Memory(models.Model):
     category = models.CharField(max_length=40, default=Category.CORE)
     kind = models.CharField(max_length=64, default="fact")
     # `user`: the subject's memory across every agent of the tenant (agent NULL, subject set).
-    scope = models.CharField(max_length=8, choices=Scope.choices, default=Scope.AGENT)
+    # Defaults in the database too: the jobs' and the bench's SQL insert rows without them.
+    scope = models.CharField(
+        max_length=8, choices=Scope.choices, default=Scope.AGENT, db_default=Scope.AGENT
+    )
     # The kind's cardinality was `single` when the memory was written (SPEC §13.1): what the
     # partial unique index `memory_live_single_uniq` needs, kept here because an index cannot
     # look at the kind registry. `services.kinds` rewrites it when a kind's cardinality changes.
-    kind_single = models.BooleanField(default=False)
+    kind_single = models.BooleanField(default=False, db_default=False)
     text = models.TextField(blank=True, default="")
     data = models.JSONField(null=True, blank=True)
     tags = ArrayField(models.CharField(max_length=64), default=list, blank=True)
