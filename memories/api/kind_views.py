@@ -36,6 +36,10 @@ class KindView(AgentAPIView):
     @extend_schema(
         operation_id="kinds_get",
         summary="One kind",
+        description=(
+            "One kind of the key's tenant by name: its definition and its MCP tool. 404 for a "
+            "name the tenant has not registered (a free label)."
+        ),
         parameters=[kind_schema.KIND_NAME_PARAM],
         responses={200: kind_schema.KindResponseSerializer, **schema.READ_ERRORS},
     )

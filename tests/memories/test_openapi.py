@@ -47,6 +47,10 @@ AGENT_OPERATIONS = {
     ("GET", "/api/v1/threads/{thread_id}"),
     ("POST", "/api/v1/threads/{thread_id}/extract"),
     ("DELETE", "/api/v1/subjects/{subject_id}"),
+    ("GET", "/api/v1/kinds"),
+    ("GET", "/api/v1/kinds/{name}"),
+    ("PUT", "/api/v1/kinds/{name}"),
+    ("DELETE", "/api/v1/kinds/{name}"),
 }
 
 
@@ -67,7 +71,7 @@ def test_schema_is_public_valid_and_complete(client):
     assert set(store["responses"]) >= {"200", "201", "400", "401", "403", "409", "422", "503"}
     memory = document["components"]["schemas"]["Memory"]
     assert list(memory["properties"]) == [
-        "id", "key", "category", "kind", "text", "data", "tags", "subject_id", "thread_id",
+        "id", "key", "category", "kind", "scope", "text", "data", "tags", "subject_id", "thread_id",
         "importance", "confidence", "capture_mode", "source_provider", "mentions", "occurred_at",
             "expires_at",
         "last_confirmed_at", "created_at", "updated_at", "version", "status", "review_state",
