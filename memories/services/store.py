@@ -378,6 +378,12 @@ def _upsert(prepared: PreparedStore, *, corrected: list[Near], single: bool) -> 
             if cas is not None:
                 raise
             continue
+        except IntegrityError as exc:
+            # A keyed memory becoming its kind's one record while a concurrent store inserted
+            # that record: look again (the key's memory now conflicts with it).
+            if "memory_live_single_uniq" not in str(exc):
+                raise
+            continue
         return StoreResult(
             memory=memory,
             created=False,
