@@ -130,10 +130,14 @@ Statement = tuple[str, list]
 PART_COLUMNS = ("id", "size_bytes", "updated_at", "chars")
 
 
-def _part_rows(part: QuerySet) -> QuerySet:
-    """A part's (id, size_bytes, updated_at, chars) rows."""
-    chars = Length("text") + Coalesce(
-        Length(Cast("data", TextField())), Value(0), output_field=IntegerField()
+def _part_rows(part: QuerySet, *, core: bool) -> QuerySet:
+    """A part's (id, size_bytes, updated_at, chars) rows. Only a core block counts characters
+    (its limit): the recency walk reads 0, not every candidate's text and data again."""
+    chars = (
+        Length("text")
+        + Coalesce(Length(Cast("data", TextField())), Value(0), output_field=IntegerField())
+        if core
+        else Value(0, output_field=IntegerField())
     )
     return part.annotate(chars=chars).values_list(*PART_COLUMNS)
 
@@ -165,10 +169,12 @@ def _compiled_pools(shape: _PoolShape) -> tuple[list[CompiledSQL], ...]:
             # Custom plans (no `inline`): how far a part walks depends on the budget left
             # (`size_bytes <= %s`), which only a custom plan sees; a generic plan walked the
             # owner's whole list (3.3 ms against 0.05 at 10k memories).
-            CompiledSQL(*sql_with_params(_part_rows(part)), slots, optional=optional)
+            CompiledSQL(
+                *sql_with_params(_part_rows(part, core=index < 2)), slots, optional=optional
+            )
             for part in pool
         ]
-        for pool in pools
+        for index, pool in enumerate(pools)  # the user core block, the agent's, the recency pool
     )
 
 
@@ -198,7 +204,7 @@ NEWEST = ("-updated_at", "-id")
 
 def _newest(parts: list[QuerySet]) -> QuerySet:
     """(id, size_bytes, updated_at, chars) of the parts' rows, newest first."""
-    rows = [_part_rows(part).order_by(*NEWEST) for part in parts]
+    rows = [_part_rows(part, core=False).order_by(*NEWEST) for part in parts]
     return rows[0] if len(rows) == 1 else rows[0].union(*rows[1:], all=True).order_by(*NEWEST)
 
 

@@ -158,8 +158,8 @@ def test_compiled_hydrate_pools_are_the_built_ones(reader, body, shared):
     params = parse_hydrate(reader, body)
     now = resolve_now(None)
     built = [
-        [sql_with_params(hydrate._part_rows(part)) for part in pool]
-        for pool in hydrate._hydrate_pools(reader, params, now)
+        [sql_with_params(hydrate._part_rows(part, core=index < 2)) for part in pool]
+        for index, pool in enumerate(hydrate._hydrate_pools(reader, params, now))
     ]
     compiled = hydrate._pool_statements(reader, params, now)
     assert [[(sql, tuple(p)) for sql, p in pool] for pool in compiled] == built
