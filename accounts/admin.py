@@ -11,13 +11,15 @@ from accounts.services import api_key_revoke
 
 @admin.register(Tenant)
 class TenantAdmin(admin.ModelAdmin):
-    """Name, workspace cap and daily extraction token budget are editable. Tenants come from `create_api_key` /
+    """Name, caps and daily extraction token budget are editable. Tenants come from `create_api_key` /
     `create_operator` (no add here), and deleting one would cascade over every memory and
-    revision without a purge record (no delete either)."""
+    revision without a purge record (no delete either). The retention policy changes through
+    `tenant_policy` or the console, which recompute the memories' expiry; the kind registry's
+    version only with the registry."""
 
     list_display = ("slug", "name", "workspace_cap", "extraction_daily_token_budget", "created_at")
     search_fields = ("slug", "name")
-    readonly_fields = ("slug", "created_at")
+    readonly_fields = ("slug", "max_retention", "kinds_version", "created_at")
 
     def has_add_permission(self, request):
         return False
@@ -37,6 +39,8 @@ class MembershipAdmin(admin.ModelAdmin):
 class AgentAdmin(admin.ModelAdmin):
     list_display = ("slug", "tenant", "entry_cap", "hydration_budget_bytes", "default_category")
     list_filter = ("tenant",)
+    # Changed through `agent_policy` or the console, which recompute the memories' expiry.
+    readonly_fields = ("max_retention",)
     list_select_related = ("tenant",)
     filter_horizontal = ("reads_from",)
 

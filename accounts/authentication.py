@@ -54,14 +54,22 @@ def _find_key(prefix: str) -> ApiKey | None:
     instances = []
     start = 0
     for model in (ApiKey, Agent, Tenant):
-        names = [field.attname for field in model._meta.concrete_fields]
-        instances.append(model.from_db(connection.alias, names, row[start : start + len(names)]))
+        fields = model._meta.concrete_fields
+        values = [_loaded(field, value) for field, value in zip(fields, row[start:], strict=False)]
+        names = [field.attname for field in fields]
+        instances.append(model.from_db(connection.alias, names, values))
         start += len(names)
     api_key, agent, tenant = instances
     agent.tenant = tenant
     agent._reads_from_ids = list(row[-1])
     api_key.agent, api_key.tenant = agent, tenant
     return api_key
+
+
+def _loaded(field, value):
+    """A column's value as the ORM loads it (a JSON column arrives as text from a raw cursor)."""
+    convert = getattr(field, "from_db_value", None)
+    return value if convert is None else convert(value, None, connection)
 
 
 def authenticate_key(raw: str | None) -> Principal:

@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
+from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from django.db.models import Q
@@ -13,6 +15,22 @@ from memoryhub.durations import format_duration
 
 SLUG_VALIDATOR = RegexValidator(r"^[a-z0-9][a-z0-9_-]{0,62}$", "Use a-z, 0-9, _ and -.")
 CATEGORY_RE = r"^[a-z0-9_-]{1,40}$"
+MAX_RETENTION_SECONDS = 100 * 365 * 86400
+
+
+def validate_retention(value) -> None:
+    """A `max_retention` policy: {category: seconds}, each a whole number of seconds > 0."""
+    if not isinstance(value, dict):
+        raise ValidationError("A retention policy maps categories to durations.")
+    for category, seconds in value.items():
+        if not isinstance(category, str) or not re.match(CATEGORY_RE, category):
+            raise ValidationError(f"“{str(category)[:40]}” is not a category.")
+        if (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, int)
+            or not 0 < seconds <= MAX_RETENTION_SECONDS
+        ):
+            raise ValidationError(f"The retention of “{category}” must be a positive duration.")
 
 
 class TenantQuerySet(models.QuerySet):
@@ -30,10 +48,36 @@ class Tenant(models.Model):
     workspace_cap = models.PositiveIntegerField(default=10000)
     # LLM tokens extraction may spend per UTC day (0: unlimited); over it runs wait `deferred`.
     extraction_daily_token_budget = models.PositiveBigIntegerField(default=0)
+    # Live user-scoped memories (SPEC §13.2) allowed per subject before the coldest is evicted.
+    user_cap = models.PositiveIntegerField(default=1000)
+    # The longest a memory of a category may live after its last write (SPEC §13.4), in
+    # seconds by category ({"daily": 259200}); an agent's own entry for a category wins.
+    max_retention = models.JSONField(default=dict, blank=True, validators=[validate_retention])
+    # Bumped with every change to the tenant's kind registry (SPEC §13.1): a process caches a
+    # registry under (tenant, version), and the version comes with the tenant's row.
+    kinds_version = models.PositiveBigIntegerField(default=0)
     created_at = models.DateTimeField(default=timezone.now)
 
     def __str__(self) -> str:
         return self.slug
+
+    def policy(self) -> dict:
+        """The tenant's memory policy, as `tenant_policy` prints it."""
+        return {
+            "tenant": self.slug,
+            "workspace_cap": self.workspace_cap,
+            "user_cap": self.user_cap,
+            "max_retention": retention_json(self.max_retention),
+            "extraction_daily_token_budget": self.extraction_daily_token_budget,
+        }
+
+
+def retention_json(stored: dict) -> dict[str, str]:
+    """A stored `max_retention` ({category: seconds}) as durations: {"daily": "72h"}."""
+    return {
+        category: format_duration(timedelta(seconds=seconds))
+        for category, seconds in sorted(stored.items())
+    }
 
 
 class Role(models.TextChoices):
@@ -124,6 +168,16 @@ class Agent(models.Model):
         default=50,
         validators=[MinValueValidator(1), MaxValueValidator(MAX_EXTRACTION_OPERATIONS)],
     )
+    # Block limits of hydrate (SPEC §13.3): per core block (user, agent), and the archival list.
+    core_max_entries = models.PositiveIntegerField(default=20)
+    core_max_chars = models.PositiveIntegerField(default=4000)
+    archival_max_chars = models.PositiveIntegerField(default=8000)
+    # Formation (SPEC §13.2, §13.5): messages before the watermark shown as read-only context,
+    # and whether facts about the person may be formed as user-scoped memories.
+    context_messages = models.PositiveIntegerField(default=20, validators=[MaxValueValidator(200)])
+    formation_user_scope = models.BooleanField(default=True)
+    # Retention by category in seconds (SPEC §13.4); wins over the tenant's for that category.
+    max_retention = models.JSONField(default=dict, blank=True, validators=[validate_retention])
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
 
@@ -155,6 +209,12 @@ class Agent(models.Model):
             "extraction_categories": list(self.extraction_categories),
             "summary_threshold_bytes": self.summary_threshold_bytes,
             "extraction_max_operations": self.extraction_max_operations,
+            "core_max_entries": self.core_max_entries,
+            "core_max_chars": self.core_max_chars,
+            "archival_max_chars": self.archival_max_chars,
+            "context_messages": self.context_messages,
+            "formation_user_scope": self.formation_user_scope,
+            "max_retention": retention_json(self.max_retention),
         }
 
 
@@ -178,6 +238,9 @@ class ApiKey(models.Model):
     expires_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
+    # Every memory written through this key expires at most this long after its last write
+    # (SPEC §13.4: an anonymous tier's 24 h, a trial's 30 d).
+    memory_ttl = models.DurationField(null=True, blank=True)
 
     objects = TenantQuerySet.as_manager()
 

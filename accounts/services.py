@@ -24,14 +24,21 @@ EXTRACTION_POLICY_FIELDS = (
     "summary_threshold_bytes",
     "extraction_max_operations",
 )
+# Hydrate's block limits (SPEC §13.3).
+BLOCK_POLICY_FIELDS = ("core_max_entries", "core_max_chars", "archival_max_chars")
 _POLICY_FIELDS = (
     "entry_cap",
     "hydration_budget_bytes",
     "default_category",
     "dedup_threshold",
     "default_ttl",
+    *BLOCK_POLICY_FIELDS,
+    "max_retention",
+    "context_messages",
+    "formation_user_scope",
     *EXTRACTION_POLICY_FIELDS,
 )
+TENANT_POLICY_FIELDS = ("user_cap", "max_retention")
 
 
 def tenant_get_or_create(*, slug: str, name: str = "") -> Tenant:
@@ -49,6 +56,25 @@ def tenant_extraction_budget_update(*, tenant: Tenant, tokens: int) -> Tenant:
         )
     Tenant.objects.filter(pk=tenant.pk).update(extraction_daily_token_budget=tokens)
     tenant.extraction_daily_token_budget = tokens
+    return tenant
+
+
+@transaction.atomic
+def tenant_policy_update(*, tenant: Tenant, **policy) -> Tenant:
+    """Change a tenant's memory policy (`user_cap`, `max_retention`). The memories whose
+    expiry a retention change moves are the memories app's to recompute
+    (`memories.services.policies`, which calls this)."""
+    unknown = set(policy) - set(TENANT_POLICY_FIELDS)
+    if unknown:
+        raise InvalidInput(f"Unknown policy field: {sorted(unknown)[0]}", field=sorted(unknown)[0])
+    for name, value in policy.items():
+        setattr(tenant, name, value)
+    try:
+        tenant.full_clean(exclude=["slug"])
+    except Exception as exc:  # ValidationError: name the first field
+        field = next(iter(getattr(exc, "message_dict", {"policy": None})))
+        raise InvalidInput(f"Invalid value for {field}", field=field) from exc
+    Tenant.objects.filter(pk=tenant.pk).update(**policy)
     return tenant
 
 
@@ -99,8 +125,11 @@ def api_key_create(
     expires_in: timedelta | None = None,
     name: str = "",
     created_by: str = "",
+    memory_ttl: timedelta | None = None,
 ) -> tuple[ApiKey, str]:
-    """Create a key; returns the row and the raw key, which is never stored and shown once."""
+    """Create a key; returns the row and the raw key, which is never stored and shown once.
+    `memory_ttl`: every memory written through the key expires at most that long after its
+    last write (SPEC §13.4)."""
     if agent.tenant_id != tenant.pk:
         raise NotFound("No such agent")
     scopes = list(dict.fromkeys(scopes or [Scope.READ, Scope.WRITE]))
@@ -119,6 +148,7 @@ def api_key_create(
         subject_id=subject_id or None,
         expires_at=expires_at,
         created_by=created_by,
+        memory_ttl=memory_ttl,
     )
     return api_key, raw
 

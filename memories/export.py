@@ -28,6 +28,7 @@ ENTRY_FIELDS = (
     "key",
     "category",
     "kind",
+    "scope",
     "text",
     "tags",
     "subject_id",
@@ -86,6 +87,8 @@ def render_entry(memory: Memory, source: str) -> str:
     ]
     if memory.subject_id:
         lines.append(f"- subject: {inline_code(memory.subject_id)}")
+    if memory.scope == "user":
+        lines.append("- scope: user (the subject's, for every agent)")
     if memory.thread_id:
         lines.append(f"- thread: {inline_code(memory.thread_id)}")
     if memory.occurred_at:

@@ -32,9 +32,9 @@ from django.utils.crypto import salted_hmac
 
 from accounts.models import Tenant
 from memories.clock import resolve_now
+from memories.fingerprints import compact_json
 from memories.models import IdempotencyRecord
 from memories.secrets_scan import scan_secrets
-from memories.validation import compact_json
 from memoryhub.errors import IdempotencyMismatch, InvalidInput
 
 if TYPE_CHECKING:

@@ -29,7 +29,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import DateTimeField, Max, QuerySet
 
 from accounts.models import Agent, Tenant
-from memories import validation
+from memories import fingerprints, inputs, kinds, retention, validation
 from memories.events.record import memory_events_write_many
 from memories.ids import is_memory_id
 from memories.models import (
@@ -42,6 +42,7 @@ from memories.models import (
     MemoryRevision,
     ReviewReason,
     ReviewState,
+    Scope,
     Status,
 )
 from memories.revisions import revision_build, snapshot
@@ -173,6 +174,7 @@ def _validate_fields(record: dict[str, Any]) -> None:
         "mentions": validation.mentions,
         "category": lambda v: validation.category(v, default=Category.CORE),
         "kind": validation.kind,
+        "scope": lambda v: validation.choice(v, "scope", tuple(Scope.values), Scope.AGENT),
         "key": validation.memory_key,
         "subject_id": lambda v: validation.identifier(v, "subject_id"),
         "thread_id": lambda v: validation.identifier(v, "thread_id"),
@@ -216,18 +218,32 @@ def _field_message(exc: InvalidInput) -> str:
     return f"{field}: {exc.message}"
 
 
-def _apply(memory: Memory, record: dict[str, Any], agent: Agent | None) -> None:
+def _apply(
+    memory: Memory, record: dict[str, Any], agent: Agent | None, registry: kinds.Registry
+) -> None:
     memory.agent = agent
     for name in PLAIN_FIELDS + DATETIME_FIELDS:
         if name in record:
             setattr(memory, name, record[name])
+    # The line's `expires_at` is what the memory asked for (a backup's effective expiry at
+    # most); this tenant's policies bound it again (`memories.retention`), and its registry
+    # says whether the kind is single (SPEC §13.1, §13.4).
+    memory.requested_expires_at = memory.expires_at
+    memory.expires_at = retention.effective_expiry(
+        requested=memory.requested_expires_at,
+        last_write=memory.updated_at,
+        category=memory.category,
+        tenant=memory.tenant,
+        owner=agent,
+    )
+    memory.kind_single = registry.rule(memory.kind).single
     memory.embedding = record.get("embedding")
     if memory.purged_at is None or memory.text or memory.data is not None:
         # Derived as a store derives them, never taken from the file: a smaller size would cheat
         # hydrate's budget, a wrong hash dedup and `previously_corrected`. A purged memory has no
         # content left to derive from and keeps the hash the backup carries (SPEC §2).
-        memory.size_bytes = validation.size_bytes(memory.text, memory.data)
-        memory.content_hash = validation.content_hash(memory.text, memory.data)
+        memory.size_bytes = fingerprints.size_bytes(memory.text, memory.data)
+        memory.content_hash = fingerprints.content_hash(memory.text, memory.data)
 
 
 def _content(memory: Memory) -> dict[str, Any]:
@@ -260,6 +276,7 @@ def import_jsonl(*, tenant: Tenant, lines: Iterable[str | bytes], actor: str) ->
     records.sort(key=lambda item: item[1]["status"] == Status.ACTIVE)
 
     result = ImportResult()
+    registry = kinds.registry(tenant)
     with transaction.atomic():
         _refuse_unimportable_ids(tenant, records)
         agents = {a.slug: a for a in Agent.objects.for_tenant(tenant)}
@@ -298,7 +315,7 @@ def import_jsonl(*, tenant: Tenant, lines: Iterable[str | bytes], actor: str) ->
             if memory is None:
                 memory = Memory(pk=record["id"], tenant=tenant)
                 before = None
-                _apply(memory, record, agent)
+                _apply(memory, record, agent, registry)
                 if history:
                     memory.version = max(memory.version, history + 1)
                 result.created += 1
@@ -306,7 +323,8 @@ def import_jsonl(*, tenant: Tenant, lines: Iterable[str | bytes], actor: str) ->
                 before = snapshot(memory)
                 old = _content(memory)
                 version = max(memory.version, history) + 1
-                _apply(memory, record, agent)
+                memory.tenant = tenant
+                _apply(memory, record, agent, registry)
                 if _content(memory) == old:
                     result.unchanged += 1
                     continue
@@ -317,6 +335,10 @@ def import_jsonl(*, tenant: Tenant, lines: Iterable[str | bytes], actor: str) ->
             if memory.category == Category.CONVERSATION and not memory.thread_id:
                 raise ImportLineError(number, "A conversation memory needs a 'thread_id'")
             _check_owner(number, memory)
+            try:
+                kinds.check_data(registry.rule(memory.kind), memory.data)
+            except InvalidInput as exc:
+                raise ImportLineError(number, exc.message) from None
             try:
                 memory.full_clean(exclude=["tenant", "agent", "embedding", "search_vector"])
             except Exception as exc:
@@ -365,7 +387,16 @@ def _refuse_unimportable_ids(tenant: Tenant, records: list[tuple[int, dict[str, 
 
 def _check_owner(number: int, memory: Memory) -> None:
     """Workspace if and only if no agent: an agent-less core memory would be visible to every
-    agent as workspace and never counted by the cap sweep."""
+    agent as workspace and never counted by the cap sweep. A user memory (SPEC §13.2) has no
+    agent and a subject, and is neither workspace nor conversation."""
+    if memory.scope == Scope.USER:
+        try:
+            if memory.agent_id is not None:
+                raise InvalidInput("A user memory has no agent ('agent' must be null)")
+            inputs.check_user_scope(memory.category, memory.subject_id)
+        except InvalidInput as exc:
+            raise ImportLineError(number, exc.message) from None
+        return
     if memory.category == Category.WORKSPACE and memory.agent_id is not None:
         raise ImportLineError(number, "A workspace memory has no agent ('agent' must be null)")
     if memory.category != Category.WORKSPACE and memory.agent_id is None:
@@ -381,6 +412,8 @@ def _integrity_message(exc: IntegrityError, memory: Memory) -> str:
     if constraint == "memory_live_key_uniq":
         key = memory.key if len(memory.key) <= 80 else memory.key[:79] + "…"
         return f"key '{key}' is already held by a live memory of the same owner and subject"
+    if constraint == "memory_live_single_uniq":
+        return f"the owner and subject have a live '{memory.kind}' already (a single kind)"
     return f"violates the database constraint {constraint or 'of this table'}"
 
 

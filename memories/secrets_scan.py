@@ -523,9 +523,9 @@ def find_secret(value: object, field: str) -> SecretFinding | None:
 # SPEC §4 Secrets: every free-text field an agent or operator writes, under the name its input
 # gives it: store and PATCH bodies (`session_id` is `thread_id`'s alias), forget and tombstone
 # reasons, the ids in confirm and thread-end URLs, the `Idempotency-Key` header, the console's
-# tag and name fields, and a JSONL line's provenance strings. Numbers, timestamps and fixed
+# tag and name fields, a JSONL line's provenance strings, and a kind's description and schema. Numbers, timestamps and fixed
 # choices are left out: they cannot hold a credential. Every writer goes through
-# `scan_secrets` (store, PATCH and corrections inside `validation.parse_store`/`parse_update`).
+# `scan_secrets` (store, PATCH and corrections inside `inputs.parse_store`/`parse_update`).
 SECRET_SCANNED_FIELDS = frozenset(
     {
         "text",
@@ -548,7 +548,8 @@ SECRET_SCANNED_FIELDS = frozenset(
         "tombstoned_by",
         "created_by",
         "embedding_model",
-        "description",  # a webhook's (memories.webhooks.endpoints)
+        "description",  # a webhook's (memories.webhooks.endpoints), a kind's
+        "schema",
     }
 )
 

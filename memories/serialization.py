@@ -9,17 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db import models
 
 from accounts.models import Agent
-from memories.models import PUBLIC_FIELDS, Memory, Message, Thread
+from memories.kinds import tool_name
+from memories.models import PUBLIC_FIELDS, Kind, Memory, Message, Thread
 from memories.visibility import source_label
-
-if TYPE_CHECKING:
-    from memories.formation.ingest import IngestResult
-    from memories.services.store import StoreResult
 
 # Written from the owner and the viewer, not from a column of their own: `agent` is the owner's
 # slug (the column holds its id), `source` the viewer's relation to the owner.
@@ -57,12 +54,15 @@ MEMORY_JSON_COLUMNS = ("agent_id", *(field.column for field in _COLUMNS))
 def memory_json(
     memory: Memory, *, agent: Agent | None, slugs: dict[int, str] | None = None
 ) -> dict[str, Any]:
-    """The SPEC §4 memory object as seen by `agent` (None: an operator, source by owner)."""
+    """The SPEC §4 memory object as seen by `agent` (None: an operator, source by owner:
+    `agent:<slug>`, `workspace` or `user`)."""
     owner_slug = None
     if memory.agent_id is not None:
         owner_slug = (slugs or {}).get(memory.agent_id) or memory.agent.slug
     if agent is not None:
         source = source_label(memory, agent, {memory.agent_id: owner_slug} if owner_slug else None)
+    elif memory.scope == "user":
+        source = "user"
     else:
         source = "workspace" if memory.agent_id is None else f"agent:{owner_slug}"
     out: dict[str, Any] = dict.fromkeys(PUBLIC_FIELDS)  # the keys in the SPEC's order
@@ -71,36 +71,6 @@ def memory_json(
         out[name] = value if encode is None else encode(value)
     out["agent"], out["source"] = owner_slug, source
     return out
-
-
-def store_response(result: StoreResult, *, agent: Agent) -> tuple[int, dict[str, Any]]:
-    """The status and body of `POST /api/v1/memories` (SPEC §4 Store; the MCP tool returns the
-    same body): 201 when inserted, 200 when updated or already remembered."""
-    memory = result.memory
-    body: dict[str, Any] = {
-        "ok": True,
-        "memory_id": memory.id,
-        "message": result.message,
-        "version": memory.version,
-        "memory": memory_json(memory, agent=agent),
-    }
-    if result.near_duplicates:
-        body["near_duplicates"] = [
-            {"memory_id": near.id, "text": near.text, "similarity": similarity}
-            for near, similarity in result.near_duplicates
-        ]
-    if result.previously_corrected:
-        body["previously_corrected"] = [
-            {
-                "memory_id": tombstone.id,
-                "text": tombstone.text,
-                "reason": tombstone.tombstone_reason,
-                "tombstoned_at": iso(tombstone.tombstoned_at),
-                "similarity": similarity,
-            }
-            for tombstone, similarity in result.previously_corrected
-        ]
-    return (201 if result.created else 200), body
 
 
 # --- the same object built by PostgreSQL --------------------------------------------------------
@@ -144,7 +114,8 @@ def memory_json_sql(
     slug = owner_slug or f"{owner}.slug"
     expressions["agent"] = f"to_json({slug})"
     expressions["source"] = (
-        f"to_json(CASE WHEN {table}.agent_id IS NULL THEN 'workspace' WHEN {table}.agent_id = {viewer} "
+        f"to_json(CASE WHEN {table}.scope = 'user' THEN 'user' "
+        f"WHEN {table}.agent_id IS NULL THEN 'workspace' WHEN {table}.agent_id = {viewer} "
         f"THEN 'own' ELSE 'shared:' || {slug} END)"
     )
     parts = [
@@ -155,18 +126,6 @@ def memory_json_sql(
 
 
 # --- conversations (SPEC §11) ------------------------------------------------------------------
-
-
-def ingest_response(result: IngestResult) -> tuple[int, dict[str, Any]]:
-    """`POST /threads/{id}/messages` and MCP `memory_ingest`: 202 and the SPEC body."""
-    return 202, {
-        "ok": True,
-        "thread_id": result.thread.thread_id,
-        "accepted": result.accepted,
-        "duplicates": result.duplicates,
-        "redacted": result.redacted,
-        "extraction": result.extraction,
-    }
 
 
 def thread_json(thread: Thread, extraction: dict[str, Any]) -> dict[str, Any]:
@@ -189,4 +148,21 @@ def message_json(message: Message) -> dict[str, Any]:
         "name": message.name,
         "created_at": iso(message.created_at),
         "redactions": list(message.redactions),
+    }
+
+
+# --- the kind registry (SPEC §13.1) -------------------------------------------------------------
+
+
+def kind_json(kind: Kind) -> dict[str, Any]:
+    return {
+        "name": kind.name,
+        "cardinality": kind.cardinality,
+        "memory_type": kind.memory_type,
+        "description": kind.description,
+        "schema": kind.schema,
+        "default_category": kind.default_category,
+        "tool": tool_name(kind.name) if kind.schema is not None else None,
+        "created_at": iso(kind.created_at),
+        "updated_at": iso(kind.updated_at),
     }

@@ -1,26 +1,22 @@
-"""Parse and validate raw agent input (a REST body or MCP tool arguments) into typed inputs.
+"""Parse and validate raw agent input (a REST body or MCP tool arguments), field by field.
 
 Both the REST views and the MCP tools hand the raw JSON object to the services, which call
-these parsers: one set of rules, one set of `INVALID_INPUT` errors (each naming its field).
-Nothing here touches the database.
+these parsers (a store's and a PATCH's whole body: `memories.inputs`): one set of rules, one
+set of `INVALID_INPUT` errors (each naming its field). Nothing here touches the database.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import re
 import unicodedata
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
 
-from accounts.models import Agent
-from memories.models import CaptureMode, Category
-from memories.secrets_scan import INVISIBLE_CHARS, find_secret, scan_secrets
+from memories.fingerprints import compact_json
+from memories.secrets_scan import INVISIBLE_CHARS, find_secret
 from memoryhub.durations import parse_duration
 from memoryhub.errors import InvalidInput, SecretRejected
 
@@ -36,50 +32,6 @@ _WS_RE = re.compile(r"\s+")
 _SURROGATE_RE = re.compile("[\ud800-\udfff]")
 MAX_DEPTH = 32  # nesting of JSON input
 MAX_VERSION = 2**31 - 1  # the version column is a PostgreSQL integer
-
-STORE_FIELDS = frozenset(
-    {
-        "text",
-        "key",
-        "category",
-        "kind",
-        "data",
-        "tags",
-        "subject_id",
-        "thread_id",
-        "session_id",
-        "importance",
-        "confidence",
-        "capture_mode",
-        "source_provider",
-        "mentions",
-        "occurred_at",
-        "ttl",
-        "expires_at",
-        "last_confirmed_at",
-        "dedup_policy",
-        "expected_version",
-        "expected_updated_at",
-    }
-)
-UPDATE_FIELDS = frozenset(
-    {
-        "text",
-        "data",
-        "tags",
-        "category",
-        "kind",
-        "importance",
-        "confidence",
-        "mentions",
-        "occurred_at",
-        "ttl",
-        "expires_at",
-        "last_confirmed_at",
-        "expected_version",
-        "expected_updated_at",
-    }
-)
 
 # Refused in keys besides the invisible ones: controls, surrogates, line/paragraph separators.
 _KEY_REFUSED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
@@ -276,10 +228,6 @@ def text(value: Any) -> str:
     return value
 
 
-def compact_json(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
-
-
 def data_object(value: Any) -> dict | None:
     if value is None:
         return None
@@ -361,218 +309,6 @@ def thread(data: dict[str, Any]) -> str | None:
     if thread_id and session_id and thread_id != session_id:
         raise InvalidInput("'thread_id' and 'session_id' differ", field="session_id")
     return thread_id or session_id
-
-
-# --- compare-and-set -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Cas:
-    """A compare-and-set precondition. `create_only`: the key must not exist yet."""
-
-    version: int | None = None
-    updated_at: datetime | None = None
-    create_only: bool = False
-
-
-def cas(data: dict[str, Any], if_match: str | None = None) -> Cas | None:
-    has_version = data.get("expected_version") is not None
-    has_updated = "expected_updated_at" in data
-    if has_version and has_updated:
-        raise InvalidInput(
-            "Give 'expected_version' or 'expected_updated_at', not both", field="expected_version"
-        )
-    if if_match is not None and not has_version and not has_updated:
-        return cas({"expected_version": parse_if_match(if_match)})
-    if has_version:
-        value = data["expected_version"]
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_VERSION:
-            raise InvalidInput(
-                "'expected_version' must be a non-negative integer", field="expected_version"
-            )
-        return Cas(create_only=True) if value == 0 else Cas(version=value)
-    if has_updated:
-        value = data["expected_updated_at"]
-        if value is None:
-            return Cas(create_only=True)
-        return Cas(updated_at=parse_timestamp(value, "expected_updated_at"))
-    return None
-
-
-def parse_if_match(value: str) -> int:
-    raw = value.strip()
-    if raw.startswith("W/"):
-        raw = raw[2:]
-    raw = raw.strip('"')
-    if not raw.isascii() or not raw.isdigit() or int(raw) > MAX_VERSION:
-        raise InvalidInput('If-Match must be a version such as "3"', field="If-Match")
-    return int(raw)
-
-
-# --- content fingerprints --------------------------------------------------------------------
-
-
-def normalise_text(value: str) -> str:
-    """The text dedup compares: NFKC, case-folded, whitespace collapsed, end punctuation off."""
-    value = unicodedata.normalize("NFKC", value).casefold()
-    return _WS_RE.sub(" ", value).strip().rstrip(".!?;,").strip()
-
-
-def content_hash(text_value: str, data_value: dict | None) -> str:
-    basis = normalise_text(text_value) if text_value.strip() else compact_json(data_value)
-    return hashlib.sha256(basis.encode("utf-8")).hexdigest()
-
-
-def embedding_text(text_value: str, data_value: dict | None) -> str:
-    return text_value if text_value.strip() else compact_json(data_value or {})
-
-
-def size_bytes(text_value: str, data_value: dict | None) -> int:
-    size = len(text_value.encode("utf-8"))
-    if data_value is not None:
-        size += len(
-            json.dumps(data_value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-        )
-    return size
-
-
-# --- whole inputs ----------------------------------------------------------------------------
-
-
-@dataclass
-class StoreInput:
-    text: str
-    key: str | None
-    category: str
-    kind: str
-    data: dict | None
-    tags: list[str]
-    subject_id: str | None
-    thread_id: str | None
-    importance: float
-    confidence: float
-    capture_mode: str
-    source_provider: str | None
-    mentions: list[dict[str, str]]
-    expires_at: datetime | None
-    last_confirmed_at: datetime
-    dedup_policy: str
-    occurred_at: datetime | None = None
-    cas: Cas | None = None
-
-    @property
-    def is_workspace(self) -> bool:
-        return self.category == Category.WORKSPACE
-
-
-def parse_store(data: Any, *, agent: Agent, now: datetime) -> StoreInput:
-    """Validate a store body (SPEC §4 Store) and apply the agent's defaults."""
-    data = require_object(data)
-    scan_secrets(data)
-    reject_unknown(data, STORE_FIELDS)
-    text_value = text(data.get("text"))
-    data_value = data_object(data.get("data"))
-    if not text_value.strip() and data_value is None:
-        raise InvalidInput("'text' is required unless 'data' is given", field="text")
-    cat = category(data.get("category"), default=agent.default_category)
-    thread_id = thread(data)
-    if cat == Category.CONVERSATION and not thread_id:
-        raise InvalidInput("A conversation memory needs a 'thread_id'", field="thread_id")
-    expires = expiry(data, now=now)
-    if expires is _MISSING:  # an explicit `expires_at: null` means "never", default or not
-        expires = now + agent.default_ttl if agent.default_ttl else None
-    last_confirmed = data.get("last_confirmed_at")
-    key = memory_key(data.get("key"))
-    store_cas = cas(data)
-    if store_cas is not None and key is None:
-        # Compare-and-set names the version of a keyed memory; without a key there is nothing
-        # to compare against, and ignoring it would let a client believe its write was guarded.
-        name = (
-            "expected_version"
-            if data.get("expected_version") is not None
-            else "expected_updated_at"
-        )
-        raise InvalidInput(f"'{name}' needs a 'key' (compare-and-set is per key)", field=name)
-    return StoreInput(
-        text=text_value,
-        key=key,
-        category=cat,
-        kind=kind(data.get("kind")),
-        data=data_value,
-        tags=tags(data.get("tags")),
-        subject_id=identifier(data.get("subject_id"), "subject_id"),
-        thread_id=thread_id,
-        importance=0.5
-        if data.get("importance") is None
-        else unit_float(data["importance"], "importance"),
-        confidence=1.0
-        if data.get("confidence") is None
-        else unit_float(data["confidence"], "confidence"),
-        capture_mode=choice(
-            data.get("capture_mode"), "capture_mode", tuple(CaptureMode.values), "explicit"
-        ),
-        source_provider=short_string(data.get("source_provider"), "source_provider", 100),
-        mentions=mentions(data.get("mentions")),
-        occurred_at=occurred(data.get("occurred_at")),
-        expires_at=expires,
-        last_confirmed_at=(
-            now if last_confirmed is None else parse_timestamp(last_confirmed, "last_confirmed_at")
-        ),
-        dedup_policy=choice(data.get("dedup_policy"), "dedup_policy", DEDUP_POLICIES, "ask"),
-        cas=store_cas,
-    )
-
-
-@dataclass
-class UpdateInput:
-    """The model fields a PATCH/correction sets (already normalised) and its CAS condition."""
-
-    changes: dict[str, Any] = field(default_factory=dict)
-    cas: Cas | None = None
-
-
-def parse_update(
-    data: Any,
-    *,
-    now: datetime,
-    if_match: str | None = None,
-    allowed: frozenset[str] = UPDATE_FIELDS,
-) -> UpdateInput:
-    """Validate a PATCH body (SPEC §4 Change): only the fields given are changed."""
-    data = require_object(data)
-    scan_secrets(data)
-    reject_unknown(data, allowed)
-    changes: dict[str, Any] = {}
-    if "text" in data:
-        changes["text"] = text(data["text"])
-    if "data" in data:
-        changes["data"] = data_object(data["data"])
-    if "tags" in data:
-        changes["tags"] = tags(data["tags"])
-    if "category" in data:
-        if data["category"] is None:
-            raise InvalidInput("'category' cannot be null", field="category")
-        changes["category"] = category(data["category"], default="")
-    if "kind" in data:
-        changes["kind"] = kind(data["kind"])
-    for name, default in (("importance", 0.5), ("confidence", 1.0)):
-        if name in data:
-            changes[name] = default if data[name] is None else unit_float(data[name], name)
-    if "mentions" in data:
-        changes["mentions"] = mentions(data["mentions"])
-    if "occurred_at" in data:
-        changes["occurred_at"] = occurred(data["occurred_at"])
-    expires = expiry(data, now=now)
-    if expires is not _MISSING:
-        changes["expires_at"] = expires
-    if "last_confirmed_at" in data:
-        value = data["last_confirmed_at"]
-        changes["last_confirmed_at"] = (
-            now if value is None else parse_timestamp(value, "last_confirmed_at")
-        )
-    if "key" in data:  # operators may re-key; agents cannot (not in UPDATE_FIELDS)
-        changes["key"] = memory_key(data["key"])
-    return UpdateInput(changes=changes, cas=cas(data, if_match))
 
 
 def parse_bool(value: Any, field: str, default: bool) -> bool:

@@ -3,12 +3,18 @@
 An agent (through its key) sees, within its tenant:
 - its own memories (`source: own`);
 - workspace memories, owned by the tenant (`agent` NULL, `source: workspace`);
+- the user memories of the request's subject (`scope: user`, `agent` NULL, `source: user`):
+  they belong to the subject across every agent of the tenant (SPEC §13.2);
 - memories of the agents named in its `reads_from`, except their `conversation` memories
   (`source: shared:<slug>`), and only when `include_shared` is true;
-and of those, only the ones that are live (active, not past `expires_at`) and whose subject is
-NULL or the request's subject. A request that names no subject sees subject-less memories only,
-so one end user's facts never reach another's context by omission. `conversation` memories are
-further limited to the request's `thread_id` by the reads that load context (hydrate).
+and of those, only the ones that are live (active, not past `expires_at`: the effective expiry,
+`memories.retention`) and whose subject is NULL or the request's subject. A request that names
+no subject sees subject-less memories only (so no user memory at all), so one end user's facts
+never reach another's context by omission. `conversation` memories are further limited to the
+request's `thread_id` by the reads that load context (hydrate).
+
+What an agent may change (`owned_q`) is what it sees but the shared agents' memories: its own,
+the workspace's, and its subject's user memories.
 
 Memory formation (SPEC §13.5) is narrower: a conversation of an agent with one end user may
 change only what that agent holds for that end user (`formation_q`); the rest of what the agent
@@ -24,7 +30,7 @@ from django.db.models import BooleanField, Case, Q, Value, When
 
 from accounts.models import Agent, Tenant
 from memories.clock import resolve_now
-from memories.models import Category, Memory, MemoryQuerySet
+from memories.models import Category, Memory, MemoryQuerySet, Scope
 
 
 def reads_from_ids(agent: Agent) -> list[int]:
@@ -35,14 +41,34 @@ def reads_from_ids(agent: Agent) -> list[int]:
     return cached
 
 
-def _owner_qs(agent: Agent, include_shared: bool) -> list[Q]:
+def user_q(subject_id: str) -> Q:
+    """The subject's user memories (no agent: the `agent` condition lets the planner use the
+    indexes of owner-less memories)."""
+    return Q(agent__isnull=True, scope=Scope.USER, subject_id=subject_id)
+
+
+# The owners of `visible_memories_by_owner`'s parts, in its order.
+OWN, WORKSPACE, USER, SHARED = "own", "workspace", "user", "shared"
+
+
+def _owner_parts(agent: Agent, include_shared: bool, subject_id: str | None) -> list[tuple[str, Q]]:
     """The owners whose memories the agent sees, one condition each: its own, the workspace's,
-    and (with `include_shared`) the non-conversation ones of the agents it reads from."""
-    owners = [Q(agent_id=agent.pk), Q(agent__isnull=True, category=Category.WORKSPACE)]
+    the subject's (its user memories, when there is a subject), and (with `include_shared`) the
+    non-conversation ones of the agents it reads from."""
+    owners = [
+        (OWN, Q(agent_id=agent.pk)),
+        (WORKSPACE, Q(agent__isnull=True, category=Category.WORKSPACE)),
+    ]
+    if subject_id:
+        owners.append((USER, user_q(subject_id)))
     shared = reads_from_ids(agent) if include_shared else []
     if shared:
-        owners.append(Q(agent_id__in=shared) & ~Q(category=Category.CONVERSATION))
+        owners.append((SHARED, Q(agent_id__in=shared) & ~Q(category=Category.CONVERSATION)))
     return owners
+
+
+def _owner_qs(agent: Agent, include_shared: bool, subject_id: str | None) -> list[Q]:
+    return [q for _, q in _owner_parts(agent, include_shared, subject_id)]
 
 
 def _subject_q(subject_id: str | None) -> Q:
@@ -54,11 +80,11 @@ def _subject_q(subject_id: str | None) -> Q:
 
 
 def visible_q(*, agent: Agent, subject_id: str | None, include_shared: bool = True) -> Q:
-    """The owner/subject rule: the agent's own and the workspace's memories (and, with
-    `include_shared`, the non-conversation ones of the agents it reads from), of no subject or
-    of this one. Liveness is `MemoryQuerySet.live`'s."""
+    """The owner/subject rule: the agent's own, the workspace's and the subject's user memories
+    (and, with `include_shared`, the non-conversation ones of the agents it reads from), of no
+    subject or of this one. Liveness is `MemoryQuerySet.live`'s."""
     owners = Q()
-    for owner in _owner_qs(agent, include_shared):
+    for owner in _owner_qs(agent, include_shared, subject_id):
         owners |= owner
     return owners & _subject_q(subject_id)
 
@@ -85,11 +111,14 @@ def formation_q(*, agent: Agent, subject_id: str | None) -> Q:
     so its scope is the agent's subject-less memories. Such a thread can only be written by a
     key not bound to a subject, the same key that may change those memories through the API.
 
-    Workspace memories (tenant-wide), subject-less ones when the thread has a subject, and other
-    agents' are outside it: an `add` never creates a workspace memory either. When user-scoped
-    memories exist (SPEC §13.2), "and that subject's user-scoped memories" is added here.
-    Liveness is `MemoryQuerySet.live`'s."""
-    return Q(agent_id=agent.pk) & _exact_subject_q(subject_id) & ~Q(category=Category.CONVERSATION)
+    The subject's user-scoped memories (SPEC §13.2) are the subject's as well: a thread with a
+    subject may change them. Workspace memories (tenant-wide), subject-less ones when the thread
+    has a subject, and other agents' are outside it: an `add` never creates a workspace memory
+    either. Liveness is `MemoryQuerySet.live`'s."""
+    mine = Q(agent_id=agent.pk) & _exact_subject_q(subject_id)
+    if subject_id:
+        mine |= user_q(subject_id)
+    return mine & ~Q(category=Category.CONVERSATION)
 
 
 def formation_changeable(*, agent: Agent, subject_id: str | None) -> Case:
@@ -134,17 +163,41 @@ def visible_memories_by_owner(
     include_shared: bool = True,
     now: datetime | None = None,
 ) -> list[MemoryQuerySet]:
-    """`visible_memories` split by owner: the agent's own, the workspace's, and the shared
-    agents'. Each part is one owner's condition of `visible_q` (not the OR of them all, whose
+    """`visible_memories` split by owner: the agent's own, the workspace's, the subject's user
+    memories, and the shared agents'. Each part is one owner's condition of `visible_q` (not the OR of them all, whose
     estimate misleads the planner into sorting a whole owner's rows), so together they are
     exactly the visible set (tests hold them to it); apart, each can walk an index newest
     first, which the OR of owners cannot."""
+    return [
+        part
+        for _, part in visible_parts(
+            tenant=tenant,
+            agent=agent,
+            subject_id=subject_id,
+            include_shared=include_shared,
+            now=now,
+        )
+    ]
+
+
+def visible_parts(
+    *,
+    tenant: Tenant,
+    agent: Agent,
+    subject_id: str | None,
+    include_shared: bool = True,
+    now: datetime | None = None,
+) -> list[tuple[str, MemoryQuerySet]]:
+    """`visible_memories_by_owner`'s parts, each named by its owner (`OWN`, `WORKSPACE`, `USER`,
+    `SHARED`): hydrate loads the user's and the agent's core blocks from different parts."""
     base = Memory.objects.for_tenant(tenant).live(resolve_now(now)).filter(_subject_q(subject_id))
-    return [base.filter(owner) for owner in _owner_qs(agent, include_shared)]
+    return [(owner, base.filter(q)) for owner, q in _owner_parts(agent, include_shared, subject_id)]
 
 
 def source_label(memory: Memory, agent: Agent, slugs: dict[int, str] | None = None) -> str:
-    """`own`, `workspace` or `shared:<agent-slug>` as seen by `agent`."""
+    """`own`, `workspace`, `user` or `shared:<agent-slug>` as seen by `agent`."""
+    if memory.scope == Scope.USER:
+        return "user"
     if memory.agent_id is None:
         return "workspace"
     if memory.agent_id == agent.pk:

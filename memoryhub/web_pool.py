@@ -1,5 +1,5 @@
 """The one pool of threads a web process runs its synchronous work in: Django's requests
-(memoryhub/asgi.py) and the MCP tools' service calls (memories/mcp_server.py).
+(memoryhub/asgi.py) and the MCP tools' service calls (memories/mcp/calls.py).
 
 Its size, `MEMORYHUB_WEB_THREADS`, is what the psycopg pool is sized from
 (`MEMORYHUB_DB_POOL_SIZE` defaults to it plus the outage watcher and one spare): every thread

@@ -58,6 +58,9 @@ class SearchContextSerializer(serializers.Serializer):
     mentions = serializers.ListField(child=serializers.DictField())
     tags = serializers.ListField(child=serializers.CharField())
     isLatest = serializers.BooleanField()  # noqa: N815 - the SPEC's LLM-facing name
+    lastConfirmedAt = serializers.DateTimeField(  # noqa: N815
+        help_text="When the fact was last confirmed (freshness)"
+    )
 
 
 class SearchHitSerializer(serializers.Serializer):
@@ -68,7 +71,7 @@ class SearchHitSerializer(serializers.Serializer):
     quality = SearchQualitySerializer()
     data = serializers.DictField(help_text="`text` plus the memory's data fields")
     context = SearchContextSerializer()
-    source = serializers.CharField(help_text="own | workspace | shared:<agent-slug>")
+    source = serializers.CharField(help_text="own | workspace | user | shared:<agent-slug>")
 
 
 class SearchResponseSerializer(serializers.Serializer):
@@ -105,17 +108,26 @@ class HydrateRequestSerializer(schema.StrictRequestSerializer):
 
 
 class HydrateEntrySerializer(schema.MemorySerializer):
-    reason = serializers.ChoiceField(["core", "recent", "archival_match"])
+    reason = serializers.ChoiceField(["core", "recent"])
+
+
+class ArchivalMatchSerializer(schema.MemorySerializer):
+    score = serializers.FloatField(min_value=0, max_value=1)
 
 
 class OmittedSerializer(serializers.Serializer):
     memory_id = serializers.CharField()
-    reason = serializers.ChoiceField(["windowed", "too_big"])
+    reason = serializers.ChoiceField(["windowed", "too_big", "core_limit"])
 
 
 class HydrateResponseSerializer(serializers.Serializer):
     ok = serializers.BooleanField()
     entries = HydrateEntrySerializer(many=True)
+    archival = ArchivalMatchSerializer(
+        many=True,
+        help_text="With archival_mode=auto and a query: the best archival matches, outside "
+        "the budget",
+    )
     bytes_used = serializers.IntegerField()
     budget_bytes = serializers.IntegerField()
     markdown = serializers.CharField(required=False, help_text="with format=markdown")
@@ -147,11 +159,17 @@ class HydrateView(AgentAPIView):
         summary="Load the context for the start of a run (core first, then recent)",
         description=(
             "What an agent loads at the start of a run, within `budget_bytes` (by "
-            "`size_bytes`): every visible `core` memory that fits, newest first; then the "
-            "newest other memories (not `archival`; `conversation` only of `thread_id`); with "
-            "`archival_mode=auto` and a `query`, the best archival matches too. An entry that "
-            "does not fit is skipped, a smaller later one may still fit. `explain` lists what "
-            "was left out and why; `format=markdown` adds a compact context block."
+            "`size_bytes`): the two core blocks first, newest first, each at most the agent's "
+            "`core_max_entries` and `core_max_chars` — the subject's user-scoped `core` "
+            "memories (`include_user_core`), then the agent's own `core` memories, of the "
+            "subject and subject-less (`include_agent_core`); then the newest other memories "
+            "(not `archival`; `conversation` only of `thread_id`). With `archival_mode=auto` "
+            "and a `query`, the best archival matches come in their own list `archival`, "
+            "outside the budget (at most `archival_limit`, above `archival_min_score`, within "
+            "the agent's `archival_max_chars`). An entry that does not fit is skipped, a "
+            "smaller later one may still fit. `explain` lists what was left out and why "
+            "(`core_limit`: a core block's limits); `format=markdown` adds a compact context "
+            'block (archival matches under "Possibly relevant").'
         ),
         request=HydrateRequestSerializer,
         responses={200: HydrateResponseSerializer, **schema.READ_ERRORS},

@@ -111,11 +111,6 @@ def not_together(*names: str) -> dict[str, Any]:
     return {"not": {"required": list(names)}}
 
 
-def needs(name: str, other: str) -> dict[str, Any]:
-    """Object rule: `name` only together with `other`."""
-    return {"anyOf": [{"not": {"required": [name]}}, {"required": [other]}]}
-
-
 EXCLUSIVE_FIELDS = [
     not_together("ttl", "expires_at"),
     not_together("expected_version", "expected_updated_at"),
@@ -166,6 +161,10 @@ class MemorySerializer(serializers.Serializer):
     key = serializers.CharField(allow_null=True)
     category = serializers.CharField()
     kind = serializers.CharField()
+    scope = serializers.ChoiceField(
+        choices=["agent", "user"],
+        help_text="agent: the agent's memory; user: the subject's, across every agent",
+    )
     text = serializers.CharField(allow_blank=True)
     data = serializers.DictField(allow_null=True)
     tags = serializers.ListField(child=serializers.CharField())
@@ -185,8 +184,10 @@ class MemorySerializer(serializers.Serializer):
     status = serializers.ChoiceField(choices=["active", "tombstoned", "evicted", "expired"])
     review_state = serializers.ChoiceField(choices=["none", "pending", "approved"])
     size_bytes = serializers.IntegerField(min_value=0)
-    agent = serializers.CharField(allow_null=True, help_text="Owner slug; null for workspace")
-    source = serializers.CharField(help_text="`own`, `workspace` or `shared:<agent-slug>`")
+    agent = serializers.CharField(
+        allow_null=True, help_text="Owner slug; null for workspace and user memories"
+    )
+    source = serializers.CharField(help_text="`own`, `workspace`, `user` or `shared:<agent-slug>`")
     evidence = EvidenceSerializer(
         allow_null=True,
         help_text="For a memory formed from a conversation: the messages it came from; null "
@@ -212,8 +213,6 @@ class StoreRequestSerializer(StrictRequestSerializer):
         "allOf": [
             *EXCLUSIVE_FIELDS,
             not_together("thread_id", "session_id"),
-            needs("expected_version", "key"),
-            needs("expected_updated_at", "key"),
         ],
     }
 
@@ -226,7 +225,18 @@ class StoreRequestSerializer(StrictRequestSerializer):
     key = identifier_field(help_text="Stable key: storing it again updates that memory")
     category = category_field(required=False, allow_null=True)
     kind = kind_field(required=False, allow_null=True)
-    data = serializers.DictField(required=False, allow_null=True)
+    scope = serializers.ChoiceField(
+        choices=["agent", "user"],
+        required=False,
+        allow_null=True,
+        help_text="user: the subject's memory across every agent of the tenant (needs a "
+        "subject; not workspace or conversation). Default: agent",
+    )
+    data = serializers.DictField(
+        required=False,
+        allow_null=True,
+        help_text="Checked against the kind's schema when it has one",
+    )
     tags = tags_field(required=False, allow_null=True)
     subject_id = identifier_field()
     thread_id = identifier_field()
@@ -254,10 +264,10 @@ class StoreRequestSerializer(StrictRequestSerializer):
         allow_null=True,
         min_value=0,
         max_value=validation.MAX_VERSION,
-        help_text="Needs `key`. 0: create only",
+        help_text="Needs `key` or a single kind. 0: create only",
     )
     expected_updated_at = TimestampInputField(
-        required=False, help_text="Needs `key`. null: create only"
+        required=False, help_text="Needs `key` or a single kind. null: create only"
     )
 
 
@@ -333,6 +343,10 @@ class StoreResponseSerializer(serializers.Serializer):
     ok = serializers.BooleanField()
     memory_id = serializers.CharField()
     message = serializers.ChoiceField(choices=["Ok", "Updated", "Already remembered"])
+    action = serializers.ChoiceField(
+        choices=["created", "updated", "replaced", "skipped"],
+        help_text="replaced: a single kind's one record took the new text and data",
+    )
     version = serializers.IntegerField()
     memory = MemorySerializer()
     near_duplicates = NearDuplicateSerializer(many=True, required=False)

@@ -12,8 +12,8 @@ from rest_framework.response import Response
 from memories.api import conversation_schema, schema
 from memories.api.views import AgentAPIView, idempotent_response, query_subject
 from memories.formation import ingest, threads
-from memories.serialization import ingest_response, message_json, thread_json
-from memories.services import lifecycle
+from memories.responses import ingest_response
+from memories.serialization import message_json, thread_json
 from memoryhub.parsers import JSONParser
 
 THREAD_NOT_FOUND = (
@@ -172,7 +172,7 @@ class ThreadEndView(AgentAPIView):
         principal, subject_id = request.user, query_subject(request)
 
         def action(_) -> tuple[int, dict]:
-            removed = lifecycle.thread_end(
+            removed = threads.thread_end(
                 principal=principal, thread_id=thread_id, subject_id=subject_id
             )
             return 200, {"ok": True, "removed": removed}

@@ -4,6 +4,7 @@ from memories.api import views
 from memories.api.event_views import EventsView, WebhookDetailView, WebhooksView
 from memories.api.export import ExportMarkdownView
 from memories.api.index import ApiIndexView
+from memories.api.kind_views import KindsView, KindView
 from memories.api.retrieval_views import HydrateView, SearchView
 from memories.api.subject_views import SubjectView
 from memories.api.thread_views import (
@@ -25,6 +26,8 @@ urlpatterns = [
         name="api-memory-confirm",
     ),
     path("keys", views.KeysView.as_view(), name="api-keys"),
+    path("kinds", KindsView.as_view(), name="api-kinds"),
+    path("kinds/<str:name>", KindView.as_view(), name="api-kind"),
     path("search", SearchView.as_view(), name="api-search"),
     path("hydrate", HydrateView.as_view(), name="api-hydrate"),
     path("export.md", ExportMarkdownView.as_view(), name="api-export-md"),

@@ -17,7 +17,8 @@ from rest_framework.views import APIView
 from memories import idempotency, selectors, validation
 from memories.api import schema
 from memories.ratelimit import KeyRateThrottle
-from memories.serialization import memory_json, store_response
+from memories.responses import store_response
+from memories.serialization import memory_json
 from memories.services import changes, lifecycle, store
 
 

@@ -19,8 +19,8 @@ from django.utils import timezone
 from memories.bench.load_client import Client
 from memories.bench.server import Progress
 from memories.embeddings import HashingEmbedder
+from memories.fingerprints import content_hash
 from memories.ids import new_ulid
-from memories.validation import content_hash
 
 PER_AGENT = 10_000
 

@@ -211,3 +211,11 @@ def _short(value: Any) -> str:
         return ", ".join(str(v) for v in value) or "[]"
     text = str(value)
     return text if len(text) <= 120 else text[:117] + "…"
+
+
+def snippet_urls(request: HttpRequest) -> dict[str, str]:
+    """The base URLs the ready-to-copy curl and MCP snippets name (as this browser reached us)."""
+    return {
+        "api_url": request.build_absolute_uri("/api/v1"),
+        "mcp_url": request.build_absolute_uri("/mcp"),
+    }

@@ -8,11 +8,21 @@ from typing import Any
 
 from django import forms
 from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
 
-from accounts.models import CATEGORY_RE, MAX_EXTRACTION_OPERATIONS, Agent, Extraction, Scope
+from accounts.models import (
+    CATEGORY_RE,
+    MAX_EXTRACTION_OPERATIONS,
+    Agent,
+    Extraction,
+    Scope,
+    retention_json,
+    validate_retention,
+)
 from accounts.services import EXTRACTION_POLICY_FIELDS
 from memories import validation
 from memories.secrets_scan import scan_secrets
+from memories.services.policies import retention_changes
 from memoryhub.durations import format_duration, parse_duration
 from memoryhub.errors import InvalidInput, SecretRejected
 
@@ -259,8 +269,42 @@ class AgentPolicyForm(forms.Form):
         label="Operations per answer",
         help_text="The most operations one model answer may apply; the rest are dropped",
     )
+    context_messages = forms.IntegerField(
+        min_value=0,
+        max_value=200,
+        required=False,
+        label="Earlier messages shown",
+        help_text="Messages before the new ones the model sees, read-only, to resolve references",
+    )
+    formation_user_scope = forms.TypedChoiceField(
+        choices=[("true", "yes"), ("false", "no")],
+        coerce=lambda value: value == "true",
+        required=False,
+        label="Form user-scoped memories",
+        help_text="Facts about the person that hold for every agent serving them",
+    )
+    # Hydrate's block limits (SPEC §13.3) and retention (SPEC §13.4).
+    core_max_entries = forms.IntegerField(
+        min_value=0, required=False, label="Core entries per block"
+    )
+    core_max_chars = forms.IntegerField(
+        min_value=0, required=False, label="Core characters per block"
+    )
+    archival_max_chars = forms.IntegerField(
+        min_value=0, required=False, label="Archival characters"
+    )
+    max_retention = forms.CharField(
+        max_length=1000,
+        required=False,
+        label="Max retention",
+        help_text="CATEGORY=DURATION, comma-separated (daily=72h, core=365d); wins over the "
+        "tenant's; empty: the tenant's",
+    )
 
-    EXTRACTION_FIELDS = EXTRACTION_POLICY_FIELDS
+    EXTRACTION_FIELDS = (*EXTRACTION_POLICY_FIELDS, "context_messages", "formation_user_scope")
+    LIMIT_FIELDS = ("core_max_entries", "core_max_chars", "archival_max_chars")
+    # Optional in a post: a field left out keeps its value.
+    OPTIONAL_FIELDS = (*EXTRACTION_FIELDS, *LIMIT_FIELDS, "max_retention")
 
     def __init__(self, *args, agent: Agent, others: list[Agent], **kwargs):
         kwargs.setdefault(
@@ -279,6 +323,12 @@ class AgentPolicyForm(forms.Form):
                 "extraction_categories": ", ".join(agent.extraction_categories),
                 "summary_threshold_bytes": agent.summary_threshold_bytes,
                 "extraction_max_operations": agent.extraction_max_operations,
+                "context_messages": agent.context_messages,
+                "formation_user_scope": "true" if agent.formation_user_scope else "false",
+                "core_max_entries": agent.core_max_entries,
+                "core_max_chars": agent.core_max_chars,
+                "archival_max_chars": agent.archival_max_chars,
+                "max_retention": retention_text(agent.max_retention),
             },
         )
         super().__init__(*args, **kwargs)
@@ -292,11 +342,16 @@ class AgentPolicyForm(forms.Form):
             raise forms.ValidationError(f"“{bad[0]}” is not a category (a-z, 0-9, _ and -).")
         return categories
 
+    def clean_max_retention(self) -> dict[str, int]:
+        return retention_field(self.cleaned_data["max_retention"])
+
     def clean(self) -> dict[str, Any]:
         data = super().clean()
-        for name in self.EXTRACTION_FIELDS:
+        for name in self.OPTIONAL_FIELDS:
             if name not in self.data:
                 data.pop(name, None)  # left out of the post: unchanged
+            elif name == "max_retention":
+                continue  # empty: none of its own
             elif name in data and data[name] in (None, "", []):
                 self.add_error(
                     name,
@@ -307,14 +362,58 @@ class AgentPolicyForm(forms.Form):
         return data
 
     def groups(self) -> list[tuple[str, list]]:
-        """The fields as the page shows them: the memory policy, then formation's."""
+        """The fields as the page shows them: the memory policy, hydrate's limits and
+        retention, then formation's."""
+        later = (*self.EXTRACTION_FIELDS, *self.LIMIT_FIELDS, "max_retention")
         return [
-            ("Memories", [f for f in self if f.name not in self.EXTRACTION_FIELDS]),
+            ("Memories", [f for f in self if f.name not in later]),
+            ("Hydration limits", [self[name] for name in self.LIMIT_FIELDS]),
+            ("Retention", [self["max_retention"]]),
             ("Memory formation", [f for f in self if f.name in self.EXTRACTION_FIELDS]),
         ]
 
 
+def retention_text(stored: dict[str, int]) -> str:
+    """A stored `max_retention` as the form shows it: `core=365d, daily=72h`."""
+    return ", ".join(f"{c}={d}" for c, d in retention_json(stored).items())
+
+
+def retention_field(raw: str) -> dict[str, int]:
+    """The form's `CATEGORY=DURATION, …` as a whole policy (what it says replaces it)."""
+    parts = [part for part in re.split(r"[,\n]", raw or "") if part.strip()]
+    try:
+        policy = retention_changes({}, parts)
+        validate_retention(policy)
+    except InvalidInput as exc:
+        raise forms.ValidationError(exc.message) from None
+    except ValidationError as exc:
+        raise forms.ValidationError(exc.messages[0]) from None
+    return policy
+
+
+class TenantPolicyForm(forms.Form):
+    """The tenant's memory policy (SPEC §13.2, §13.4): the Tenant page."""
+
+    user_cap = forms.IntegerField(
+        min_value=0,
+        label="User memories per subject",
+        help_text="Live user-scoped memories a subject may have before the coldest is evicted",
+    )
+    max_retention = forms.CharField(
+        max_length=1000,
+        required=False,
+        label="Max retention",
+        help_text="CATEGORY=DURATION, comma-separated (daily=72h, core=365d); an agent's own "
+        "entry for a category wins",
+    )
+
+    def clean_max_retention(self) -> dict[str, int]:
+        return retention_field(self.cleaned_data["max_retention"])
+
+
 class ApiKeyCreateForm(SecretScannedForm):
+    """A new key; `memory_ttl` bounds every memory written through it (SPEC §13.4)."""
+
     SCANNED = ("name", "subject_id")
 
     name = forms.CharField(max_length=200, required=False)
@@ -325,6 +424,11 @@ class ApiKeyCreateForm(SecretScannedForm):
     )
     subject_id = forms.CharField(max_length=255, required=False, label="Bound subject")
     expires_in = DurationField(required=False, label="Expires in", help_text="e.g. 30d")
+    memory_ttl = DurationField(
+        required=False,
+        label="Memory TTL",
+        help_text="e.g. 24h: memories written through this key live at most this long",
+    )
 
 
 class ExtractionBudgetForm(forms.Form):

@@ -13,6 +13,7 @@ from django.views.decorators.http import require_POST
 
 from accounts.console import operator_actor, require_role
 from accounts.models import Role
+from memories import kinds
 from memories.console import selectors as sel
 from memories.console.common import (
     clean_param,
@@ -25,6 +26,7 @@ from memories.console.common import (
     service_errors,
 )
 from memories.console.forms import CorrectionForm, TombstoneForm
+from memories.console.kinds import data_rows
 from memories.models import CaptureMode, ChangeType, ReviewState, Status
 from memories.services import operator_actions
 from memoryhub.errors import Conflict, DomainError
@@ -104,6 +106,7 @@ def _detail_context(
         "back": _back(request),
         "memory": memory,
         "rendered": render_markdown(memory.text),
+        "data_rows": data_rows(memory, kinds.registry(request.tenant)),
         "revisions": [
             revision_view(r) for r in sel.revisions_for(tenant=request.tenant, memory=memory)
         ],

@@ -21,10 +21,11 @@ from django.db.models import (
     QuerySet,
     Subquery,
     Sum,
+    TextField,
     Value,
     When,
 )
-from django.db.models.functions import Coalesce, Left, NullIf
+from django.db.models.functions import Cast, Coalesce, Left, Length, NullIf
 from django.http import Http404
 
 from accounts.models import Agent, Extraction, Tenant
@@ -41,6 +42,7 @@ from memories.models import (
     Message,
     ReviewState,
     RunState,
+    Scope,
     Status,
     Thread,
 )
@@ -123,11 +125,40 @@ def agents_for(tenant: Tenant) -> list[Agent]:
     return list(Agent.objects.for_tenant(tenant).order_by("slug"))
 
 
+def core_over_limits(*, tenant: Tenant, agents: list[Agent], now=None) -> dict[int, dict]:
+    """The agents whose live core is over their block limits (SPEC §13.3), with the most one
+    hydrate would find in their core block: the subject-less core plus the fullest subject's.
+    {agent id: {"entries", "chars"}}, from one grouping query."""
+    chars = Length("text") + Coalesce(Length(Cast("data", TextField())), Value(0))
+    rows = (
+        tenant_memories(tenant)
+        .live(resolve_now(now))
+        .filter(category="core", agent__isnull=False)
+        .values_list("agent_id", "subject_id")
+        .annotate(n=Count("id"), chars=Sum(chars))
+        .order_by()
+    )
+    most: dict[int, list[int]] = {}  # agent → [base n, base chars, subject n, subject chars]
+    for agent_id, subject_id, n, total in rows:
+        usage = most.setdefault(agent_id, [0, 0, 0, 0])
+        at = 0 if subject_id is None else 2
+        usage[at], usage[at + 1] = max(usage[at], n), max(usage[at + 1], total)
+    over = {}
+    for agent in agents:
+        usage = most.get(agent.pk, [0, 0, 0, 0])
+        entries, total = usage[0] + usage[2], usage[1] + usage[3]
+        if entries > agent.core_max_entries or total > agent.core_max_chars:
+            over[agent.pk] = {"entries": entries, "chars": total}
+    return over
+
+
 def _filtered(tenant: Tenant, filters: dict[str, str], now: datetime) -> QuerySet:
     qs = tenant_memories(tenant).select_related("agent")
     agent = filters.get("agent")
     if agent == "workspace":
-        qs = qs.filter(agent__isnull=True)
+        qs = qs.filter(agent__isnull=True, scope=Scope.AGENT)
+    elif agent == "user":  # every subject's user-scoped memories (SPEC §13.2)
+        qs = qs.filter(scope=Scope.USER)
     elif agent:
         qs = qs.filter(agent__slug=agent)
     for name, column in (
@@ -313,15 +344,18 @@ def dashboard_stats(*, tenant: Tenant, now: datetime | None = None) -> dict[str,
     now = resolve_now(now)
     live = tenant_memories(tenant).live(now)
     rows = (
-        live.values("agent__slug", "category")
+        live.values("agent__slug", "scope", "category")
         .annotate(n=Count("id"))
-        .order_by("agent__slug", "category")
+        .order_by("agent__slug", "scope", "category")
     )
     categories: list[str] = sorted({r["category"] for r in rows})
     matrix: dict[str, dict[str, int]] = {}
     by_category: dict[str, int] = dict.fromkeys(categories, 0)
     for r in rows:
-        matrix.setdefault(r["agent__slug"] or "workspace", {})[r["category"]] = r["n"]
+        owner = r["agent__slug"] or ("user" if r["scope"] == Scope.USER else "workspace")
+        matrix.setdefault(owner, {})[r["category"]] = r["n"] + matrix.get(owner, {}).get(
+            r["category"], 0
+        )
         by_category[r["category"]] += r["n"]
     table = [
         {

@@ -1,5 +1,7 @@
 from django.urls import path
 
+from memories.console import agents as a
+from memories.console import kinds as k
 from memories.console import memories as m
 from memories.console import pages as p
 from memories.console import subjects as s
@@ -31,11 +33,15 @@ urlpatterns = [
     path("export/markdown/", p.export_markdown_view, name="export-markdown"),
     path("export/jsonl/", p.export_jsonl_view, name="export-jsonl"),
     path("export/import/", p.import_view, name="import"),
-    path("agents/", p.agent_list, name="agents"),
-    path("extraction-budget/", p.extraction_budget, name="extraction-budget"),
-    path("agents/<slug:slug>/", p.agent_detail, name="agent"),
-    path("agents/<slug:slug>/keys/", p.key_create, name="key-create"),
-    path("keys/<int:key_id>/revoke/", p.key_revoke, name="key-revoke"),
+    path("agents/", a.agent_list, name="agents"),
+    path("extraction-budget/", a.extraction_budget, name="extraction-budget"),
+    path("agents/<slug:slug>/", a.agent_detail, name="agent"),
+    path("agents/<slug:slug>/keys/", a.key_create, name="key-create"),
+    path("keys/<int:key_id>/revoke/", a.key_revoke, name="key-revoke"),
+    path("kinds/", k.kind_list, name="kinds"),
+    path("kinds/<str:name>/", k.kind_detail, name="kind"),
+    path("kinds/<str:name>/delete/", k.kind_delete, name="kind-delete"),
+    path("tenant/", k.tenant_settings, name="tenant"),
     path("jobs/", p.jobs, name="jobs"),
     path("jobs/run/", p.job_run, name="job-run"),
     path("members/", p.members, name="members"),

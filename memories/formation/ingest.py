@@ -19,6 +19,7 @@ from accounts.principal import Principal
 from memories import cursors, validation
 from memories.clock import resolve_now
 from memories.formation.llm import llm_configured
+from memories.formation.runs import run_request
 from memories.models import MAX_MESSAGE_CHARS, Message, Role, Thread
 from memories.redaction import redact
 from memories.secrets_scan import scan_secrets
@@ -224,8 +225,6 @@ def thread_messages_add(
     `auto` the thread is due for extraction once idle for the agent's
     `extraction_idle_seconds`; `now` queues a run at once; `off` schedules nothing.
     """
-    from memories.formation.runs import run_request  # runs imports this module's readers
-
     principal.require_scope("write")
     now = resolve_now(now)
     data = validation.require_object(data)

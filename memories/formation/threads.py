@@ -1,9 +1,8 @@
 """What an agent (and the console) does with a thread once its messages are in (SPEC §11): read
 its extraction state, ask for an extraction now, and end it with a last extraction.
 
-REST (`GET /threads/{id}`, `POST /threads/{id}/extract`, `POST /threads/{id}/end` through
-`services.lifecycle.thread_end`), MCP and the console call these; none of them decides a state
-of its own.
+REST (`GET /threads/{id}`, `POST /threads/{id}/extract`, `POST /threads/{id}/end`), MCP and
+the console call these; none of them decides a state of its own.
 """
 
 from __future__ import annotations
@@ -16,12 +15,16 @@ from django.db import transaction
 
 from accounts.models import Extraction
 from accounts.principal import Principal
+from memories import validation
 from memories.clock import resolve_now
 from memories.formation.ingest import DISABLED_REASON, thread_find, thread_get
 from memories.formation.llm import llm_configured
 from memories.formation.runs import run_request
 from memories.models import OPEN_RUN_STATES, ExtractionRun, RunState, Thread
+from memories.secrets_scan import scan_secrets
 from memories.serialization import iso
+from memories.services.lifecycle import conversation_end
+from memoryhub.errors import InvalidInput
 
 OFF_REASON = "Extraction is off for this agent"
 NOTHING_PENDING = "No messages wait for extraction"
@@ -119,7 +122,7 @@ def thread_extract(
 def threads_close(
     *, principal: Principal, thread_id: str, subject_id: str | None, now: datetime
 ) -> int:
-    """The thread part of ending a run (`services.lifecycle.thread_end`, in its transaction):
+    """The thread part of ending a run (`thread_end`, in its transaction):
     each matching thread gets a last extraction of its pending messages (when an LLM is
     configured and the agent's extraction is not off) and its `ended_at` (kept from a first
     end). `subject_id` None: the agent's threads of that id for every subject. Returns how many
@@ -139,3 +142,33 @@ def threads_close(
             thread.ended_at, thread.updated_at = now, now
             thread.save(update_fields=["ended_at", "updated_at"])
     return requested
+
+
+def thread_end(
+    *,
+    principal: Principal,
+    thread_id: str,
+    subject_id: str | None = None,
+    now: datetime | None = None,
+) -> int:
+    """End a run (SPEC §4, §11): its stored thread gets a last extraction of its pending
+    messages, queued first, and `ended_at` (from which message retention counts); its
+    `conversation` memories are marked expired (`lifecycle.conversation_end`), all in one
+    transaction.
+
+    A subject (`subject_id`, or the key's bound one) narrows it to that subject's thread and its
+    subject's (and subject-less) memories; without one every subject's are ended. Returns how
+    many memories were removed.
+    """
+    principal.require_scope("write")
+    now = resolve_now(now)
+    scan_secrets({"thread_id": thread_id})
+    thread_id = validation.identifier(thread_id, "thread_id")
+    if thread_id is None:
+        raise InvalidInput("'thread_id' is required", field="thread_id")
+    subject = principal.resolve_subject(validation.identifier(subject_id, "subject_id"))
+    with transaction.atomic():
+        threads_close(principal=principal, thread_id=thread_id, subject_id=subject, now=now)
+        return conversation_end(
+            principal=principal, thread_id=thread_id, subject_id=subject, now=now
+        )

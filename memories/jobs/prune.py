@@ -2,7 +2,9 @@
 
 The rules (SPEC §3, §7), all evaluated at one instant `now` (`--now` moves it):
 
-- `expired`: an active memory whose `expires_at` <= now → status `expired`.
+- `expired`: an active memory whose `expires_at` <= now → status `expired`; but one whose
+  effective expiry is its category's lifetime (`memories.retention`: the last write + 72 h for
+  `daily`, + 24 h for `conversation`) counts under the rule of its category below.
 - `daily_pruned`: an active `daily` memory whose last write (`updated_at`) is 72 h or more
   before now → status `expired`, reason "daily memory 72 h after its last write".
 - `conversation_ended`: an active `conversation` memory idle (no write, `updated_at`) for 24 h
@@ -10,7 +12,8 @@ The rules (SPEC §3, §7), all evaluated at one instant `now` (`--now` moves it)
   conversation alive: SPEC §3 counts from the last write. (Ending a thread explicitly is
   `services.lifecycle.thread_end`'s job.)
 - `evicted`: an agent with more live memories than its `entry_cap` (the tenant's workspace
-  memories against `workspace_cap`) loses the coldest ones — oldest `last_accessed_at`, then
+  memories against `workspace_cap`, a subject's user memories against `user_cap`) loses the
+  coldest ones — oldest `last_accessed_at`, then
   oldest `updated_at` — non-core first, core only when no non-core remains → status `evicted`.
   "Live" here means what survives the three rules above, so a dry run counts what the real run
   will evict after it has expired the rest.
@@ -41,7 +44,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.db import connection, connections, transaction
 
@@ -58,14 +61,23 @@ from memories.jobs.batches import (
     fetch_all,
     report,
 )
+from memories.models import Category
+from memories.retention import LIFETIMES
 from memories.revisions import insert_revisions_sql
 from memories.services.common import advisory_lock
 from memories.services.eviction import cap_lock_name, cap_reason, eviction_order_sql
 from memories.services.sequences import SEQUENCE_KEY_SQL
 
 ACTOR = "system:prune"
-DAILY_MAX_AGE = timedelta(hours=72)
-CONVERSATION_IDLE = timedelta(hours=24)
+DAILY_MAX_AGE = LIFETIMES[Category.DAILY]
+CONVERSATION_IDLE = LIFETIMES[Category.CONVERSATION]
+# An expiry that is the category's lifetime, which the category's own rule counts.
+_LIFETIME_EXPIRY = (
+    f"(m.category = 'daily' AND m.expires_at = m.updated_at + "
+    f"interval '{int(DAILY_MAX_AGE.total_seconds())} seconds') OR "
+    f"(m.category = 'conversation' AND m.expires_at = m.updated_at + "
+    f"interval '{int(CONVERSATION_IDLE.total_seconds())} seconds')"
+)
 SAMPLE_IDS = 10  # a dry run names this many ids per rule
 
 
@@ -82,7 +94,10 @@ class AgeRule:
 AGE_RULES = (
     AgeRule(
         name="expired",
-        where="m.status = 'active' AND m.expires_at IS NOT NULL AND m.expires_at <= %(now)s",
+        where=(
+            "m.status = 'active' AND m.expires_at IS NOT NULL AND m.expires_at <= %(now)s "
+            f"AND NOT ({_LIFETIME_EXPIRY})"
+        ),
         order_column="expires_at",
         reason="past expires_at",
     ),
@@ -189,20 +204,29 @@ SELECT (SELECT count(*) FROM picked), (SELECT max(sort_key) FROM picked),
        (SELECT count(*) FROM revisions), {{per_tenant}}
 """
 
+# Every owner over its cap: agents, workspaces, and subjects (their user memories).
 OVER_CAP_OWNERS = f"""
-SELECT o.tenant_id, o.agent_id, o.live, COALESCE(a.entry_cap, t.workspace_cap) AS cap,
-       t.slug, COALESCE(a.slug, 'workspace')
+SELECT o.tenant_id, o.agent_id, o.subject_id, o.live,
+       CASE WHEN o.subject_id IS NOT NULL THEN t.user_cap
+            ELSE COALESCE(a.entry_cap, t.workspace_cap) END AS cap,
+       t.slug, COALESCE(a.slug, 'user:' || o.subject_id, 'workspace')
 FROM (
-    SELECT m.tenant_id, m.agent_id, count(*) AS live
+    SELECT m.tenant_id, m.agent_id, NULL::varchar AS subject_id, count(*) AS live
     FROM memories_memory m
     WHERE {REMAINING} AND {TENANT_SCOPE}
         AND (m.agent_id IS NOT NULL OR m.category = 'workspace')
     GROUP BY m.tenant_id, m.agent_id
+    UNION ALL
+    SELECT m.tenant_id, NULL, m.subject_id, count(*)
+    FROM memories_memory m
+    WHERE {REMAINING} AND {TENANT_SCOPE} AND m.scope = 'user'
+    GROUP BY m.tenant_id, m.subject_id
 ) o
 JOIN accounts_tenant t ON t.id = o.tenant_id
 LEFT JOIN accounts_agent a ON a.id = o.agent_id
-WHERE o.live > COALESCE(a.entry_cap, t.workspace_cap)
-ORDER BY o.tenant_id, o.agent_id NULLS FIRST
+WHERE o.live > CASE WHEN o.subject_id IS NOT NULL THEN t.user_cap
+                    ELSE COALESCE(a.entry_cap, t.workspace_cap) END
+ORDER BY o.tenant_id, o.agent_id NULLS FIRST, o.subject_id NULLS FIRST
 """
 
 # One cap batch for one owner, in one transaction: take the owner's cap lock — the same advisory
@@ -297,8 +321,11 @@ class CapSql:
     evict: str
 
 
-def _cap_sql(agent_id: int | None) -> CapSql:
-    if agent_id is None:
+def _cap_sql(agent_id: int | None, subject_id: str | None) -> CapSql:
+    if subject_id is not None:
+        table, cap_column = "accounts_tenant", "user_cap"
+        match = "m.agent_id IS NULL AND m.scope = 'user' AND m.subject_id = %(subject_id)s"
+    elif agent_id is None:
         table, cap_column = "accounts_tenant", "workspace_cap"
         match = "m.agent_id IS NULL AND m.category = 'workspace'"
     else:
@@ -318,7 +345,7 @@ def _cap_sql(agent_id: int | None) -> CapSql:
 def _evict_batch(sql: CapSql, params: dict, batch_size: int) -> tuple[int, int]:
     """One transaction: returns (excess seen under the owner lock, rows evicted)."""
     with transaction.atomic(), connection.cursor() as cursor:
-        advisory_lock(cap_lock_name(params["tenant_id"], params["agent_id"]))
+        advisory_lock(cap_lock_name(params["tenant_id"], params["agent_id"], params["subject_id"]))
         cursor.execute(sql.cap, params)
         row = cursor.fetchone()
         if row is None:  # the owner was deleted meanwhile (its memories with it)
@@ -334,19 +361,20 @@ def _evict_batch(sql: CapSql, params: dict, batch_size: int) -> tuple[int, int]:
 def _enforce_cap(
     owner: tuple, params: dict, *, batch_size: int, progress, per_tenant: TenantCounts | None
 ) -> int:
-    tenant_id, agent_id, _live, cap, tenant_slug, owner_slug = owner
+    tenant_id, agent_id, subject_id, _live, cap, tenant_slug, owner_slug = owner
     label = f"{tenant_slug}/{owner_slug}"
     batch_params = dict(
         params,
         change_type="evict",
         event_type="memory.evicted",
         status="evicted",
-        reason=cap_reason(workspace=agent_id is None, cap=cap),
+        reason=cap_reason(workspace=agent_id is None, cap=cap, user=subject_id is not None),
         tenant_id=tenant_id,
         agent_id=agent_id,
+        subject_id=subject_id,
         owner_id=agent_id if agent_id is not None else tenant_id,
     )
-    sql = _cap_sql(agent_id)
+    sql = _cap_sql(agent_id, subject_id)
     total = 0
     while True:
         excess, changed = _evict_batch(sql, batch_params, batch_size)
@@ -457,13 +485,19 @@ def _dry_run(
         )
         claimed = f"{claimed} OR ({rule.where})"
     evicted = 0
-    for tenant_id, agent_id, live, cap, tenant_slug, owner_slug in fetch_all(
+    for tenant_id, agent_id, subject_id, live, cap, tenant_slug, owner_slug in fetch_all(
         OVER_CAP_OWNERS, params
     ):
         evicted += live - cap
         if per_tenant is not None:
             per_tenant.add("evicted", [(tenant_id, live - cap)])
-        which = "entry_cap" if agent_id is not None else "workspace_cap"
+        which = (
+            "user_cap"
+            if subject_id is not None
+            else "entry_cap"
+            if agent_id is not None
+            else "workspace_cap"
+        )
         report(
             progress,
             f"prune (dry run): would evict {live - cap} of {tenant_slug}/{owner_slug} "

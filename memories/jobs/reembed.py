@@ -21,8 +21,8 @@ from datetime import datetime
 from django.db import connection, transaction
 
 from memories.embeddings import Embedder, get_embedder, vector_literal
+from memories.fingerprints import embedding_text
 from memories.jobs.batches import TENANT_SCOPE, Progress, TenantCounts, fetch_all, report
-from memories.validation import embedding_text
 
 DEFAULT_REEMBED_BATCH = 64  # texts per embedder call; a local model's sweet spot on a CPU
 

@@ -1,7 +1,15 @@
-"""The memories app's models: memories and their history (`memory`), conversations and the
+"""The memories app's models: memories and their history (`memory`), the kind registry
+(`kinds`), caps, idempotency records and job runs (`bookkeeping`), conversations and the
 extraction runs that form memories from them (`threads`), reads counted per day (`usage`), and
 the change feed and its webhooks (`events`). Django finds models here."""
 
+from memories.models.bookkeeping import (
+    IdempotencyRecord,
+    JobRun,
+    JobRunQuerySet,
+    OwnerCount,
+    PruneRun,
+)
 from memories.models.events import (
     EVENT_TYPES,
     MEMORY_EVENT_TYPES,
@@ -11,6 +19,7 @@ from memories.models.events import (
     WebhookDelivery,
     WebhookEndpoint,
 )
+from memories.models.kinds import Cardinality, Kind, MemoryType
 from memories.models.memory import (
     EMBEDDING_DIM,
     PUBLIC_FIELDS,
@@ -19,16 +28,12 @@ from memories.models.memory import (
     CaptureMode,
     Category,
     ChangeType,
-    IdempotencyRecord,
-    JobRun,
-    JobRunQuerySet,
     Memory,
     MemoryQuerySet,
     MemoryRevision,
-    OwnerCount,
-    PruneRun,
     ReviewReason,
     ReviewState,
+    Scope,
     Status,
 )
 from memories.models.threads import (
@@ -58,6 +63,7 @@ __all__ = [
     "PUBLIC_FIELDS",
     "SEQUENCE_FIELDS",
     "VECTOR_FIELDS",
+    "Cardinality",
     "CaptureMode",
     "Category",
     "ChangeType",
@@ -66,9 +72,11 @@ __all__ = [
     "IdempotencyRecord",
     "JobRun",
     "JobRunQuerySet",
+    "Kind",
     "Memory",
     "MemoryQuerySet",
     "MemoryRevision",
+    "MemoryType",
     "Message",
     "OwnerCount",
     "PruneRun",
@@ -76,6 +84,7 @@ __all__ = [
     "ReviewState",
     "Role",
     "RunState",
+    "Scope",
     "Status",
     "Thread",
 ]

@@ -42,6 +42,13 @@ class CaptureMode(models.TextChoices):
     INFERRED = "inferred", "Inferred"
 
 
+class Scope(models.TextChoices):
+    """Whom a memory belongs to (SPEC §13.2): its agent, or the subject across every agent."""
+
+    AGENT = "agent", "Agent"
+    USER = "user", "User"
+
+
 class Category:
     CORE = "core"
     DAILY = "daily"
@@ -71,13 +78,14 @@ SEQUENCE_FIELDS = ("prev_id", "next_id", "context_text")
 # The public fields of a memory, in the order of the SPEC §4 `memory` object: the one list that
 # the API's JSON (`memory_json`, and `memory_json_sql` for hydrate), search hits, revision
 # snapshots and JSONL backups derive theirs from. All are Memory fields (`agent` is the owner,
-# shown by slug) but `source`, the viewer's relation to the owner (own, workspace,
+# shown by slug) but `source`, the viewer's relation to the owner (own, workspace, user,
 # shared:<slug>). A new public field goes here, in the model and in a migration.
 PUBLIC_FIELDS = (
     "id",
     "key",
     "category",
     "kind",
+    "scope",
     "text",
     "data",
     "tags",
@@ -119,6 +127,15 @@ class Memory(models.Model):
     key = models.CharField(max_length=255, null=True, blank=True)
     category = models.CharField(max_length=40, default=Category.CORE)
     kind = models.CharField(max_length=64, default="fact")
+    # `user`: the subject's memory across every agent of the tenant (agent NULL, subject set).
+    # Defaults in the database too: the jobs' and the bench's SQL insert rows without them.
+    scope = models.CharField(
+        max_length=8, choices=Scope.choices, default=Scope.AGENT, db_default=Scope.AGENT
+    )
+    # The kind's cardinality was `single` when the memory was written (SPEC §13.1): what the
+    # partial unique index `memory_live_single_uniq` needs, kept here because an index cannot
+    # look at the kind registry. `services.kinds` rewrites it when a kind's cardinality changes.
+    kind_single = models.BooleanField(default=False, db_default=False)
     text = models.TextField(blank=True, default="")
     data = models.JSONField(null=True, blank=True)
     tags = ArrayField(models.CharField(max_length=64), default=list, blank=True)
@@ -133,7 +150,14 @@ class Memory(models.Model):
     mentions = models.JSONField(default=list, blank=True)
     # When the event the memory records happened (SPEC §2); orders a thread's sequence.
     occurred_at = models.DateTimeField(null=True, blank=True)
+    # The effective expiry (SPEC §13.4): the earliest of `requested_expires_at`, the last write +
+    # the owner's `max_retention` for the category, and the category's lifetime (daily 72 h,
+    # conversation 24 h). Written with every write and recomputed when a policy changes
+    # (`memories.retention`), so "live" stays `expires_at > now` on an index.
     expires_at = models.DateTimeField(null=True, blank=True)
+    # What the writer asked for (`ttl`, `expires_at`, the agent's default TTL), capped by its
+    # key's `memory_ttl`; not public.
+    requested_expires_at = models.DateTimeField(null=True, blank=True)
     last_confirmed_at = models.DateTimeField(default=timezone.now)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
@@ -182,12 +206,33 @@ class Memory(models.Model):
     class Meta:
         constraints = [
             # Keyed upsert: one live memory per (tenant, owner, subject, key); NULL owner/subject
-            # (workspace, subject-less) compare equal.
+            # (workspace, subject-less) compare equal; the scope tells a subject's user memory
+            # from a workspace memory about that subject.
             models.UniqueConstraint(
-                fields=["tenant", "agent", "subject_id", "key"],
+                fields=["tenant", "agent", "scope", "subject_id", "key"],
                 condition=Q(status="active") & Q(key__isnull=False),
                 nulls_distinct=False,
                 name="memory_live_key_uniq",
+            ),
+            # A `single` kind (SPEC §13.1): one live memory per (tenant, owner, subject, kind).
+            models.UniqueConstraint(
+                fields=["tenant", "agent", "scope", "subject_id", "kind"],
+                condition=Q(status="active") & Q(kind_single=True),
+                nulls_distinct=False,
+                name="memory_live_single_uniq",
+            ),
+            models.CheckConstraint(
+                condition=Q(scope__in=["agent", "user"]), name="memory_scope_known"
+            ),
+            # A user memory belongs to its subject, no agent; never workspace or conversation.
+            models.CheckConstraint(
+                condition=Q(scope="agent")
+                | (
+                    Q(agent__isnull=True)
+                    & Q(subject_id__isnull=False)
+                    & ~Q(category__in=["workspace", "conversation"])
+                ),
+                name="memory_user_scope_owner",
             ),
             models.CheckConstraint(
                 condition=Q(importance__gte=0) & Q(importance__lte=1),
@@ -240,6 +285,23 @@ class Memory(models.Model):
                 F("updated_at").desc(),
                 condition=Q(status="active"),
                 name="memory_live_subject_idx",
+            ),
+            # A subject's user memories (SPEC §13.2): hydrate's user core block, lists, recall.
+            models.Index(
+                F("tenant"),
+                F("subject_id"),
+                F("category"),
+                F("updated_at").desc(),
+                F("id").desc(),
+                condition=Q(status="active", scope="user"),
+                name="memory_live_user_idx",
+            ),
+            # The kind registry (SPEC §13.1): a kind's live memories, counted on the Kinds page
+            # and checked when its schema or cardinality changes.
+            models.Index(
+                fields=["tenant", "kind"],
+                condition=Q(status="active"),
+                name="memory_live_kind_idx",
             ),
             # Thread end and conversation hydration.
             models.Index(
@@ -315,6 +377,13 @@ class Memory(models.Model):
                 name="memory_fts_workspace_idx",
                 fastupdate=False,
             ),
+            # ... and within one subject's user memories.
+            GinIndex(
+                fields=["subject_id", "search_vector"],
+                condition=Q(scope="user") & Q(status="active"),
+                name="memory_fts_user_idx",
+                fastupdate=False,
+            ),
             # Semantic search: approximate cosine nearest neighbours among live memories.
             HnswIndex(
                 name="memory_embedding_hnsw",
@@ -331,7 +400,9 @@ class Memory(models.Model):
 
     @property
     def owner_label(self) -> str:
-        return self.agent.slug if self.agent_id else "workspace"
+        if self.agent_id:
+            return self.agent.slug
+        return "user" if self.scope == Scope.USER else "workspace"
 
 
 class ChangeType(models.TextChoices):
@@ -386,121 +457,3 @@ class MemoryRevision(models.Model):
                 fields=["tenant", "memory", "version"], name="revision_version_uniq"
             ),
         ]
-
-
-class OwnerCount(models.Model):
-    """How many `active` memories an owner has, kept by PostgreSQL triggers (migration 0004).
-
-    The store-time cap check reads this one row instead of counting the owner's memories: an
-    owner whose active count is within its cap cannot be over it (live ≤ active). Statement
-    triggers on `memories_memory` (insert, update, delete; transition tables, one aggregate per
-    statement) keep it exact whoever writes: services, jobs' raw SQL, bulk loads, imports.
-    """
-
-    tenant_id = models.BigIntegerField()
-    owner_id = models.BigIntegerField()  # the agent's id; 0 for the tenant's workspace
-    active = models.BigIntegerField(default=0)
-
-    objects = TenantQuerySet.as_manager()
-
-    class Meta:
-        constraints = [
-            # The cap check's lookup, and the triggers' ON CONFLICT target.
-            models.UniqueConstraint(fields=["tenant_id", "owner_id"], name="ownercount_owner_uniq"),
-        ]
-
-
-class IdempotencyRecord(models.Model):
-    """A stored response for `Idempotency-Key` replays (per tenant, kept 24 h).
-
-    The key itself is never stored, only `memories.idempotency.key_digest` of it: a client may
-    paste anything into a header, a credential included."""
-
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
-    key_digest = models.CharField(max_length=64)
-    request_hash = models.CharField(max_length=64)
-    response_status = models.PositiveSmallIntegerField()
-    response_body = models.JSONField()
-    created_at = models.DateTimeField(default=timezone.now)
-
-    objects = TenantQuerySet.as_manager()
-
-    class Meta:
-        constraints = [
-            # Replay lookup by (tenant, key); also what makes a concurrent retry wait for the first.
-            models.UniqueConstraint(
-                fields=["tenant", "key_digest"], name="idempotency_tenant_key_uniq"
-            ),
-        ]
-        indexes = [
-            # purge_retention drops records past 24 h.
-            models.Index(fields=["created_at"], name="idempotency_created_idx"),
-        ]
-
-
-class JobRunQuerySet(TenantQuerySet):
-    def visible_to(self, tenant: Tenant) -> models.QuerySet:
-        """The runs an operator of `tenant` may see: the tenant's own and the global ones."""
-        return self.filter(Q(tenant=tenant) | Q(tenant__isnull=True))
-
-
-class JobRun(models.Model):
-    """One run of a background job (prune, retention purge, re-embed) with its counts.
-
-    A scheduled or command run covers every tenant: `tenant` is empty and `tenant_counts` holds
-    each tenant's share of `counts` ({tenant id: {count: n}}; a tenant left out had none). A
-    console `Run now` covers the operator's tenant only and names it.
-    """
-
-    job = models.CharField(max_length=64)
-    trigger = models.CharField(max_length=32, default="schedule")  # schedule | command | console
-    tenant = models.ForeignKey(
-        Tenant, null=True, blank=True, on_delete=models.CASCADE, related_name="+", db_index=False
-    )
-    started_at = models.DateTimeField(default=timezone.now)
-    finished_at = models.DateTimeField(null=True, blank=True)
-    as_of = models.DateTimeField(null=True, blank=True)  # the `--now` the rules were evaluated at
-    dry_run = models.BooleanField(default=False)
-    status = models.CharField(max_length=16, default="running")  # running | ok | failed
-    counts = models.JSONField(default=dict)
-    tenant_counts = models.JSONField(default=dict, blank=True)
-    duration_ms = models.PositiveIntegerField(null=True, blank=True)
-    error = models.TextField(blank=True, default="")
-
-    objects = JobRunQuerySet.as_manager()
-
-    class Meta:
-        indexes = [
-            # Dashboard: the last runs of each job.
-            models.Index(F("job"), F("started_at").desc(), name="jobrun_job_recent_idx"),
-            # Jobs page: a tenant's last runs, and the last global ones (tenant NULL).
-            models.Index(F("tenant"), F("started_at").desc(), name="jobrun_tenant_recent_idx"),
-        ]
-
-    def counts_for(self, tenant: Tenant) -> dict[str, int]:
-        """The counts an operator of `tenant` may see: all of its own run's, its share of a
-        global run's (zeros where it had none), nothing of another tenant's run."""
-        if self.tenant_id == tenant.pk:
-            return self.counts
-        if self.tenant_id is not None:
-            return {}
-        share = self.tenant_counts.get(str(tenant.pk), {})
-        return {key: share.get(key, 0) for key in self.counts}
-
-
-class PruneRunManager(models.Manager.from_queryset(JobRunQuerySet)):
-    def get_queryset(self):
-        return super().get_queryset().filter(job="prune_memories")
-
-
-class PruneRun(JobRun):
-    """The `prune_memories` runs (SPEC §7's PruneRun record)."""
-
-    objects = PruneRunManager()
-
-    class Meta:
-        proxy = True
-
-    def save(self, *args, **kwargs):
-        self.job = "prune_memories"
-        super().save(*args, **kwargs)

@@ -41,28 +41,39 @@ def search_hit_json(
             "mentions": list(memory.mentions or []),
             "tags": list(memory.tags or []),
             "isLatest": is_latest,
+            "lastConfirmedAt": iso(memory.last_confirmed_at),
         },
         "source": source_label(memory, agent, slugs),
     }
 
 
-def hydrate_markdown(entries: list[dict], bytes_used: int, budget: int) -> str:
-    """Hydrate's `format: markdown` block: one line per entry, under a heading per category
-    (archival matches apart), in the order the entries were chosen."""
+def hydrate_markdown(
+    entries: list[dict], bytes_used: int, budget: int, *, archival: list[dict] = ()
+) -> str:
+    """Hydrate's `format: markdown` block: one line per entry, under a heading per category,
+    in the order the entries were chosen; the archival matches last, under their own heading
+    ("Possibly relevant", SPEC §13.3), best first."""
     lines = [f"## Memory context ({len(entries)} entries, {bytes_used}/{budget} bytes)"]
     current = None
     for memory in entries:
-        reason = memory["reason"]
-        heading = "archival matches" if reason == "archival_match" else memory["category"]
+        heading = memory["category"]
         if heading != current:
             lines.append(f"\n### {heading}")
             current = heading
-        label = f"**{memory['key']}**: " if memory["key"] else ""
-        text = " ".join(memory["text"].split()) if memory["text"] else ""
-        if memory["data"]:
-            data = json.dumps(memory["data"], ensure_ascii=False, separators=(",", ":"))
-            text = f"{text} {data}".strip()
-        stamp = memory["updated_at"][:10]
-        tags = f" #{' #'.join(memory['tags'])}" if memory["tags"] else ""
-        lines.append(f"- {label}{text} ({stamp}){tags}")
+        lines.append(_markdown_line(memory))
+    if archival:
+        lines.append("\n### Possibly relevant")
+        lines.extend(_markdown_line(memory) for memory in archival)
     return "\n".join(lines) + "\n"
+
+
+def _markdown_line(memory: dict) -> str:
+    """One memory as a line of hydrate's markdown block."""
+    label = f"**{memory['key']}**: " if memory["key"] else ""
+    text = " ".join(memory["text"].split()) if memory["text"] else ""
+    if memory["data"]:
+        data = json.dumps(memory["data"], ensure_ascii=False, separators=(",", ":"))
+        text = f"{text} {data}".strip()
+    stamp = memory["updated_at"][:10]
+    tags = f" #{' #'.join(memory['tags'])}" if memory["tags"] else ""
+    return f"- {label}{text} ({stamp}){tags}"

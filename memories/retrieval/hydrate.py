@@ -1,8 +1,15 @@
-"""Hydrate (SPEC §4): what an agent loads at the start of a run, within a byte budget.
+"""Hydrate (SPEC §4, §13.3): what an agent loads at the start of a run, within a byte budget.
 
-Core memories first, then the newest others, then (with `archival_mode=auto`) the best archival
-matches; the candidates are walked newest first by (id, size) only, and the chosen memories are
-written as JSON by PostgreSQL in one statement (`memory_json_sql`).
+The two core blocks first — the subject's user-scoped `core` memories (`include_user_core`),
+then the agent's own (and its shared agents') `core` memories (`include_agent_core`) — each
+newest first and bounded by the agent's `core_max_entries` and `core_max_chars`; then the newest
+others fill what the budget leaves. With `archival_mode=auto` and a query, the best archival
+matches come in their own list (`archival`), outside the budget, bounded by `archival_limit`,
+`archival_min_score` and the agent's `archival_max_chars`. The candidates are walked newest
+first by (id, size, characters) only, and the chosen memories are written as JSON by PostgreSQL
+in one statement (`memory_json_sql`).
+
+A memory's characters are those of its text and of its data as JSON text: what a model reads.
 """
 
 from __future__ import annotations
@@ -14,7 +21,8 @@ from typing import Any
 
 import orjson
 from django.db import connection
-from django.db.models import Q, QuerySet
+from django.db.models import IntegerField, Q, QuerySet, TextField, Value
+from django.db.models.functions import Cast, Coalesce, Length
 
 from accounts.models import Agent
 from accounts.principal import Principal
@@ -28,7 +36,7 @@ from memories.retrieval.params import HydrateParams, SearchParams, parse_hydrate
 from memories.retrieval.ranking import sql_with_params
 from memories.retrieval.search import ranked_search
 from memories.serialization import memory_json_sql
-from memories.visibility import reads_from_ids, visible_memories, visible_memories_by_owner
+from memories.visibility import OWN, SHARED, USER, reads_from_ids, visible_parts
 
 # Batch sizes of the candidate walk (`_fill`): enough rows for the budget left at a typical size.
 HYDRATE_BATCH = 300
@@ -52,27 +60,58 @@ class _Budget:
         return False
 
 
+class _Block:
+    """A core block's limits (SPEC §13.3): at most `entries` memories and `chars` characters.
+    `over` holds what it left out for its limits (explain: `core_limit`); once `full`, every
+    memory of the block not taken was left out for them."""
+
+    def __init__(self, entries: int, chars: int):
+        self.entries_left = entries
+        self.chars_left = chars
+        self.over: set[str] = set()
+
+    @property
+    def full(self) -> bool:
+        return self.entries_left <= 0
+
+    def admits(self, memory_id: str, chars: int) -> bool:
+        if self.full or chars > self.chars_left:
+            self.over.add(memory_id)
+            return False
+        return True
+
+    def take(self, chars: int) -> None:
+        self.entries_left -= 1
+        self.chars_left -= chars
+
+
 def _hydrate_pools(principal: Principal, params: HydrateParams, now: datetime):
-    """The core pool and the recency pool, each as its parts by owner (see `_newest`)."""
-    parts = visible_memories_by_owner(
+    """The user core block, the agent core block and the recency pool, each as its parts by
+    owner (see `_newest`)."""
+    parts = visible_parts(
         tenant=principal.tenant,
         agent=principal.agent,
         subject_id=params.subject_id,
         include_shared=True,
         now=now,
     )
-    core = [part.filter(category=Category.CORE) for part in parts]
-    if not params.include_agent_core:
-        core = [part.exclude(subject_id__isnull=True) for part in core]
-    if not params.include_user_core:
-        core = [part.filter(subject_id__isnull=True) for part in core]
-    recent = [part.exclude(category__in=[Category.CORE, Category.ARCHIVAL]) for part in parts]
+    user_core = [
+        part.filter(category=Category.CORE)
+        for owner, part in parts
+        if owner == USER and params.include_user_core
+    ]
+    agent_core = [
+        part.filter(category=Category.CORE)
+        for owner, part in parts
+        if owner in (OWN, SHARED) and params.include_agent_core
+    ]
+    recent = [part.exclude(category__in=[Category.CORE, Category.ARCHIVAL]) for _, part in parts]
     if params.thread_id:
         thread_q = ~Q(category=Category.CONVERSATION) | Q(thread_id=params.thread_id)
         recent = [part.filter(thread_q) for part in recent]
     else:
         recent = [part.exclude(category=Category.CONVERSATION) for part in recent]
-    return core, recent
+    return user_core, agent_core, recent
 
 
 @dataclass(frozen=True)
@@ -88,13 +127,25 @@ class _PoolShape:
 
 Statement = tuple[str, list]
 
-PART_COLUMNS = ("id", "size_bytes", "updated_at")
+PART_COLUMNS = ("id", "size_bytes", "updated_at", "chars")
+
+
+def _part_rows(part: QuerySet, *, core: bool) -> QuerySet:
+    """A part's (id, size_bytes, updated_at, chars) rows. Only a core block counts characters
+    (its limit): the recency walk reads 0, not every candidate's text and data again."""
+    chars = (
+        Length("text")
+        + Coalesce(Length(Cast("data", TextField())), Value(0), output_field=IntegerField())
+        if core
+        else Value(0, output_field=IntegerField())
+    )
+    return part.annotate(chars=chars).values_list(*PART_COLUMNS)
 
 
 @lru_cache(maxsize=64)
-def _compiled_pools(shape: _PoolShape) -> tuple[list[CompiledSQL], list[CompiledSQL]]:
-    """`_hydrate_pools`' parts as (id, size_bytes, updated_at) statements, compiled once per
-    shape: the ORM's compiles of four to six parts cost more than the walk itself."""
+def _compiled_pools(shape: _PoolShape) -> tuple[list[CompiledSQL], ...]:
+    """`_hydrate_pools`' parts as (id, size_bytes, updated_at, chars) statements, compiled once
+    per shape: the ORM's compiles of four to six parts cost more than the walk itself."""
     slots = Slot()
     principal = slot_principal(slots, shared=shape.shared)
     params = HydrateParams(
@@ -118,17 +169,19 @@ def _compiled_pools(shape: _PoolShape) -> tuple[list[CompiledSQL], list[Compiled
             # Custom plans (no `inline`): how far a part walks depends on the budget left
             # (`size_bytes <= %s`), which only a custom plan sees; a generic plan walked the
             # owner's whole list (3.3 ms against 0.05 at 10k memories).
-            CompiledSQL(*sql_with_params(part.values_list(*PART_COLUMNS)), slots, optional=optional)
+            CompiledSQL(
+                *sql_with_params(_part_rows(part, core=index < 2)), slots, optional=optional
+            )
             for part in pool
         ]
-        for pool in pools
+        for index, pool in enumerate(pools)  # the user core block, the agent's, the recency pool
     )
 
 
 def _pool_statements(
     principal: Principal, params: HydrateParams, now: datetime
-) -> tuple[list[Statement], list[Statement]]:
-    """`_hydrate_pools`' parts as bound (id, size_bytes, updated_at) statements."""
+) -> tuple[list[Statement], ...]:
+    """`_hydrate_pools`' parts as bound (id, size_bytes, updated_at, chars) statements."""
     shared = reads_from_ids(principal.agent)
     shape = _PoolShape(
         subject=bool(params.subject_id),
@@ -143,16 +196,15 @@ def _pool_statements(
         "thread": params.thread_id,
         "now": now,
     }
-    core, recent = _compiled_pools(shape)
-    return [s.bind(**values) for s in core], [s.bind(**values) for s in recent]
+    return tuple([s.bind(**values) for s in pool] for pool in _compiled_pools(shape))
 
 
 NEWEST = ("-updated_at", "-id")
 
 
 def _newest(parts: list[QuerySet]) -> QuerySet:
-    """(id, size_bytes, updated_at) of the parts' rows, newest first."""
-    rows = [part.values_list(*PART_COLUMNS).order_by(*NEWEST) for part in parts]
+    """(id, size_bytes, updated_at, chars) of the parts' rows, newest first."""
+    rows = [_part_rows(part, core=False).order_by(*NEWEST) for part in parts]
     return rows[0] if len(rows) == 1 else rows[0].union(*rows[1:], all=True).order_by(*NEWEST)
 
 
@@ -165,11 +217,11 @@ class _NewestFirst:
     """
 
     def __init__(self, parts: list[Statement]):
-        self.parts = parts  # each part's (id, size_bytes, updated_at) statement
+        self.parts = parts  # each part's (id, size_bytes, updated_at, chars) statement
 
     def batch(
         self, *, max_size: int, after: tuple[datetime, str] | None, limit: int
-    ) -> list[tuple[str, int, datetime]]:
+    ) -> list[tuple[str, int, datetime, int]]:
         where, extra = "size_bytes <= %s", [max_size]
         if after is not None:
             where += " AND (updated_at < %s OR (updated_at = %s AND id < %s))"
@@ -177,35 +229,51 @@ class _NewestFirst:
         branches, params = [], []
         for sql, part_params in self.parts:
             branches.append(
-                f"(SELECT id, size_bytes, updated_at FROM ({sql}) part WHERE {where} "
+                f"(SELECT id, size_bytes, updated_at, chars FROM ({sql}) part WHERE {where} "
                 "ORDER BY updated_at DESC, id DESC LIMIT %s)"
             )
             params += [*part_params, *extra, limit]
-        statement = " UNION ALL ".join(branches) + " ORDER BY 3 DESC, 1 DESC LIMIT %s"
+        if len(branches) == 1:  # one owner's walk is in order already
+            statement = branches[0][1:-1]
+        else:
+            statement = " UNION ALL ".join(branches) + " ORDER BY 3 DESC, 1 DESC LIMIT %s"
+            params.append(limit)
         with connection.cursor() as cursor:
-            cursor.execute(statement, [*params, limit])
+            cursor.execute(statement, params)
             return cursor.fetchall()
 
 
 def _fill(
-    parts: list[Statement], budget: _Budget, taken: list, reason: str, seen: set[str]
+    parts: list[Statement],
+    budget: _Budget,
+    taken: list,
+    reason: str,
+    seen: set[str],
+    block: _Block | None = None,
 ) -> None:
-    """Newest first; skip what does not fit; stop reading once nothing more can fit.
+    """Newest first; skip what does not fit (the budget, or a core block's characters); stop
+    reading once nothing more can fit, or a core block has its entries.
 
-    Only (id, size, updated_at) is read here, in batches of candidates no larger than the
-    budget left, so an agent with 10k memories costs a query or two; the chosen memories are
-    written out afterwards by `_entries`, in one statement.
+    Only (id, size, updated_at, chars) is read here, in batches of candidates no larger than
+    the budget left, so an agent with 10k memories costs a query or two; the chosen memories
+    are written out afterwards by `_entries`, in one statement.
     """
+    if not parts:
+        return
     walk = _NewestFirst(parts)
     after: tuple[datetime, str] | None = None
-    while budget.left > 0:
+    while budget.left > 0 and not (block is not None and block.full):
         # Enough rows for the budget left at a typical memory size; more batches if not.
         size = max(HYDRATE_MIN_BATCH, min(HYDRATE_BATCH, budget.left // TYPICAL_BYTES))
         batch = walk.batch(max_size=budget.left, after=after, limit=size)
-        for memory_id, size_bytes, _ in batch:
-            if memory_id not in seen and budget.take(size_bytes):
+        for memory_id, size_bytes, _, chars in batch:
+            if memory_id in seen or (block is not None and not block.admits(memory_id, chars)):
+                continue
+            if budget.take(size_bytes):
                 taken.append((memory_id, reason, size_bytes))
                 seen.add(memory_id)
+                if block is not None:
+                    block.take(chars)
         if len(batch) < size:
             return
         after = (batch[-1][2], batch[-1][0])
@@ -244,35 +312,78 @@ def _entries(
     return entries
 
 
-def _omitted(pools: list[list[QuerySet]], seen: set[str], budget_total: int) -> list[dict]:
+def _omitted(
+    pools: list[tuple[list[QuerySet], _Block | None]], seen: set[str], budget_total: int
+) -> list[dict]:
+    """explain: what was visible to a pool and not loaded, and why: left out for its core
+    block's limits (`core_limit`), bigger than the whole budget (`too_big`), or past what the
+    budget left (`windowed`)."""
     omitted = []
-    for pool in pools:
-        for mid, size, _ in _newest(pool):
-            if mid not in seen:
+    for parts, block in pools:
+        if not parts:
+            continue
+        for mid, size, _, _ in _newest(parts):
+            if mid in seen:
+                continue
+            if block is not None and (block.full or mid in block.over):
+                reason = "core_limit"
+            else:
                 reason = "too_big" if size > budget_total else "windowed"
-                omitted.append({"memory_id": mid, "reason": reason})
-                seen.add(mid)
+            omitted.append({"memory_id": mid, "reason": reason})
+            seen.add(mid)
     return omitted
 
 
-def _archival_matches(
+ARCHIVAL_SQL = (
+    f"SELECT m.id, char_length(m.text) + COALESCE(char_length(m.data::text), 0), "
+    f"{memory_json_sql()} FROM {Memory._meta.db_table} m "
+    f"LEFT JOIN {Agent._meta.db_table} o ON o.id = m.agent_id "
+    "WHERE m.tenant_id = %s AND m.id = ANY(%s) AND m.status = 'active' "
+    "AND (m.expires_at IS NULL OR m.expires_at > %s)"
+)
+
+
+def _archival(
     principal: Principal, params: HydrateParams, now: datetime
-) -> list[tuple[str, float]]:
+) -> list[tuple[str, bytes]]:
+    """The `archival` list (SPEC §13.3): the best archival matches of the query above
+    `archival_min_score`, at most `archival_limit`, best first, each with its `score`, within
+    the agent's `archival_max_chars` (a match that would pass it is skipped; a shorter one after
+    it may still fit). Outside the byte budget."""
+    if params.archival_mode != "auto" or not params.query or not params.archival_limit:
+        return []
     search_params = SearchParams(
-        query=params.query or "",
+        query=params.query,
         limit=params.archival_limit,
         min_score=params.archival_min_score,
         subject_id=params.subject_id,
         categories=[Category.ARCHIVAL],
     )
     embedder = get_embedder()
-    return ranked_search(
+    matches = ranked_search(
         principal,
         search_params,
         now,
         vector=embedder.embed([params.query])[0],
         model=embedder.model_name,
     )
+    if not matches:
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute(
+            ARCHIVAL_SQL,
+            [principal.agent.pk, principal.tenant.pk, [mid for mid, _ in matches], now],
+        )
+        found = {mid: (chars, json) for mid, chars, json in cursor.fetchall()}
+    chars_left = principal.agent.archival_max_chars
+    out = []
+    for mid, score in matches:
+        if mid not in found or found[mid][0] > chars_left:
+            continue
+        chars, json = found[mid]
+        chars_left -= chars
+        out.append((mid, f'{json[:-1]},"score":{round(score, 6)!r}}}'.encode()))
+    return out
 
 
 def hydrate_body(*, principal: Principal, data: dict, now: datetime | None = None) -> dict:
@@ -284,49 +395,44 @@ def hydrate_body(*, principal: Principal, data: dict, now: datetime | None = Non
     principal.require_scope("read")
     now = resolve_now(now)
     params = parse_hydrate(principal, data)
-    core, recent = _pool_statements(principal, params, now)
+    user_core, agent_core, recent = _pool_statements(principal, params, now)
+    agent = principal.agent
+    blocks = (
+        _Block(agent.core_max_entries, agent.core_max_chars),
+        _Block(agent.core_max_entries, agent.core_max_chars),
+    )
     budget = _Budget(params.budget_bytes)
     taken: list[tuple[str, str, int]] = []
     seen: set[str] = set()
-    _fill(core, budget, taken, "core", seen)
+    _fill(user_core, budget, taken, "core", seen, blocks[0])
+    _fill(agent_core, budget, taken, "core", seen, blocks[1])
     _fill(recent, budget, taken, "recent", seen)
-    pools = list(_hydrate_pools(principal, params, now)) if params.explain else []
-    if params.archival_mode == "auto" and params.query and params.archival_limit:
-        matches = [mid for mid, _ in _archival_matches(principal, params, now)]
-        sizes = dict(
-            Memory.objects.for_tenant(principal.tenant)
-            .filter(pk__in=matches)
-            .values_list("id", "size_bytes")
-        )
-        for mid in matches:
-            if mid in sizes and mid not in seen and budget.take(sizes[mid]):
-                taken.append((mid, "archival_match", sizes[mid]))
-                seen.add(mid)
-        if params.explain:
-            pools.append(
-                [
-                    visible_memories(
-                        tenant=principal.tenant,
-                        agent=principal.agent,
-                        subject_id=params.subject_id,
-                        now=now,
-                    ).filter(pk__in=matches)
-                ]
-            )
     entries = _entries(principal, taken, budget, now)
+    archival = _archival(principal, params, now)
     body: dict[str, Any] = {
         "ok": True,
         "entries": [orjson.Fragment(entry) for entry in entries],
+        "archival": [orjson.Fragment(match) for _, match in archival],
         "bytes_used": budget.used,
         "budget_bytes": budget.total,
     }
     if params.format == "markdown":
         body["markdown"] = hydrate_markdown(
-            [orjson.loads(entry) for entry in entries], budget.used, budget.total
+            [orjson.loads(entry) for entry in entries],
+            budget.used,
+            budget.total,
+            archival=[orjson.loads(match) for _, match in archival],
         )
     if params.explain:
-        body["omitted"] = _omitted(pools, set(seen), budget.total)
-    bump_access(principal.tenant.pk, [mid for mid, _, _ in taken], now)
+        user_pool, agent_pool, recent_pool = _hydrate_pools(principal, params, now)
+        body["omitted"] = _omitted(
+            [(user_pool, blocks[0]), (agent_pool, blocks[1]), (recent_pool, None)],
+            set(seen),
+            budget.total,
+        )
+    bump_access(
+        principal.tenant.pk, [mid for mid, _, _ in taken] + [mid for mid, _ in archival], now
+    )
     return body
 
 

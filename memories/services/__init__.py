@@ -14,7 +14,7 @@ functions, so each rule lives here once. Import the module you need
 - `writes`: the compare-and-set core every change goes through (conditional UPDATE + its one
   revision), the guard of an explicit precondition, the columns derived from content.
 - `common`: what all of them use: embedding, advisory locks, reasons. (The secret scan is
-  `memories.secrets_scan.scan_secrets`, run inside `validation.parse_store`/`parse_update`
+  `memories.secrets_scan.scan_secrets`, run inside `inputs.parse_store`/`parse_update`
   and called directly for reasons, tags and the ids of confirm and thread end.)
 
 Conventions:

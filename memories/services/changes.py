@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
+
+from django.db import IntegrityError, transaction
 
 from accounts.principal import Principal
-from memories import validation
+from memories import inputs, kinds, retention, validation
 from memories.clock import resolve_now
 from memories.ids import is_memory_id
 from memories.models import ChangeType, Memory
@@ -18,7 +21,7 @@ from memories.services.writes import (
     update_fields,
 )
 from memories.visibility import visible_memories
-from memoryhub.errors import NotFound, ScopeDenied
+from memoryhub.errors import Conflict, NotFound, ScopeDenied
 
 
 def writable(
@@ -41,7 +44,38 @@ def writable(
         raise ScopeDenied(
             "Memories shared by another agent are read-only", details={"memory_id": memory_id}
         )
+    memory.tenant = principal.tenant  # the policies its expiry is computed from
     return memory
+
+
+def key_capped(principal: Principal, changes: dict[str, Any], now: datetime):
+    """The columns of a write through `principal`'s key, as a function of the row: what it asks
+    for, with the expiry it may ask for capped by the key's `memory_ttl` (SPEC §13.4)."""
+
+    def capped(current: Memory) -> dict[str, Any]:
+        if principal.api_key is None or principal.api_key.memory_ttl is None:
+            return changes
+        requested = changes.get("requested_expires_at", current.requested_expires_at)
+        return changes | {
+            "requested_expires_at": retention.requested_expiry(
+                requested, principal=principal, now=now
+            )
+        }
+
+    return capped
+
+
+def single_conflict(exc: IntegrityError, kind: str) -> Conflict | None:
+    """The CONFLICT of a write that would leave an owner two live records of a single kind (or
+    a key held twice), or None for any other integrity error."""
+    if "memory_live_single_uniq" in str(exc):
+        return Conflict(
+            f"This owner and subject have a live '{kind}' already (a single kind)",
+            details={"field": "kind"},
+        )
+    if "memory_live_key_uniq" in str(exc):
+        return Conflict("Another live memory holds this key", details={"field": "key"})
+    return None
 
 
 def memory_update(
@@ -61,7 +95,7 @@ def memory_update(
     messages it came from."""
     principal.require_scope("write")
     now = resolve_now(now)
-    inp = validation.parse_update(data, now=now, if_match=if_match)  # secrets scanned too
+    inp = inputs.parse_update(data, now=now, if_match=if_match)  # secrets scanned too
     subject = principal.resolve_subject(validation.identifier(subject_id, "subject_id"))
     memory = writable(principal=principal, memory_id=memory_id, subject_id=subject, now=now)
     if not inp.changes:
@@ -70,7 +104,7 @@ def memory_update(
         return memory
 
     def reload() -> Memory | None:
-        return (
+        fresh = (
             visible_memories(
                 tenant=principal.tenant, agent=principal.agent, subject_id=subject, now=now
             )
@@ -78,20 +112,33 @@ def memory_update(
             .filter(pk=memory_id)
             .first()
         )
+        if fresh is not None:
+            fresh.tenant = principal.tenant
+        return fresh
 
-    with embeddings_remembered():
-        return change(
-            memory,
-            fields=lambda current: (
-                update_fields(current, inp.changes)
-                | ({"evidence": evidence} if evidence is not None else {})
-            ),
-            actor=principal.actor,
-            change_type=ChangeType.UPDATE,
-            now=now,
-            cas=inp.cas,
-            reload=reload,
-        )
+    capped = key_capped(principal, inp.changes, now)
+    kind = inp.changes.get("kind", memory.kind)
+    try:
+        with embeddings_remembered(), transaction.atomic():
+            # Held until commit: a registry change waits for this write, or this write for it.
+            registry = kinds.kind_guard(principal.tenant, kind)
+            return change(
+                memory,
+                fields=lambda current: (
+                    update_fields(current, capped(current), registry)
+                    | ({"evidence": evidence} if evidence is not None else {})
+                ),
+                actor=principal.actor,
+                change_type=ChangeType.UPDATE,
+                now=now,
+                cas=inp.cas,
+                reload=reload,
+            )
+    except IntegrityError as exc:
+        conflict = single_conflict(exc, kind)
+        if conflict is None:
+            raise
+        raise conflict from None
 
 
 def memory_confirm(
@@ -109,7 +156,7 @@ def memory_confirm(
     memory = writable(principal=principal, memory_id=memory_id, subject_id=subject, now=now)
     return change(
         memory,
-        fields={"last_confirmed_at": now},
+        fields=key_capped(principal, {"last_confirmed_at": now}, now),
         actor=principal.actor,
         change_type=ChangeType.CONFIRM,
         now=now,

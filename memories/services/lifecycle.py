@@ -1,5 +1,6 @@
 """How a memory leaves `active`: an agent forgets it (tombstone, or purge: the right to
-erasure) or ends its thread; and the tombstone, purge and expiry steps the store and the
+erasure) or ends its thread (`conversation_end`, the memory part of
+`formation.threads.thread_end`); and the tombstone, purge and expiry steps the store and the
 console's actions share.
 """
 
@@ -14,12 +15,12 @@ from django.db.models import Case, Q, Value, When
 
 from accounts.principal import Principal
 from memories import idempotency, validation
+from memories.cas import Cas
 from memories.clock import resolve_now
 from memories.events.record import erase_memory_events, events_insert, in_review, memory_event
 from memories.ids import is_memory_id
 from memories.models import Category, ChangeType, Memory, Status
 from memories.revisions import revision_write, snapshot
-from memories.secrets_scan import scan_secrets
 from memories.services.changes import writable
 from memories.services.common import MAX_RETRIES, clean_reason
 from memories.services.sequences import lock_rows
@@ -96,7 +97,7 @@ def memory_forget(
                     purge_content(target, actor=principal.actor, reason=reason, now=now)
                     deleted = True
             elif _is_live(target, now):
-                cas = None if expected_version is None else validation.Cas(version=expected_version)
+                cas = None if expected_version is None else Cas(version=expected_version)
                 tombstone(target, actor=principal.actor, reason=reason, now=now, cas=cas)
                 deleted = True
     return deleted, memory.pk
@@ -106,41 +107,25 @@ def _is_live(memory: Memory, now: datetime) -> bool:
     return memory.status == Status.ACTIVE and (memory.expires_at is None or memory.expires_at > now)
 
 
-def thread_end(
-    *,
-    principal: Principal,
-    thread_id: str,
-    subject_id: str | None = None,
-    now: datetime | None = None,
+def conversation_end(
+    *, principal: Principal, thread_id: str, subject_id: str | None, now: datetime
 ) -> int:
-    """End a run: its `conversation` memories are marked expired (one revision each), and its
-    stored thread (SPEC §11) gets a last extraction of its pending messages, queued first in
-    the same transaction, and `ended_at` (from which message retention counts).
+    """The memory part of ending a run (`formation.threads.thread_end`, in its transaction):
+    the agent's `conversation` memories of `thread_id` are marked expired (one revision each).
 
-    A subject (`subject_id`, or the key's bound one) narrows it to that subject's thread and its
-    subject's (and subject-less) memories; without one every subject's are ended. Returns how
-    many memories were removed.
+    A subject narrows it to that subject's (and subject-less) memories; None ends every
+    subject's. `thread_id` and `subject_id` are validated by the caller. Returns how many
+    memories were removed.
     """
-    # formation.runs → formation.apply → this module: imported here to break the cycle.
-    from memories.formation.threads import threads_close
-
-    principal.require_scope("write")
-    now = resolve_now(now)
-    scan_secrets({"thread_id": thread_id})
-    thread_id = validation.identifier(thread_id, "thread_id")
-    if thread_id is None:
-        raise InvalidInput("'thread_id' is required", field="thread_id")
-    subject = principal.resolve_subject(validation.identifier(subject_id, "subject_id"))
     rows = (
         Memory.objects.for_tenant(principal.tenant)
         .filter(agent=principal.agent, category=Category.CONVERSATION, thread_id=thread_id)
         .filter(status=Status.ACTIVE)
     )
-    if subject is not None:
-        rows = rows.filter(Q(subject_id__isnull=True) | Q(subject_id=subject))
+    if subject_id is not None:
+        rows = rows.filter(Q(subject_id__isnull=True) | Q(subject_id=subject_id))
     removed = 0
     with transaction.atomic():
-        threads_close(principal=principal, thread_id=thread_id, subject_id=subject, now=now)
         for memory in lock_rows(rows.order_by("id")):
             removed += status_change(
                 memory,
@@ -160,7 +145,7 @@ def tombstone(
     reason: str,
     now: datetime,
     change_type: str = ChangeType.TOMBSTONE,
-    cas: validation.Cas | None = None,
+    cas: Cas | None = None,
 ) -> Memory:
     """Forget: status `tombstoned` with who, when and why (the content stays, for
     `previously_corrected` and a restore)."""

@@ -10,18 +10,20 @@ from typing import Any
 from django.db import IntegrityError, transaction
 
 from accounts.models import Tenant
-from memories import validation
+from memories import inputs, kinds, validation
+from memories.cas import Cas
 from memories.clock import resolve_now
 from memories.ids import is_memory_id
-from memories.models import ChangeType, Memory, ReviewState, Status
+from memories.models import ChangeType, Memory, ReviewState, Scope, Status
 from memories.secrets_scan import scan_secrets
+from memories.services.changes import single_conflict
 from memories.services.common import clean_reason
 from memories.services.eviction import cap_lock, evict_over_cap
 from memories.services.lifecycle import purge_content, tombstone
 from memories.services.writes import change, change_guard, reload_any, update_fields
 from memoryhub.errors import Conflict, InvalidInput, NotFound
 
-CORRECTABLE_FIELDS = validation.UPDATE_FIELDS | {"key"}
+CORRECTABLE_FIELDS = inputs.UPDATE_FIELDS | {"key"}
 
 
 def _operator_get(tenant: Tenant, memory_id: str) -> Memory:
@@ -32,6 +34,7 @@ def _operator_get(tenant: Tenant, memory_id: str) -> Memory:
     )
     if memory is None:
         raise NotFound()
+    memory.tenant = tenant  # the policies its expiry is computed from
     return memory
 
 
@@ -59,27 +62,31 @@ def memory_correct(
     changes = {
         k: v for k, v in changes.items() if k not in ("expected_version", "expected_updated_at")
     }
-    inp = validation.parse_update(changes, now=now, allowed=CORRECTABLE_FIELDS)  # + secrets
+    inp = inputs.parse_update(changes, now=now, allowed=CORRECTABLE_FIELDS)  # + secrets
     memory = _operator_get(tenant, memory_id)
     _correctable(memory)  # first: a purged memory is tombstoned too, a CONFLICT like any other
     _not_purged(memory)
-    cas = validation.Cas(version=expected_version)
+    cas = Cas(version=expected_version)
     if not inp.changes:
         change_guard(memory, cas)
         return memory
+    kind = inp.changes.get("kind", memory.kind)
     try:
-        return change(
-            memory,
-            fields=lambda current: update_fields(current, inp.changes),
-            actor=actor,
-            change_type=ChangeType.CORRECT,
-            now=now,
-            cas=cas,
-        )
+        with transaction.atomic():
+            registry = kinds.kind_guard(tenant, kind)  # held until commit, as a store's
+            return change(
+                memory,
+                fields=lambda current: update_fields(current, inp.changes, registry),
+                actor=actor,
+                change_type=ChangeType.CORRECT,
+                now=now,
+                cas=cas,
+            )
     except IntegrityError as exc:
-        if "memory_live_key_uniq" in str(exc):
-            raise Conflict("Another live memory holds this key", details={"field": "key"}) from None
-        raise
+        conflict = single_conflict(exc, kind)
+        if conflict is None:
+            raise
+        raise conflict from None
 
 
 def _correctable(memory: Memory) -> None:
@@ -129,8 +136,10 @@ def memory_restore(
 ) -> Memory:
     """Bring a tombstoned, evicted or expired memory back to `active` (not a purged one).
 
-    An expiry already past is cleared; a live memory holding the same key is a CONFLICT; the
-    owner's cap is enforced afterwards (never evicting the restored memory itself).
+    An expiry it asked for that is past already is cleared (its retention policy and its
+    category's lifetime count from the restore, a write); a live memory holding the same key,
+    or its owner's live record of the same single kind, is a CONFLICT; the owner's cap is
+    enforced afterwards (never evicting the restored memory itself).
     """
     now = resolve_now(now)
     memory = _operator_get(tenant, memory_id)
@@ -144,18 +153,19 @@ def memory_restore(
         "tombstoned_by": "",
         "tombstoned_at": None,
     }
-    if memory.expires_at is not None and memory.expires_at <= now:
-        fields["expires_at"] = None
+    if memory.requested_expires_at is not None and memory.requested_expires_at <= now:
+        fields["requested_expires_at"] = None
+    user_subject = memory.subject_id if memory.scope == Scope.USER else None
     try:
         with transaction.atomic():
-            cap_lock(tenant, memory.agent)
+            cap_lock(tenant, memory.agent, user_subject)
             memory = change(
                 memory,
                 fields=fields,
                 actor=actor,
                 change_type=ChangeType.RESTORE,
                 now=now,
-                cas=validation.Cas(version=memory.version),
+                cas=Cas(version=memory.version),
             )
             evict_over_cap(
                 tenant=tenant,
@@ -163,11 +173,13 @@ def memory_restore(
                 now=now,
                 exclude_ids=[memory.pk],
                 cap_locked=True,
+                user_subject=user_subject,
             )
     except IntegrityError as exc:
-        if "memory_live_key_uniq" in str(exc):
-            raise Conflict("Another live memory holds this key", details={"field": "key"}) from None
-        raise
+        conflict = single_conflict(exc, memory.kind)
+        if conflict is None:
+            raise
+        raise conflict from None
     return memory
 
 
@@ -244,7 +256,7 @@ def memory_add_tag(
     with transaction.atomic():
         rows = (
             Memory.objects.for_tenant(tenant)
-            .select_related("agent")
+            .select_related("agent", "tenant")
             .filter(pk__in=ids, purged_at__isnull=True)
             .order_by("id")
         )

@@ -1,5 +1,7 @@
-"""Store (SPEC §4 Store): a keyed upsert with compare-and-set, or an insert under a dedup policy;
-reports near duplicates and previously corrected (tombstoned) look-alikes; evicts at the cap.
+"""Store (SPEC §4 Store): a keyed upsert with compare-and-set, a `single` kind's replace (SPEC
+§13.1), or an insert under a dedup policy; reports near duplicates and previously corrected
+(tombstoned) look-alikes; evicts at the cap (the agent's, the workspace's, or the subject's for
+a user memory, SPEC §13.2). Every write stores its effective expiry (`memories.retention`).
 
 A store has two halves so that `Idempotency-Key` replays (`memories.idempotency.respond`) can
 skip the first and hold their lock around the second only: `memory_store_prepare` needs no
@@ -19,30 +21,38 @@ from django.db.models import QuerySet
 
 from accounts.models import Agent, Tenant
 from accounts.principal import Principal
-from memories import validation
+from memories import fingerprints, inputs, kinds, retention
 from memories.clock import resolve_now
 from memories.compiled import CompiledSQL, Slot, principal_values, slot_principal
 from memories.dedup import NEAR_LIMIT, Near, Probe, near_duplicates_sql, run_near_duplicates
 from memories.embeddings import vector_literal
-from memories.models import ChangeType, Memory, ReviewReason, ReviewState, Status
+from memories.models import ChangeType, Memory, ReviewReason, ReviewState, Scope, Status
 from memories.revisions import revision_write, snapshot
 from memories.services.common import MAX_RETRIES
-from memories.services.eviction import cap_lock, evict_over_cap
+from memories.services.eviction import cap_lock, evict_over_cap, owner_cap
 from memories.services.lifecycle import expire
 from memories.services.writes import change, embedding_for
-from memories.visibility import formation_q, reads_from_ids, visible_memories, visible_q
+from memories.visibility import formation_q, reads_from_ids, user_q, visible_memories, visible_q
 from memoryhub.errors import Conflict, NotFound, QuotaExceeded
+
+# What a store did (SPEC §4 `action`).
+CREATED, UPDATED, REPLACED, SKIPPED = "created", "updated", "replaced", "skipped"
+# The unique slots a concurrent store may take first: a key's, a single kind's.
+_SLOT_CONSTRAINTS = ("memory_live_key_uniq", "memory_live_single_uniq")
 
 
 @dataclass(frozen=True)
 class StoreResult:
-    """What a store did: `memory` was inserted (`created`), updated, or, under `skip_if_near`,
-    is the near duplicate that made storing unnecessary; `message` says which (`Ok`, `Updated`,
-    `Already remembered`). `memories.serialization.store_response` renders it."""
+    """What a store did: `memory` was inserted (`created`), updated under its key, replaced as a
+    single kind's one record, or, under `skip_if_near`, is the near duplicate that made storing
+    unnecessary; `action` says which (`created`, `updated`, `replaced`, `skipped`), `message`
+    in words (`Ok`, `Updated`, `Already remembered`). `memories.responses.store_response`
+    renders it."""
 
     memory: Memory | None
     created: bool
     message: str
+    action: str
     near_duplicates: list[Near] = field(default_factory=list)
     previously_corrected: list[Near] = field(default_factory=list)
     # A formed memory near a tombstone is not stored (`memory` is then that tombstone).
@@ -70,15 +80,21 @@ class PreparedStore:
     """A validated store with its embedding, ready to write."""
 
     principal: Principal
-    inp: validation.StoreInput
+    inp: inputs.StoreInput
     subject_id: str | None
-    owner: Agent | None
+    owner: Agent | None  # None: the workspace's, or (user scope) the subject's
+    requested_expires_at: datetime | None  # `inp.expires_at` capped by the key's `memory_ttl`
     embedding: list[float]
     embedding_model: str
     content_hash: str
     size_bytes: int
     now: datetime
     formation: Formation | None = None
+
+    @property
+    def user_subject(self) -> str | None:
+        """The subject owning a user memory (its cap's owner); None for any other."""
+        return self.subject_id if self.inp.scope == Scope.USER else None
 
     @property
     def probe(self) -> Probe:
@@ -103,21 +119,29 @@ def memory_store_prepare(
     now: datetime | None = None,
     formation: Formation | None = None,
 ) -> PreparedStore:
-    """Everything that needs no database: validation, secret scan and the embedding."""
+    """Everything that needs no database: validation (the kind's rules from the tenant's
+    cached registry), secret scan and the embedding."""
     principal.require_scope("write")
     now = resolve_now(now)
-    inp = validation.parse_store(data, agent=principal.agent, now=now)  # secrets scanned too
+    registry = kinds.registry(principal.tenant)
+    inp = inputs.parse_store(data, agent=principal.agent, now=now, registry=registry)
     subject_id = principal.resolve_subject(inp.subject_id)
-    vector, model = embedding_for(validation.embedding_text(inp.text, inp.data))
+    user = inp.scope == Scope.USER
+    if user:
+        inputs.check_user_scope(inp.category, subject_id)
+    vector, model = embedding_for(fingerprints.embedding_text(inp.text, inp.data))
     return PreparedStore(
         principal=principal,
         inp=inp,
         subject_id=subject_id,
-        owner=None if inp.is_workspace else principal.agent,
+        owner=None if inp.is_workspace or user else principal.agent,
+        requested_expires_at=retention.requested_expiry(
+            inp.expires_at, principal=principal, now=now
+        ),
         embedding=vector,
         embedding_model=model,
-        content_hash=validation.content_hash(inp.text, inp.data),
-        size_bytes=validation.size_bytes(inp.text, inp.data),
+        content_hash=fingerprints.content_hash(inp.text, inp.data),
+        size_bytes=fingerprints.size_bytes(inp.text, inp.data),
         now=now,
         formation=formation,
     )
@@ -131,38 +155,54 @@ def memory_store_write(*, prepared: PreparedStore) -> StoreResult:
 
 def _store_write(prepared: PreparedStore) -> StoreResult:
     inp = prepared.inp
-    if prepared.formation is not None and prepared.owner is None:
+    if prepared.formation is not None and prepared.owner is None and prepared.user_subject is None:
         # A workspace memory is the tenant's, not the thread's agent's (`formation_q`).
         return StoreResult(memory=None, created=False, message="Out of scope", out_of_scope=True)
-    dedup = not inp.key and inp.dedup_policy != "insert"
+    single = _kind_single(prepared)
+    dedup = not inp.key and not single and inp.dedup_policy != "insert"
     corrected, near = _look_alikes(prepared, live=dedup)
     if corrected and prepared.formation is not None:
         return StoreResult(
             memory=corrected[0][0],
             created=False,
             message="Previously corrected",
+            action=SKIPPED,
             previously_corrected=corrected,
             blocked_by_correction=True,
         )
-    if inp.key:
-        return _upsert(prepared, corrected=corrected)
+    if inp.key or single:
+        return _upsert(prepared, corrected=corrected, single=single)
 
     if near and inp.dedup_policy == "skip_if_near":
         return StoreResult(
             memory=near[0][0],
             created=False,
             message="Already remembered",
+            action=SKIPPED,
             near_duplicates=near,
             previously_corrected=corrected,
         )
-    memory = _insert(prepared, near=bool(near))
+    memory = _insert(prepared, near=bool(near), single=False)
     return StoreResult(
         memory=memory,
         created=True,
         message="Ok",
+        action=CREATED,
         near_duplicates=near,
         previously_corrected=corrected,
     )
+
+
+def _kind_single(prepared: PreparedStore) -> bool:
+    """The kind's cardinality, under the kind's lock (`kinds.kind_guard`): a registry change that
+    committed since the store was validated is applied to it (its schema checked again)."""
+    inp = prepared.inp
+    registry = kinds.kind_guard(prepared.principal.tenant, inp.kind)
+    if registry.version == inp.kinds_version:
+        return inp.kind_single
+    rule = registry.rule(inp.kind)
+    kinds.check_data(rule, inp.data)
+    return rule.single
 
 
 def _store_fields(prepared: PreparedStore) -> dict[str, Any]:
@@ -180,7 +220,7 @@ def _store_fields(prepared: PreparedStore) -> dict[str, Any]:
         "source_provider": inp.source_provider,
         "mentions": inp.mentions,
         "occurred_at": inp.occurred_at,
-        "expires_at": inp.expires_at,
+        "requested_expires_at": prepared.requested_expires_at,
         "last_confirmed_at": inp.last_confirmed_at,
         "size_bytes": prepared.size_bytes,
         "content_hash": prepared.content_hash,
@@ -189,13 +229,18 @@ def _store_fields(prepared: PreparedStore) -> dict[str, Any]:
     }
 
 
-def _check_quota(tenant: Tenant, owner: Agent | None) -> None:
-    cap = owner.entry_cap if owner is not None else tenant.workspace_cap
+def _check_quota(prepared: PreparedStore) -> None:
+    tenant, owner = prepared.principal.tenant, prepared.owner
+    cap = owner_cap(tenant, owner, prepared.user_subject)
     if cap <= 0:
-        raise QuotaExceeded(
-            "The entry cap is 0: nothing can be stored",
-            details={"entry_cap" if owner else "workspace_cap": cap},
+        name = (
+            "user_cap"
+            if prepared.user_subject is not None
+            else "entry_cap"
+            if owner
+            else "workspace_cap"
         )
+        raise QuotaExceeded(f"The {name} is 0: nothing can be stored", details={name: cap})
 
 
 def _review_reason(prepared: PreparedStore, *, near: bool) -> str:
@@ -209,17 +254,21 @@ def _review_reason(prepared: PreparedStore, *, near: bool) -> str:
     return ReviewReason.NEAR_DUPLICATE if near else ""
 
 
-def _insert(prepared: PreparedStore, *, near: bool) -> Memory:
+def _insert(prepared: PreparedStore, *, near: bool, single: bool) -> Memory:
     principal, inp, now = prepared.principal, prepared.inp, prepared.now
-    _check_quota(principal.tenant, prepared.owner)
-    cap_lock(principal.tenant, prepared.owner)  # before the insert touches the counter row
+    _check_quota(prepared)
+    # Before the insert touches the counter row.
+    cap_lock(principal.tenant, prepared.owner, prepared.user_subject)
     reason = _review_reason(prepared, near=near)
     review = ReviewState.PENDING if reason else ReviewState.NONE
+    fields = _store_fields(prepared)
     memory = Memory(
         tenant=principal.tenant,
         agent=prepared.owner,
         created_by=principal.actor,
         key=inp.key,
+        scope=inp.scope,
+        kind_single=single,
         subject_id=prepared.subject_id,
         created_at=now,
         updated_at=now,
@@ -227,7 +276,14 @@ def _insert(prepared: PreparedStore, *, near: bool) -> Memory:
         review_state=review,
         review_reason=reason,
         evidence=prepared.formation.evidence if prepared.formation else None,
-        **_store_fields(prepared),
+        expires_at=retention.effective_expiry(
+            requested=prepared.requested_expires_at,
+            last_write=now,
+            category=inp.category,
+            tenant=principal.tenant,
+            owner=prepared.owner,
+        ),
+        **fields,
     )
     memory.save(force_insert=True)
     revision_write(
@@ -243,38 +299,56 @@ def _insert(prepared: PreparedStore, *, near: bool) -> Memory:
         now=now,
         exclude_ids=[memory.pk],
         cap_locked=True,
+        user_subject=prepared.user_subject,
     )
     return memory
 
 
-def _keyed(tenant: Tenant, owner: Agent | None, subject_id: str | None, key: str) -> Memory | None:
-    """The active row holding a key (it may be past `expires_at`: the unique slot is taken)."""
-    return (
-        Memory.objects.for_tenant(tenant)
-        .select_related("agent")
-        .filter(
-            agent=owner,
-            subject_id=subject_id,
-            key=key,
-            status=Status.ACTIVE,
+def _slot(prepared: PreparedStore, **slot: Any) -> Memory | None:
+    """The active row holding a unique slot of this store's owner and subject: its key
+    (`key=`), or its single kind's one record (`kind=`, `kind_single=True`). It may be past
+    `expires_at`: the slot is taken until it is expired."""
+    principal = prepared.principal
+    rows = Memory.objects.for_tenant(principal.tenant).select_related("agent")
+    if prepared.user_subject is not None:
+        rows = rows.filter(user_q(prepared.user_subject))
+    else:
+        rows = rows.filter(agent=prepared.owner, scope=Scope.AGENT)
+        rows = rows.filter(subject_id=prepared.subject_id)
+    memory = rows.filter(status=Status.ACTIVE, **slot).first()
+    if memory is not None:  # the policies its expiry is computed from (`retention`)
+        memory.tenant = principal.tenant
+    return memory
+
+
+def _existing(prepared: PreparedStore, *, single: bool) -> Memory | None:
+    """The memory a keyed or single-kind store writes into: the one under its key, else its
+    single kind's one record. A key held by another record than the kind's one is a conflict:
+    the store would leave two."""
+    inp = prepared.inp
+    keyed = _slot(prepared, key=inp.key) if inp.key else None
+    record = _slot(prepared, kind=inp.kind, kind_single=True) if single else None
+    if keyed is not None and record is not None and keyed.pk != record.pk:
+        raise Conflict(
+            f"The key is held by another memory than this owner's one '{inp.kind}'",
+            details={"current_version": record.version, "memory_id": record.pk},
         )
-        .first()
-    )
+    return keyed or record
 
 
-def _upsert(prepared: PreparedStore, *, corrected: list[Near]) -> StoreResult:
+def _upsert(prepared: PreparedStore, *, corrected: list[Near], single: bool) -> StoreResult:
     principal, inp, now = prepared.principal, prepared.inp, prepared.now
     cas = inp.cas
     tenant = principal.tenant
     for _ in range(MAX_RETRIES):
-        existing = _keyed(tenant, prepared.owner, prepared.subject_id, inp.key)
+        existing = _existing(prepared, single=single)
         if existing is not None and not _formation_may_change(prepared, existing):
             return StoreResult(
                 memory=existing, created=False, message="Out of scope", out_of_scope=True
             )
         if existing is not None and existing.expires_at and existing.expires_at <= now:
-            # Invisible already; expire it so the key is free for the new fact.
-            cap_lock(tenant, prepared.owner)
+            # Invisible already; expire it so the slot is free for the new fact.
+            cap_lock(tenant, prepared.owner, prepared.user_subject)
             expire(existing, actor=principal.actor, reason="expired", now=now)
             existing = None
         if existing is None:
@@ -282,25 +356,32 @@ def _upsert(prepared: PreparedStore, *, corrected: list[Near]) -> StoreResult:
                 raise Conflict(details={"current_version": 0})
             try:
                 with transaction.atomic():
-                    memory = _insert(prepared, near=False)
+                    memory = _insert(prepared, near=False, single=single)
             except IntegrityError as exc:
-                if "memory_live_key_uniq" not in str(exc):
+                if not any(name in str(exc) for name in _SLOT_CONSTRAINTS):
                     raise
                 if cas is not None:
-                    current = _keyed(tenant, prepared.owner, prepared.subject_id, inp.key)
+                    current = _existing(prepared, single=single)
                     raise Conflict(
                         details={"current_version": current.version if current else 0}
                     ) from None
-                continue  # a concurrent store took the key: update it instead
+                continue  # a concurrent store took the slot: write into it instead
             return StoreResult(
-                memory=memory, created=True, message="Ok", previously_corrected=corrected
+                memory=memory,
+                created=True,
+                message="Ok",
+                action=CREATED,
+                previously_corrected=corrected,
             )
-        fields = _store_fields(prepared)
+        fields = _store_fields(prepared) | {"kind_single": single}
+        if inp.key:
+            fields["key"] = inp.key
         if prepared.formation is not None:
             fields["evidence"] = prepared.formation.evidence
         reason = _review_reason(prepared, near=False)
         if reason:
             fields["review_state"], fields["review_reason"] = ReviewState.PENDING, reason
+        replaced = not inp.key or existing.key != inp.key
         try:
             memory = change(
                 existing,
@@ -310,15 +391,26 @@ def _upsert(prepared: PreparedStore, *, corrected: list[Near]) -> StoreResult:
                 now=now,
                 cas=cas,
                 reload=None,
+                reason="replaced" if replaced else "",
             )
         except NotFound:
-            continue  # it was forgotten meanwhile: the key is free again
+            continue  # it was forgotten meanwhile: the slot is free again
         except Conflict:
             if cas is not None:
                 raise
             continue
+        except IntegrityError as exc:
+            # A keyed memory becoming its kind's one record while a concurrent store inserted
+            # that record: look again (the key's memory now conflicts with it).
+            if "memory_live_single_uniq" not in str(exc):
+                raise
+            continue
         return StoreResult(
-            memory=memory, created=False, message="Updated", previously_corrected=corrected
+            memory=memory,
+            created=False,
+            message="Updated",
+            action=REPLACED if replaced else UPDATED,
+            previously_corrected=corrected,
         )
     raise Conflict(details={"current_version": None})
 

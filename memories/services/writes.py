@@ -12,9 +12,10 @@ from typing import Any
 
 from django.db import transaction
 
-from memories import validation
+from memories import fingerprints, kinds, retention
+from memories.cas import Cas
 from memories.embeddings import get_embedder
-from memories.models import Category, Memory, Status
+from memories.models import Category, Memory, Scope, Status
 from memories.revisions import revision_write, snapshot
 from memories.services.common import MAX_RETRIES, embed_text, embed_texts
 from memories.services.sequences import sequence_keys, sequence_lock
@@ -33,7 +34,10 @@ def conditional_update(
 
     The memory's sequence lock comes first (`sequences`: before the row's lock, as an insert
     takes it). The sequences are those of the row as read: if it moved meanwhile its version
-    moved too, and the UPDATE changes nothing."""
+    moved too, and the UPDATE changes nothing.
+
+    Every write is a last write: a memory that is (or becomes) active gets its effective expiry
+    again (`memories.retention`), from the row's owner and tenant as loaded with it."""
     sequence_lock(sequence_keys(memory, fields))
     rows = Memory.objects.for_tenant(memory.tenant_id).filter(
         pk=memory.pk, version=expected_version
@@ -41,6 +45,8 @@ def conditional_update(
     if expected_updated_at is not None:
         rows = rows.filter(updated_at=expected_updated_at)
     values = {**fields, "version": expected_version + 1, "updated_at": now}
+    if values.get("status", memory.status) == Status.ACTIVE:
+        values["expires_at"] = retention.memory_expiry(memory, values, now)
     if rows.update(**values) != 1:
         return False
     for name, value in values.items():
@@ -112,7 +118,7 @@ def change(
     change_type: str,
     now: datetime,
     reason: str = "",
-    cas: validation.Cas | None = None,
+    cas: Cas | None = None,
     reload: Callable[[], Memory | None] | None = None,
 ) -> Memory:
     """Apply `fields` with compare-and-set and write the one revision of this change.
@@ -152,7 +158,7 @@ def change(
     raise Conflict(details={"current_version": current_version(memory.pk, memory.tenant_id)})
 
 
-def change_guard(memory: Memory, cas: validation.Cas) -> None:
+def change_guard(memory: Memory, cas: Cas) -> None:
     """A precondition checked against the row as read (the UPDATE checks it again)."""
     if (
         cas.create_only
@@ -163,10 +169,11 @@ def change_guard(memory: Memory, cas: validation.Cas) -> None:
 
 
 def reload_any(memory: Memory) -> Memory | None:
-    """The row as it is now, whatever its status (None when it is gone)."""
+    """The row as it is now, whatever its status (None when it is gone), with its owner and
+    tenant (whose policies its expiry is computed from)."""
     return (
         Memory.objects.for_tenant(memory.tenant_id)
-        .select_related("agent")
+        .select_related("agent", "tenant")
         .filter(pk=memory.pk)
         .first()
     )
@@ -176,15 +183,31 @@ def reload_active(memory: Memory) -> Memory | None:
     """The row as it is now while it is active (None when it is gone or no longer active)."""
     return (
         Memory.objects.for_tenant(memory.tenant_id)
-        .select_related("agent")
+        .select_related("agent", "tenant")
         .filter(pk=memory.pk, status=Status.ACTIVE)
         .first()
     )
 
 
-def update_fields(memory: Memory, changes: dict[str, Any]) -> dict[str, Any]:
+def kind_fields(
+    memory: Memory, fields: dict[str, Any], registry: kinds.Registry | None
+) -> dict[str, Any]:
+    """A change of `kind` or `data` meets the (new) kind's rules: its schema checks the data
+    the memory will hold (INVALID_INPUT with `details.errors`), its cardinality sets
+    `kind_single` (the partial unique index then refuses a second single record)."""
+    if "kind" not in fields and "data" not in fields:
+        return fields
+    registry = registry or kinds.registry(memory.tenant)
+    rule = registry.rule(fields.get("kind", memory.kind))
+    kinds.check_data(rule, fields.get("data", memory.data))
+    return {**fields, "kind_single": rule.single}
+
+
+def update_fields(
+    memory: Memory, changes: dict[str, Any], registry: kinds.Registry | None = None
+) -> dict[str, Any]:
     """Turn validated changes into column values (re-embedding when the content changed)."""
-    fields = dict(changes)
+    fields = kind_fields(memory, dict(changes), registry)
     if "category" in fields:
         new, old = fields["category"], memory.category
         if (new == Category.WORKSPACE) != (old == Category.WORKSPACE):
@@ -194,6 +217,8 @@ def update_fields(memory: Memory, changes: dict[str, Any]) -> dict[str, Any]:
             )
         if new == Category.CONVERSATION and not memory.thread_id:
             raise InvalidInput("A conversation memory needs a 'thread_id'", field="category")
+        if memory.scope == Scope.USER and new in (Category.WORKSPACE, Category.CONVERSATION):
+            raise InvalidInput(f"A user-scoped memory cannot be a {new} memory", field="category")
     if "text" in fields or "data" in fields:
         text = fields.pop("text", memory.text)
         data = fields.pop("data", memory.data)
@@ -208,14 +233,14 @@ def content_fields(text: str, data: dict | None, previous: Memory | None = None)
     fields: dict[str, Any] = {
         "text": text,
         "data": data,
-        "content_hash": validation.content_hash(text, data),
-        "size_bytes": validation.size_bytes(text, data),
+        "content_hash": fingerprints.content_hash(text, data),
+        "size_bytes": fingerprints.size_bytes(text, data),
     }
-    basis = validation.embedding_text(text, data)
+    basis = fingerprints.embedding_text(text, data)
     if (
         previous is not None
         and previous.embedding is not None
-        and validation.embedding_text(previous.text, previous.data) == basis
+        and fingerprints.embedding_text(previous.text, previous.data) == basis
         and previous.embedding_model == get_embedder().model_name
     ):
         return fields

@@ -12,6 +12,7 @@ from django.utils.safestring import SafeString, mark_safe
 from django.utils.timesince import timesince
 
 from memories.console import labels
+from memoryhub.durations import format_duration
 
 register = template.Library()
 
@@ -58,3 +59,9 @@ def schedule_text(schedule) -> str:
     if schedule.schedule_type == "C":
         return f"cron {schedule.cron}"
     return schedule.get_schedule_type_display().lower()
+
+
+@register.filter
+def duration_text(value: timedelta | None) -> str:
+    """A duration as the console writes and reads them: `24h`, `30d` ('' for none)."""
+    return format_duration(value) if value is not None else ""

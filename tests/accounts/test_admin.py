@@ -137,12 +137,13 @@ def test_tenants_are_read_mostly(superuser_client, tenant):
             "name": "Acme Inc.",
             "workspace_cap": "50",
             "extraction_daily_token_budget": "0",
+            "user_cap": "70",
             "slug": "renamed",
+            "max_retention": '{"core": 60}',
+            "kinds_version": "9",
         },
     )
     assert response.status_code == 302, response.content
-    assert Tenant.objects.values_list("slug", "name", "workspace_cap").get() == (
-        "acme",
-        "Acme Inc.",
-        50,
-    )
+    assert Tenant.objects.values_list(
+        "slug", "name", "workspace_cap", "user_cap", "max_retention", "kinds_version"
+    ).get() == ("acme", "Acme Inc.", 50, 70, {}, 0)

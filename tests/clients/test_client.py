@@ -7,11 +7,14 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from memoryhub_client import (
+    ConflictError,
     ErasureResult,
     ExtractResult,
     ForgetResult,
     HydrateResult,
     IngestResult,
+    InvalidInputError,
+    Kind,
     Memory,
     NotFoundError,
     SearchResult,
@@ -174,3 +177,43 @@ def test_list_walks_a_cursor_over_500_memories_exactly_once(hub, live):
     tagged = list(hub.list(tag="bulk", key_prefix="bulk/4", limit=7))
     assert sorted(m.key for m in tagged) == [f"bulk/{i}" for i in range(401, 500, 2)]
     assert MemoryRow.objects.filter(status=Status.ACTIVE).count() == 500
+
+
+def test_kinds_put_kind_delete_kind_and_a_replaced_profile(hub):
+    """SPEC §12/§13.1: the registry's methods, a schema refused with its path, a single kind's
+    store answering `replaced`, a user-scoped memory and hydrate's archival list."""
+    names = [kind.name for kind in hub.kinds()]
+    assert names == ["AgentInstructions", "InteractionLog", "UserProfile", "fact"]
+    invoice = hub.put_kind(
+        "Invoice",
+        cardinality="multiple",
+        memory_type="episodic",
+        description="An invoice the customer received.",
+        schema={"type": "object", "properties": {"amount": {"type": "number"}}},
+    )
+    assert isinstance(invoice, Kind) and invoice.tool == "create_invoice"
+    assert invoice.created_at is not None
+    with pytest.raises(InvalidInputError) as refused:
+        hub.store("Invoice 7", kind="Invoice", data={"amount": "ten"})
+    assert refused.value.details["errors"][0]["path"] == "/amount"
+    stored = hub.store("Invoice 7", kind="Invoice", data={"amount": 10})
+    with pytest.raises(ConflictError) as in_use:
+        hub.delete_kind("Invoice")
+    assert in_use.value.details == {"count": 1}
+    hub.forget(memory_id=stored.memory_id)
+    assert hub.delete_kind("Invoice") is True
+    assert "Invoice" not in [kind.name for kind in hub.kinds()]
+
+    first = hub.store(None, kind="UserProfile", subject_id="u-9", data={"name": "Ann"})
+    second = hub.store(
+        None, kind="UserProfile", subject_id="u-9", scope="user", data={"name": "Ann"}
+    )
+    third = hub.store(None, kind="UserProfile", subject_id="u-9", data={"name": "Anna"})
+    assert (first.action, second.action, third.action) == ("created", "created", "replaced")
+    assert third.memory_id == first.memory_id and third.version == 2
+    assert second.memory.scope == "user" and second.memory.agent is None
+
+    hub.store("Visited the Lisbon office in 2021.", category="archival")
+    hydrated = hub.hydrate(archival_mode="auto", query="Lisbon office", budget_bytes=1)
+    assert hydrated.entries == [] and len(hydrated.archival) == 1
+    assert hydrated.archival[0].score > 0 and hydrated.archival[0].category == "archival"

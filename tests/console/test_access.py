@@ -8,7 +8,16 @@ from django.urls import URLPattern, reverse
 from accounts.console import SESSION_TENANT_KEY
 from accounts.models import Agent, ApiKey, Membership
 from memories.console import urls as console_urls
-from memories.models import Event, ExtractionRun, Memory, Status, WebhookDelivery, WebhookEndpoint
+from memories.models import (
+    Event,
+    ExtractionRun,
+    Kind,
+    Memory,
+    Status,
+    WebhookDelivery,
+    WebhookEndpoint,
+)
+from memories.services.kinds import kind_save
 from tests.factories import make_agent, make_key, make_operator
 
 pytestmark = pytest.mark.django_db
@@ -29,6 +38,12 @@ PAYLOAD = {
     "email": "x@acme.test",
     "role": "viewer",
     "password": "a-long-password",
+    "name": "Hacked",
+    "cardinality": "multiple",
+    "memory_type": "episodic",
+    "schema": "",
+    "user_cap": 5,
+    "max_retention": "core=1h",
 }
 
 
@@ -111,6 +126,7 @@ def test_viewer_post_to_every_console_route_is_403_and_changes_nothing(
             "subject_id": "alice",
             "webhook_id": hook.pk,
             "delivery_id": delivery.pk,
+            "name": "UserProfile",
         },
     )
     data = {**PAYLOAD, "ids": [memory.pk], "merge": [other.pk]}
@@ -131,6 +147,10 @@ def test_viewer_post_to_every_console_route_is_403_and_changes_nothing(
     assert agent.tenant.extraction_daily_token_budget == 0
     _webhook_unchanged(hook)
     assert WebhookEndpoint.objects.count() == 1  # `Add webhook` added none
+    assert (agent.tenant.user_cap, agent.tenant.max_retention) == (1000, {})
+    profile = Kind.objects.for_tenant(agent.tenant).get(name="UserProfile")
+    assert (profile.cardinality, profile.memory_type) == ("single", "semantic")
+    assert not Kind.objects.filter(name="Hacked").exists()
 
 
 def test_reviewer_may_correct_but_not_purge_or_manage(reviewer_client, agent, store_memory):
@@ -148,6 +168,9 @@ def test_reviewer_may_correct_but_not_purge_or_manage(reviewer_client, agent, st
         (reverse("console:key-revoke", args=[key.pk]), {}),
         (reverse("console:job-run"), {"job": "prune_memories"}),
         (reverse("console:members"), {"email": "x@acme.test", "role": "viewer"}),
+        (reverse("console:kinds"), {"name": "Invoice", "cardinality": "multiple"}),
+        (reverse("console:kind-delete", args=["fact"]), {}),
+        (reverse("console:tenant"), {"user_cap": 5}),
     ]:
         assert reviewer_client.post(url, data).status_code == 403, url
     assert reviewer_client.get(reverse("console:members")).status_code == 403
@@ -170,6 +193,9 @@ def test_viewer_reads_every_page(viewer_client, agent, store_memory, make_thread
         "/console/threads/",
         f"/console/threads/{thread.pk}/",
         f"/console/subjects/{store_memory(agent, 'About alice', subject_id='alice').subject_id}/",
+        "/console/kinds/",
+        "/console/kinds/UserProfile/",
+        "/console/tenant/",
     ]:
         response = viewer_client.get(url)
         assert response.status_code == 200, url
@@ -178,6 +204,8 @@ def test_viewer_reads_every_page(viewer_client, agent, store_memory, make_thread
         assert b">Create key</button>" not in response.content, url
         assert b">Run extraction</button>" not in response.content, url
         assert b">Save budget</button>" not in response.content, url
+        assert b">Save kind</button>" not in response.content, url
+        assert b">Save policy</button>" not in response.content, url
 
 
 @pytest.mark.parametrize("pattern", ADDRESSED)
@@ -190,6 +218,7 @@ def test_another_tenants_objects_are_404_on_every_addressed_route(
     foreign_key, _ = make_key(foreign_agent)
     foreign_thread = make_thread(foreign_agent, "Globex secret conversation")
     foreign_hook, foreign_delivery = _webhook(other_tenant)
+    kind_save(tenant=other_tenant, name="GlobexSecret", data={"description": "Globex"})
     url = _url(
         pattern,
         {
@@ -200,6 +229,7 @@ def test_another_tenants_objects_are_404_on_every_addressed_route(
             "subject_id": "globex-user",
             "webhook_id": foreign_hook.pk,
             "delivery_id": foreign_delivery.pk,
+            "name": "GlobexSecret",
         },
     )
     get = owner_client.get(url)
@@ -215,6 +245,8 @@ def test_another_tenants_objects_are_404_on_every_addressed_route(
     assert foreign_agent.entry_cap != 5
     assert not ExtractionRun.objects.filter(thread=foreign_thread).exists()
     _webhook_unchanged(foreign_hook)
+    assert Kind.objects.for_tenant(other_tenant).get(name="GlobexSecret").description == "Globex"
+    assert not Kind.objects.for_tenant(agent.tenant).filter(name="GlobexSecret").exists()
 
 
 def test_another_tenants_memories_are_invisible_to_lists_and_bulk(

@@ -14,6 +14,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from accounts.models import Agent
+from memories import fingerprints
 from memories.export import export_markdown, fence_for, inline_code
 from memories.jsonl import UNIMPORTABLE_ID, ImportLineError, import_jsonl, memory_to_record
 from memories.models import Memory, MemoryRevision, Status
@@ -646,8 +647,6 @@ def test_import_derives_size_and_hash_from_the_content(tenant, agent, store_memo
     shrink its size below hydrate's budget nor carry a hash that hides it from dedup."""
     import json
 
-    from memories import validation
-
     data = {"plan": "pro", "seats": 3}
     honest = store_memory(agent, "Renewal is in March", data=data)
     lines = [
@@ -658,11 +657,11 @@ def test_import_derives_size_and_hash_from_the_content(tenant, agent, store_memo
     first, second = (Memory.objects.get(pk=pk) for pk in NEW_IDS)
     assert (first.size_bytes, first.content_hash) == (
         len(b"Renewal is in March"),
-        validation.content_hash("Renewal is in March", None),
+        fingerprints.content_hash("Renewal is in March", None),
     )
     assert (second.size_bytes, second.content_hash) == (
-        validation.size_bytes("", data),
-        validation.content_hash("", data),
+        fingerprints.size_bytes("", data),
+        fingerprints.content_hash("", data),
     )
     # An existing memory: a line that only lies about the derived fields changes nothing.
     record = json.loads(_backup_line(honest.pk))

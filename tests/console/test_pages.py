@@ -120,14 +120,15 @@ def test_agents_page_runs_a_fixed_number_of_queries(owner_client, agent, django_
     from tests.factories import make_key
 
     make_key(agent)
-    # session, user, membership (+ tenant), agents with their live-memory and key counts
-    with django_assert_num_queries(4):
+    # session, user, membership (+ tenant), agents with their live-memory and key counts, and
+    # their live core by subject (the over-limit mark)
+    with django_assert_num_queries(5):
         owner_client.get("/console/agents/")
     for i in range(12):
         other = make_agent(agent.tenant, f"bot-{i}")
         make_key(other)
         make_key(other, scopes=["read"])
-    with django_assert_num_queries(4):
+    with django_assert_num_queries(5):
         page = owner_client.get("/console/agents/")
     assert page.content.decode().count("/console/agents/bot-") == 12
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from io import StringIO
 
 import pytest
@@ -174,6 +175,12 @@ def test_agent_policy_prints_the_resulting_policy():
         "extraction_categories": ["core", "prefs"],
         "summary_threshold_bytes": 16000,
         "extraction_max_operations": 20,
+        "core_max_entries": 20,
+        "core_max_chars": 4000,
+        "archival_max_chars": 8000,
+        "context_messages": 20,
+        "formation_user_scope": True,
+        "max_retention": {},
     }
     assert Agent.objects.get(slug="a1").default_ttl.days == 7
     with pytest.raises(CommandError):
@@ -197,3 +204,52 @@ def test_agent_policy_prints_the_resulting_policy():
         run("agent_policy", "--tenant", "t1", "--agent", "a1", "--dedup-threshold", "1.5")
     with pytest.raises(CommandError):
         run("agent_policy", "--tenant", "t1", "--agent", "nobody")
+
+
+@pytest.mark.django_db
+def test_agent_policy_sets_the_memory_model_policy():
+    """SPEC §13: block limits, formation's context and user scope, retention by category."""
+    run("create_api_key", "--tenant", "t1", "--agent", "a1")
+    args = ("agent_policy", "--tenant", "t1", "--agent", "a1")
+    policy = json.loads(
+        run(
+            *args,
+            "--core-max-entries",
+            "5",
+            "--core-max-chars",
+            "900",
+            "--archival-max-chars",
+            "2000",
+            "--context-messages",
+            "8",
+            "--formation-user-scope",
+            "false",
+            "--max-retention",
+            "daily=12h",
+            "core=365d",
+        )
+    )
+    assert (policy["core_max_entries"], policy["core_max_chars"]) == (5, 900)
+    assert (policy["archival_max_chars"], policy["context_messages"]) == (2000, 8)
+    assert policy["formation_user_scope"] is False
+    assert policy["max_retention"] == {"core": "365d", "daily": "12h"}
+    cleared = json.loads(run(*args, "--max-retention", "daily=none"))
+    assert cleared["max_retention"] == {"core": "365d"} and cleared["core_max_entries"] == 5
+    assert json.loads(run(*args, "--formation-user-scope", "true"))["formation_user_scope"]
+    for bad in (
+        ("--max-retention", "daily"),
+        ("--max-retention", "daily=soon"),
+        ("--max-retention", "Bad!=1h"),
+        ("--formation-user-scope", "maybe"),
+    ):
+        with pytest.raises((CommandError, SystemExit)):
+            run(*args, *bad)
+
+
+@pytest.mark.django_db
+def test_create_api_key_with_a_memory_ttl():
+    raw = run("create_api_key", "--tenant", "t1", "--agent", "a1", "--memory-ttl", "24h").strip()
+    row = ApiKey.objects.get(prefix=keys.lookup_prefix(raw))
+    assert row.memory_ttl == timedelta(hours=24)
+    with pytest.raises(CommandError):
+        run("create_api_key", "--tenant", "t1", "--agent", "a1", "--memory-ttl", "a while")

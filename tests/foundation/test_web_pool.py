@@ -12,7 +12,7 @@ import threading
 import pytest
 from django.conf import settings
 
-from memories import mcp_server
+from memories.mcp import calls as mcp_calls
 from memoryhub import asgi
 from memoryhub.management.commands import serve
 from memoryhub.web_pool import web_executor
@@ -74,7 +74,7 @@ def test_django_and_the_mcp_tools_share_one_fixed_pool_of_threads():
         return {"thread": threading.current_thread().name}
 
     async def calls():
-        return [await mcp_server._call(where) for _ in range(20)]
+        return [await mcp_calls.call(where) for _ in range(20)]
 
     names = {result["thread"] for result in asyncio.run(calls())}
     assert all(name.startswith("web") for name in names)

@@ -8,9 +8,9 @@ import pytest
 from django.core.management import call_command
 
 from memories.embeddings import HashingEmbedder
+from memories.fingerprints import embedding_text
 from memories.jobs.reembed import reembed
 from memories.models import JobRun, Memory, MemoryRevision
-from memories.validation import embedding_text
 from memoryhub.errors import EmbeddingError
 from tests.jobs.conftest import add_memories, last_json_line
 

@@ -32,6 +32,10 @@ TOOLS = {
     "memory_search",
     "memory_hydrate",
     "memory_ingest",
+    "memory_update",
+    "memory_keys",
+    # One per kind with a schema of the tenant: the built-in UserProfile (SPEC §13.1).
+    "create_user_profile",
 }
 
 
@@ -316,7 +320,10 @@ def test_tool_schemas_refuse_unknown_arguments(asgi_server, mcp_agent):
 
     listed = asyncio.run(schemas(mcp_agent[1]))
     assert set(listed) == TOOLS
-    assert all(schema["additionalProperties"] is False for schema in listed.values())
+    memory_tools = {name: schema for name, schema in listed.items() if name.startswith("memory_")}
+    assert all(schema["additionalProperties"] is False for schema in memory_tools.values())
+    # A kind's tool takes what its schema takes: UserProfile's properties are open.
+    assert listed["create_user_profile"]["additionalProperties"] is True
     store = listed["memory_store"]["properties"]
     for field in ("session_id", "last_confirmed_at", "expected_updated_at", "expires_at"):
         assert field in store

@@ -26,6 +26,17 @@ def hidden_ids(key_client, tenant, other_tenant, api_client):
         "other tenant": _store(key_client(foreign_agent), text="globex secret plan", key="k"),
         "other agent": _store(key_client(private_agent), text="private note", key="k"),
         "other subject": _store(api_client, text="about u2", key="k", subject_id="u2"),
+        # User memories (SPEC §13.2): another subject's, stored by another agent or by this
+        # one, and the same subject id's in another tenant; none is seen without its subject.
+        "other subject's user memory": _store(
+            key_client(private_agent), text="u2 is vegan", key="k", subject_id="u2", scope="user"
+        ),
+        "own user memory of another subject": _store(
+            api_client, text="u3 is allergic", key="k2", subject_id="u3", scope="user"
+        ),
+        "other tenant's user memory": _store(
+            key_client(foreign_agent), text="u1 at globex", key="k", subject_id="u1", scope="user"
+        ),
         "random id": new_memory_id(),
         "not an id": "mem_nope",
     }
@@ -71,9 +82,83 @@ def test_by_key_reads_and_forgets_see_nothing_hidden(api_client, hidden_ids):
         "memories": [],
         "next_cursor": None,
     }
-    # The subject itself sees its memory.
+    # The subject itself sees its memories: the agent's own wins over the subject's user one.
     mine = api_client.get("/api/v1/memories/by-key/k?subject_id=u2").json()
     assert mine["memory"]["id"] == hidden_ids["other subject"]
+    keys = api_client.get("/api/v1/keys?subject_id=u1").json()
+    assert keys == {"ok": True, "keys": []}  # globex's u1 is another tenant's subject
+
+
+USER_READS = [
+    ("get", "/api/v1/memories/{id}{q}"),
+    ("list", "/api/v1/memories{q}"),
+    ("recall", "/api/v1/memories/by-key/allergy{q}"),
+    ("keys", "/api/v1/keys{q}"),
+    ("search", "/api/v1/search"),
+    ("hydrate", "/api/v1/hydrate"),
+    ("export", "/api/v1/export.md{q}"),
+]
+
+
+def _sees(client, memory_id: str, how: str, url: str, subject: str | None) -> bool:
+    """Whether `client`, acting for `subject` (None: no subject), reads the memory `how`."""
+    q = f"?subject_id={subject}" if subject else ""
+    body = {"subject_id": subject} if subject else {}
+    if how == "search":
+        hits = client.post(url, {"query": "peanuts", **body}, format="json").json()["memories"]
+        return memory_id in [hit["id"] for hit in hits]
+    if how == "hydrate":
+        entries = client.post(url, body, format="json").json()["entries"]
+        return memory_id in [entry["id"] for entry in entries]
+    response = client.get(url.format(id=memory_id, q=q))
+    if how == "get":
+        return response.status_code == 200
+    if how == "export":
+        return memory_id in response.getvalue().decode()
+    payload = response.json()
+    if how == "list":
+        return memory_id in [m["id"] for m in payload["memories"]]
+    if how == "recall":
+        return (payload["memory"] or {}).get("id") == memory_id
+    return "allergy" in payload["keys"]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("how", "url"), USER_READS)
+def test_a_user_memory_is_its_subjects_across_agents_and_nobody_elses(
+    key_client, tenant, other_tenant, agent, how, url
+):
+    """SPEC §13.2: visible to a second agent acting for the subject (by `subject_id` or by a key
+    bound to it), invisible to every other subject, to no-subject requests and to other
+    tenants (the same subject id there included)."""
+    writer = key_client(agent)
+    memory_id = _store(
+        writer, text="Ann is allergic to peanuts", key="allergy", subject_id="ann", scope="user"
+    )
+    second = make_agent(tenant, "billing-bot")
+    assert _sees(key_client(second), memory_id, how, url, "ann")
+    assert _sees(key_client(second, subject_id="ann"), memory_id, how, url, None)
+    assert _sees(writer, memory_id, how, url, "ann")
+    assert not _sees(key_client(second), memory_id, how, url, "bob")
+    assert not _sees(key_client(second, subject_id="bob"), memory_id, how, url, None)
+    assert not _sees(key_client(second), memory_id, how, url, None)
+    foreign = make_agent(other_tenant, "support-bot")
+    assert not _sees(key_client(foreign), memory_id, how, url, "ann")
+
+
+@pytest.mark.django_db
+def test_any_agent_acting_for_the_subject_may_change_its_user_memory(key_client, tenant, agent):
+    memory_id = _store(key_client(agent), text="Ann prefers email", subject_id="ann", scope="user")
+    second = key_client(make_agent(tenant, "billing-bot"))
+    url = f"/api/v1/memories/{memory_id}"
+    assert second.patch(url, {"text": "x"}, format="json").status_code == 404  # no subject
+    assert second.patch(f"{url}?subject_id=bob", {"text": "x"}, format="json").status_code == 404
+    changed = second.patch(f"{url}?subject_id=ann", {"text": "Ann prefers SMS"}, format="json")
+    assert changed.status_code == 200 and changed.json()["memory"]["version"] == 2
+    reader = key_client(make_agent(tenant, "read-bot"), scopes=["read"], subject_id="ann")
+    assert reader.patch(url, {"text": "y"}, format="json").status_code == 403
+    bound = key_client(make_agent(tenant, "sms-bot"), subject_id="ann")
+    assert bound.delete(url).json() == {"ok": True, "deleted": True, "memory_id": memory_id}
 
 
 @pytest.mark.django_db

@@ -45,12 +45,14 @@ def test_store_returns_the_whole_memory_object(api_client, agent):
         "ok": True,
         "memory_id": memory.id,
         "message": "Ok",
+        "action": "created",
         "version": 1,
         "memory": {
             "id": memory.id,
             "key": None,
             "category": "core",
             "kind": "preference",
+            "scope": "agent",
             "text": "Prefers email over phone.",
             "data": {"channel": "email"},
             "tags": ["contact-prefs", "crm"],
@@ -96,6 +98,7 @@ def test_restoring_a_key_five_times_updates_one_memory(api_client):
         assert response.status_code == (201 if n == 1 else 200)
         body = response.json()
         assert body["message"] == ("Ok" if n == 1 else "Updated")
+        assert body["action"] == ("created" if n == 1 else "updated")
         assert body["version"] == n == body["memory"]["version"]
         ids.add(body["memory_id"])
     assert len(ids) == 1
@@ -159,7 +162,9 @@ def test_compare_and_set_without_a_key_is_invalid_input(api_client, cas, field):
     response = store(api_client, text="unguarded", **cas)
     assert response.status_code == 400
     assert response.json() == error(
-        "INVALID_INPUT", f"'{field}' needs a 'key' (compare-and-set is per key)", field=field
+        "INVALID_INPUT",
+        f"'{field}' needs a 'key' or a single kind (compare-and-set is per record)",
+        field=field,
     )
     assert Memory.objects.count() == 0
     # `expected_version: null` is no condition at all.

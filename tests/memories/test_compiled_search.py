@@ -164,9 +164,13 @@ def test_compiled_hydrate_pools_are_the_built_ones(reader, body, shared):
     params = parse_hydrate(reader, body)
     now = resolve_now(None)
     built = [
-        [sql_with_params(part.values_list(*hydrate.PART_COLUMNS)) for part in pool]
-        for pool in hydrate._hydrate_pools(reader, params, now)
+        [sql_with_params(hydrate._part_rows(part, core=index < 2)) for part in pool]
+        for index, pool in enumerate(hydrate._hydrate_pools(reader, params, now))
     ]
     compiled = hydrate._pool_statements(reader, params, now)
     assert [[(sql, tuple(p)) for sql, p in pool] for pool in compiled] == built
-    assert len(built[0]) == (3 if shared else 2)
+    # The user core block: the subject's user memories; the agent's: its own (and shared).
+    user_core = 1 if params.subject_id and params.include_user_core else 0
+    agent_core = (2 if shared else 1) if params.include_agent_core else 0
+    recent = 2 + bool(params.subject_id) + shared
+    assert [len(pool) for pool in built] == [user_core, agent_core, recent]

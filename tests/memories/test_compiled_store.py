@@ -110,7 +110,7 @@ def test_a_warm_connection_stores_and_recalls_without_planning_again(api_client,
         assert api_client.get(f"/api/v1/memories/by-key/plants-{i}").status_code == 200
         search_and_hydrate(i)
     generic_ones = ("AS probe", '"memories_memory"."key" = $')
-    custom_ones = ("kw_all AS", "SELECT id, size_bytes, updated_at FROM")
+    custom_ones = ("kw_all AS", "SELECT id, size_bytes, updated_at, chars FROM")
     before = {name: _plans(name) for name in generic_ones + custom_ones}
     for i in range(3):
         body = {"text": f"Bob fed the cat on day {i}"}

@@ -159,6 +159,10 @@ def test_explain_reports_windowed_entries(me):
     assert result["omitted"] == [{"memory_id": dropped.id, "reason": "windowed"}]
 
 
+def archival(result):
+    return [(match["id"], match["score"] > 0) for match in result["archival"]]
+
+
 @pytest.mark.django_db
 def test_archival_only_with_auto_mode_and_a_query(me):
     recent = put(me, "Prefers window seats.", minute=1, category="daily")
@@ -167,24 +171,81 @@ def test_archival_only_with_auto_mode_and_a_query(me):
 
     for mode in ("tool_only", "off"):
         result = hydrate(me, archival_mode=mode, query="Lisbon trams")
-        assert picked(result) == [(recent.id, "recent")]
-    assert picked(hydrate(me, archival_mode="auto")) == [(recent.id, "recent")]
+        assert picked(result) == [(recent.id, "recent")] and result["archival"] == []
+    assert hydrate(me, archival_mode="auto")["archival"] == []
 
     result = hydrate(me, archival_mode="auto", query="Lisbon trams")
-    assert picked(result) == [(recent.id, "recent"), (archived.id, "archival_match")]
+    assert picked(result) == [(recent.id, "recent")]
+    assert archival(result) == [(archived.id, True)]
+    [match] = result["archival"]
+    assert match["text"] == archived.text and match["category"] == "archival"
+    assert 0 < match["score"] <= 1 and match["source"] == "own"
     limited = hydrate(me, archival_mode="auto", query="Lisbon trams", archival_limit=0)
-    assert picked(limited) == [(recent.id, "recent")]
+    assert limited["archival"] == []
     strict = hydrate(me, archival_mode="auto", query="Lisbon trams", archival_min_score=1.0)
-    assert picked(strict) == [(recent.id, "recent")]
+    assert strict["archival"] == []
 
 
 @pytest.mark.django_db
-def test_archival_matches_share_the_budget(me):
-    put(me, sized(100, "daily"), minute=1, category="daily")
-    put(me, sized(100, "archival lisbon"), minute=0, category="archival")
-    result = hydrate(me, archival_mode="auto", query="archival lisbon", budget_bytes=150)
-    assert [e["reason"] for e in result["entries"]] == ["recent"]
-    assert result["bytes_used"] == 100
+def test_archival_matches_come_apart_even_when_the_recency_fill_uses_the_whole_budget(me):
+    """SPEC §13.3: archival matches no longer compete with the recency fill."""
+    for minute in range(1, 6):
+        put(me, sized(100, f"daily note {minute}"), minute=minute, category="daily")
+    match = put(me, sized(100, "archival lisbon trams"), minute=0, category="archival")
+    result = hydrate(me, archival_mode="auto", query="lisbon trams", budget_bytes=300)
+    assert [e["reason"] for e in result["entries"]] == ["recent"] * 3
+    assert result["bytes_used"] == 300 and result["budget_bytes"] == 300
+    assert archival(result) == [(match.id, True)]
+
+
+@pytest.mark.django_db
+def test_archival_list_is_bounded_by_the_agents_archival_max_chars(me, agent):
+    agent.archival_max_chars = 150
+    agent.save()
+    me.agent.archival_max_chars = 150
+    long = put(me, "Lisbon trams " + "x" * 100, minute=0, category="archival")  # 113 chars
+    longer = put(me, "Lisbon trams, the 28 " + "y" * 120, minute=1, category="archival")  # 141
+    short = put(me, "Lisbon trams are yellow.", minute=2, category="archival")  # 24
+    result = hydrate(me, archival_mode="auto", query="Lisbon trams", archival_min_score=0.0)
+    ids = [m["id"] for m in result["archival"]]
+    # Best first while the characters last; one that would pass the bound is skipped.
+    assert len(ids) == 2 and short.id in ids and (long.id in ids) != (longer.id in ids)
+    scores = [m["score"] for m in result["archival"]]
+    assert scores == sorted(scores, reverse=True)
+
+
+@pytest.mark.django_db
+def test_25_core_memories_load_20_and_explain_5_as_core_limit(me):
+    core = [put(me, f"Core fact number {i:02d}.", minute=i) for i in range(25)]
+    result = hydrate(me, explain=True, budget_bytes=100_000)
+    assert picked(result) == [(m.id, "core") for m in reversed(core[5:])]
+    assert sorted(result["omitted"], key=lambda o: o["memory_id"]) == [
+        {"memory_id": m.id, "reason": "core_limit"} for m in core[:5]
+    ]
+
+
+@pytest.mark.django_db
+def test_core_blocks_are_bounded_apart_by_entries_and_characters(me, agent):
+    agent.core_max_entries, agent.core_max_chars = 2, 60
+    agent.save()
+    me.agent.core_max_entries, me.agent.core_max_chars = 2, 60
+    own = [put(me, sized(20, f"own {i}"), minute=i) for i in range(3)]
+    user = [
+        put(me, sized(25, f"user {i}"), minute=i, scope="user", subject_id="ann") for i in range(3)
+    ]
+    big = put(me, sized(50, "user big"), minute=10, scope="user", subject_id="ann")
+    result = hydrate(me, subject_id="ann", explain=True, budget_bytes=10_000)
+    # The user block first: the newest (50 chars) leaves 10, too few for the next ones; the
+    # agent block: its two newest (40 chars).
+    assert picked(result) == [(big.id, "core"), (own[2].id, "core"), (own[1].id, "core")]
+    omitted = {o["memory_id"]: o["reason"] for o in result["omitted"]}
+    assert omitted == {m.id: "core_limit" for m in [*user, own[0]]}
+    # Recency memories are not held to the core limits.
+    notes = [put(me, sized(30, f"note {i}"), minute=20 + i, category="daily") for i in range(3)]
+    result = hydrate(me, subject_id="ann", budget_bytes=10_000)
+    assert [e["id"] for e in result["entries"] if e["reason"] == "recent"] == [
+        n.id for n in reversed(notes)
+    ]
 
 
 @pytest.mark.django_db
@@ -199,19 +260,30 @@ def test_conversation_only_for_its_thread(me):
 
 
 @pytest.mark.django_db
-def test_agent_core_and_user_core_switches(me):
+def test_agent_core_and_user_core_switches(me, tenant):
+    from tests.factories import make_agent
+
     agent_core = put(me, "Always answer in English.", minute=0)
-    user_core = put(me, "Alice is vegetarian.", minute=1, subject_id="alice")
-    put(me, "Bob is allergic to nuts.", minute=2, subject_id="bob")
+    own_of_alice = put(me, "Alice's ticket is #42.", minute=1, subject_id="alice")
+    user_core = put(me, "Alice is vegetarian.", minute=2, subject_id="alice", scope="user")
+    put(me, "Bob is allergic to nuts.", minute=3, subject_id="bob", scope="user")
+    put(me, "Bob's ticket is #7.", minute=4, subject_id="bob")
+    # Another agent's user memory of Alice is hers: it loads for every agent acting for her.
+    other = Principal(tenant=tenant, agent=make_agent(tenant, "billing-bot"))
+    theirs = put(other, "Alice pays by invoice.", minute=5, subject_id="alice", scope="user")
 
     def ids(**body):
         return [e["id"] for e in hydrate(me, subject_id="alice", **body)["entries"]]
 
-    assert ids() == [user_core.id, agent_core.id]
-    assert ids(include_agent_core=False) == [user_core.id]
-    assert ids(include_user_core=False) == [agent_core.id]
-    # Without a subject only subject-less memories are visible.
+    # The user block (newest first), then the agent block (of Alice, and subject-less).
+    assert ids() == [theirs.id, user_core.id, own_of_alice.id, agent_core.id]
+    assert ids(include_agent_core=False) == [theirs.id, user_core.id]
+    assert ids(include_user_core=False) == [own_of_alice.id, agent_core.id]
+    assert ids(include_user_core=False, include_agent_core=False) == []
+    # Without a subject only subject-less memories are visible: no user memory at all.
     assert [e["id"] for e in hydrate(me)["entries"]] == [agent_core.id]
+    [entry] = [e for e in hydrate(me, subject_id="alice")["entries"] if e["id"] == theirs.id]
+    assert entry["scope"] == "user" and entry["source"] == "user" and entry["agent"] is None
 
 
 @pytest.mark.django_db
@@ -229,12 +301,16 @@ def test_expired_and_other_agents_memories_are_not_loaded(me, tenant):
 def test_markdown_format(me):
     put(me, "Speaks French.", minute=0, key="languages")
     put(me, "Opened ticket 7.", minute=1, category="daily", tags=["support"])
-    result = hydrate(me, format="markdown")
+    put(me, "Visited the Lisbon office in 2021.", minute=2, category="archival")
+    result = hydrate(me, format="markdown", archival_mode="auto", query="Lisbon office")
     markdown = result["markdown"]
     assert markdown.startswith("## Memory context (2 entries,")
     assert "### core\n- **languages**: Speaks French." in markdown
     assert "### daily\n- Opened ticket 7." in markdown and "#support" in markdown
-    assert len(result["entries"]) == 2
+    assert markdown.endswith(
+        "\n### Possibly relevant\n- Visited the Lisbon office in 2021. (2026-03-01)\n"
+    )
+    assert len(result["entries"]) == 2 and len(result["archival"]) == 1
 
 
 @pytest.mark.django_db

@@ -21,7 +21,7 @@ from schemathesis.checks import (
 )
 
 from accounts.principal import Principal
-from memories import validation
+from memories import inputs, validation
 from memories.formation.ingest import INGEST_FIELDS, MESSAGE_FIELDS, thread_messages_add
 from memories.idempotency import KEY_RE as IDEMPOTENCY_KEY_RE
 from memories.ids import MEMORY_ID_RE
@@ -47,6 +47,10 @@ AGENT_OPERATIONS = {
     ("GET", "/api/v1/threads/{thread_id}"),
     ("POST", "/api/v1/threads/{thread_id}/extract"),
     ("DELETE", "/api/v1/subjects/{subject_id}"),
+    ("GET", "/api/v1/kinds"),
+    ("GET", "/api/v1/kinds/{name}"),
+    ("PUT", "/api/v1/kinds/{name}"),
+    ("DELETE", "/api/v1/kinds/{name}"),
 }
 
 
@@ -67,7 +71,7 @@ def test_schema_is_public_valid_and_complete(client):
     assert set(store["responses"]) >= {"200", "201", "400", "401", "403", "409", "422", "503"}
     memory = document["components"]["schemas"]["Memory"]
     assert list(memory["properties"]) == [
-        "id", "key", "category", "kind", "text", "data", "tags", "subject_id", "thread_id",
+        "id", "key", "category", "kind", "scope", "text", "data", "tags", "subject_id", "thread_id",
         "importance", "confidence", "capture_mode", "source_provider", "mentions", "occurred_at",
             "expires_at",
         "last_confirmed_at", "created_at", "updated_at", "version", "status", "review_state",
@@ -85,8 +89,8 @@ def test_schema_is_public_valid_and_complete(client):
     # Request bodies list exactly the fields the server accepts, and nothing else.
     schemas = document["components"]["schemas"]
     for name, accepted in (
-        ("StoreRequestRequest", validation.STORE_FIELDS),
-        ("PatchedUpdateRequestRequest", validation.UPDATE_FIELDS),
+        ("StoreRequestRequest", inputs.STORE_FIELDS),
+        ("PatchedUpdateRequestRequest", inputs.UPDATE_FIELDS),
         ("SearchRequestRequest", SEARCH_FIELDS),
         ("HydrateRequestRequest", HYDRATE_FIELDS),
         ("IngestRequestRequest", INGEST_FIELDS),

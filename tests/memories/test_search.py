@@ -92,6 +92,7 @@ def test_search_over_http_returns_the_llm_facing_format(api_client, agent):
             "mentions": [{"name": "Email", "type": "channel"}],
             "tags": ["crm"],
             "isLatest": True,
+            "lastConfirmedAt": stored["last_confirmed_at"],
         },
         "source": "own",
     }

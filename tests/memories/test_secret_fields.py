@@ -19,7 +19,8 @@ from django.test.utils import CaptureQueriesContext
 
 from accounts.models import Agent
 from accounts.principal import Principal
-from memories import idempotency, validation
+from memories import idempotency, inputs
+from memories.formation import threads
 from memories.ids import new_memory_id
 from memories.models import IdempotencyRecord, Memory, MemoryRevision
 from memories.services import changes, lifecycle, store
@@ -69,12 +70,12 @@ def principal(tenant, agent):
 def test_true_positive_is_refused_in_every_field(principal, rule, text, secret):
     agent = principal.agent
     for build, path in STORE_FIELDS.values():
-        _refused(lambda b=build: validation.parse_store(b(text), agent=agent, now=NOW), rule, path)
+        _refused(lambda b=build: inputs.parse_store(b(text), agent=agent, now=NOW), rule, path)
     for name in UPDATE_FIELDS:
         build, path = STORE_FIELDS[name]
         body = {name: build(text)[name]}
         _refused(
-            lambda b=body: validation.parse_update(b, now=NOW, allowed=CORRECTABLE_FIELDS),
+            lambda b=body: inputs.parse_update(b, now=NOW, allowed=CORRECTABLE_FIELDS),
             rule,
             path,
         )
@@ -87,7 +88,7 @@ def test_true_positive_is_refused_in_every_field(principal, rule, text, secret):
         rule,
         "subject_id",
     )
-    _refused(lambda: lifecycle.thread_end(principal=principal, thread_id=text), rule, "thread_id")
+    _refused(lambda: threads.thread_end(principal=principal, thread_id=text), rule, "thread_id")
 
 
 def _accepted_or_shape_refused(call) -> bool:
@@ -107,7 +108,7 @@ def test_false_positive_is_accepted_in_every_field(principal, text):
     agent = Agent(tenant=principal.tenant, slug="x")
     shaped = {
         name: _accepted_or_shape_refused(
-            lambda b=build: validation.parse_store(b(text), agent=agent, now=NOW)
+            lambda b=build: inputs.parse_store(b(text), agent=agent, now=NOW)
         )
         for name, (build, _) in STORE_FIELDS.items()
     }

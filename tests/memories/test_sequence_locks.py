@@ -19,10 +19,11 @@ import pytest
 from django.db import connection, connections, transaction
 
 from accounts.principal import Principal
+from memories.formation.threads import thread_end
 from memories.jobs.prune import prune_memories
 from memories.models import Memory
 from memories.services.changes import memory_confirm, memory_update
-from memories.services.lifecycle import memory_forget, thread_end
+from memories.services.lifecycle import memory_forget
 from memories.services.operator_actions import memory_correct, memory_restore
 from memories.services.sequences import sequence_key
 from memories.services.store import memory_store

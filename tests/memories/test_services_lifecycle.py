@@ -8,11 +8,11 @@ import pytest
 
 from accounts.principal import Principal
 from memories import idempotency
+from memories.formation.threads import thread_end
 from memories.models import Memory, MemoryRevision
+from memories.responses import store_response
 from memories.selectors import memory_get
-from memories.serialization import store_response
 from memories.services.eviction import memory_evict_over_cap
-from memories.services.lifecycle import thread_end
 from memories.services.operator_actions import (
     memory_add_tag,
     memory_approve,

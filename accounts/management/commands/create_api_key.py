@@ -22,12 +22,22 @@ class Command(BaseCommand):
         parser.add_argument("--subject", default=None, help="bind the key to one subject_id")
         parser.add_argument("--expires-in", default=None, help="e.g. 30d, 12h")
         parser.add_argument("--name", default="")
+        parser.add_argument(
+            "--memory-ttl",
+            default=None,
+            help="e.g. 24h: every memory written through the key expires at most this long "
+            "after its last write",
+        )
 
     def handle(self, *args, **opts):
         try:
             expires_in = parse_duration(opts["expires_in"]) if opts["expires_in"] else None
         except ValueError as exc:
             raise CommandError(f"--expires-in: {exc}") from exc
+        try:
+            memory_ttl = parse_duration(opts["memory_ttl"]) if opts["memory_ttl"] else None
+        except ValueError as exc:
+            raise CommandError(f"--memory-ttl: {exc}") from exc
         try:
             tenant = tenant_get_or_create(slug=opts["tenant"])
             agent = agent_get_or_create(tenant=tenant, slug=opts["agent"])
@@ -39,6 +49,7 @@ class Command(BaseCommand):
                 expires_in=expires_in,
                 name=opts["name"],
                 created_by="command:create_api_key",
+                memory_ttl=memory_ttl,
             )
         except DomainError as exc:
             raise CommandError(exc.message) from exc

@@ -29,6 +29,7 @@ from memoryhub_client.types import (
     ForgetResult,
     HydrateResult,
     IngestResult,
+    Kind,
     Memory,
     Message,
     Page,
@@ -50,6 +51,7 @@ class StoreFields(TypedDict, total=False):
     key: str
     category: str
     kind: str
+    scope: Literal["agent", "user"]
     data: dict[str, Any]
     tags: list[str]
     subject_id: str
@@ -390,6 +392,32 @@ def erase_subject(subject_id: str, purge: bool) -> Call[ErasureResult]:
     path = f"{API}/subjects/{segment(subject_id)}"
     read: Callable[[httpx.Response], ErasureResult] = lambda r: build(ErasureResult, _json(r))  # noqa: E731
     return Call("DELETE", path, read, params={"purge": purge or None})
+
+
+class KindFields(TypedDict, total=False):
+    """`PUT /kinds/{name}` body fields: the whole definition (omitted ones take defaults)."""
+
+    cardinality: Literal["single", "multiple"]
+    memory_type: Literal["semantic", "episodic", "procedural"]
+    description: str
+    schema: dict[str, Any] | None
+    default_category: str | None
+
+
+def kinds() -> Call[list[Kind]]:
+    read = lambda r: [build(Kind, k) for k in _json(r)["kinds"]]  # noqa: E731
+    return Call("GET", f"{API}/kinds", read)
+
+
+def put_kind(name: str, fields: Mapping[str, Any]) -> Call[Kind]:
+    # A PUT replaces the whole definition: sent again, it answers the same.
+    read = lambda r: build(Kind, _json(r)["kind"])  # noqa: E731
+    return Call("PUT", f"{API}/kinds/{segment(name)}", read, body=dict(fields))
+
+
+def delete_kind(name: str) -> Call[bool]:
+    read = lambda r: bool(_json(r)["deleted"])  # noqa: E731
+    return Call("DELETE", f"{API}/kinds/{segment(name)}", read)
 
 
 def whoami() -> Call[dict[str, Any]]:

@@ -13,6 +13,7 @@ import httpx
 import memoryhub_client._core as _core
 from memoryhub_client._core import (
     HydrateFields,
+    KindFields,
     ListFilters,
     RetryPolicy,
     SearchFields,
@@ -25,6 +26,7 @@ from memoryhub_client.types import (
     ForgetResult,
     HydrateResult,
     IngestResult,
+    Kind,
     Memory,
     Message,
     Page,
@@ -230,6 +232,19 @@ class MemoryHub:
     def erase_subject(self, subject_id: str, *, purge: bool = False) -> ErasureResult:
         """Erase an end user (admin scope): tombstone, or with `purge=True` purge."""
         return self._send(_core.erase_subject(subject_id, purge))
+
+    def kinds(self) -> list[Kind]:
+        """The tenant's kinds (SPEC §13.1)."""
+        return self._send(_core.kinds())
+
+    def put_kind(self, name: str, **fields: Unpack[KindFields]) -> Kind:
+        """Define or redefine a kind (admin scope): the whole definition, e.g.
+        `put_kind("UserProfile", cardinality="single", schema={...})`."""
+        return self._send(_core.put_kind(name, fields))
+
+    def delete_kind(self, name: str) -> bool:
+        """Delete a kind (admin scope); `ConflictError` while live memories use it."""
+        return self._send(_core.delete_kind(name))
 
     def whoami(self) -> dict[str, Any]:
         """The key's tenant, agent, scopes and bound subject."""

@@ -39,6 +39,7 @@ class Memory:
     key: str | None = None
     category: str = "core"
     kind: str = "fact"
+    scope: str = "agent"
     data: dict[str, Any] | None = None
     tags: list[str] = field(default_factory=list)
     subject_id: str | None = None
@@ -86,13 +87,15 @@ class PreviouslyCorrected:
 
 @dataclass
 class StoreResult:
-    """`POST /memories`: `created` is True for an insert (201), False for an update or skip."""
+    """`POST /memories`: `created` is True for an insert (201), False for an update or skip;
+    `action` says which: `created`, `updated`, `replaced` (a single kind's record), `skipped`."""
 
     memory_id: str
     message: str
     version: int
     memory: Memory | None
     created: bool
+    action: str = ""
     near_duplicates: list[NearDuplicate] = field(default_factory=list)
     previously_corrected: list[PreviouslyCorrected] = field(default_factory=list)
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
@@ -179,7 +182,7 @@ class SearchResult:
 
 @dataclass
 class HydrateEntry(Memory):
-    """A hydrated memory and why it was loaded: `core`, `recent` or `archival_match`."""
+    """A hydrated memory and why it was loaded: `core` or `recent`."""
 
     reason: str = "recent"
 
@@ -189,12 +192,40 @@ class HydrateEntry(Memory):
 
 
 @dataclass
+class ArchivalMatch(Memory):
+    """An archival memory matching hydrate's query (SPEC §13.3), outside the budget."""
+
+    score: float = 0.0
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> ArchivalMatch:
+        return _build(cls, obj)
+
+
+@dataclass
+class Kind:
+    """A kind of the tenant's registry (SPEC §13.1)."""
+
+    name: str
+    cardinality: str = "multiple"
+    memory_type: str = "semantic"
+    description: str = ""
+    schema: dict[str, Any] | None = None
+    default_category: str | None = None
+    tool: str | None = None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+
+@dataclass
 class HydrateResult:
     """`POST /hydrate`; `markdown` is set when asked with `format="markdown"`."""
 
     entries: list[HydrateEntry]
     bytes_used: int
     budget_bytes: int
+    archival: list[ArchivalMatch] = field(default_factory=list)
     markdown: str | None = None
     omitted: list[dict[str, Any]] = field(default_factory=list)
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
@@ -202,7 +233,10 @@ class HydrateResult:
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> HydrateResult:
         return _build(
-            cls, obj, entries=[HydrateEntry.from_json(e) for e in obj.get("entries") or []]
+            cls,
+            obj,
+            entries=[HydrateEntry.from_json(e) for e in obj.get("entries") or []],
+            archival=[ArchivalMatch.from_json(m) for m in obj.get("archival") or []],
         )
 
 

@@ -3,13 +3,24 @@ import json
 from django.core.management.base import BaseCommand, CommandError
 
 from accounts.models import Agent, Tenant
-from accounts.services import agent_policy_update
+from memories.services.policies import agent_policy_set, retention_changes
 from memoryhub.durations import parse_duration
 from memoryhub.errors import DomainError
 
 
+def boolean(value: str) -> bool:
+    if value.lower() in ("true", "1", "yes"):
+        return True
+    if value.lower() in ("false", "0", "no"):
+        return False
+    raise ValueError(value)
+
+
 class Command(BaseCommand):
-    help = "Show or change an agent's policy; prints the resulting policy as one JSON object."
+    help = (
+        "Show or change an agent's policy; prints the resulting policy as one JSON object. "
+        "(Here rather than in accounts: a retention change moves the agent's memories' expiry.)"
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("--tenant", required=True)
@@ -32,6 +43,19 @@ class Command(BaseCommand):
             metavar="N",
             help="the most operations one model answer may apply (1-1000; the rest are dropped)",
         )
+        parser.add_argument("--core-max-entries", type=int)
+        parser.add_argument("--core-max-chars", type=int)
+        parser.add_argument("--archival-max-chars", type=int)
+        parser.add_argument("--context-messages", type=int)
+        parser.add_argument(
+            "--formation-user-scope", type=boolean, metavar="{true,false}", default=None
+        )
+        parser.add_argument(
+            "--max-retention",
+            nargs="+",
+            metavar="CATEGORY=DURATION",
+            help="e.g. daily=72h core=365d; CATEGORY=none clears one",
+        )
 
     def handle(self, *args, **opts):
         tenant = Tenant.objects.filter(slug=opts["tenant"]).first()
@@ -53,6 +77,11 @@ class Command(BaseCommand):
             ("extraction_categories", "extraction_categories"),
             ("summary_threshold_bytes", "summary_threshold_bytes"),
             ("extraction_max_operations", "extraction_max_operations"),
+            ("core_max_entries", "core_max_entries"),
+            ("core_max_chars", "core_max_chars"),
+            ("archival_max_chars", "archival_max_chars"),
+            ("context_messages", "context_messages"),
+            ("formation_user_scope", "formation_user_scope"),
         ):
             if opts[option] is not None:
                 policy[field] = opts[option]
@@ -63,7 +92,11 @@ class Command(BaseCommand):
             except ValueError as exc:
                 raise CommandError(f"--default-ttl: {exc}") from exc
         try:
-            agent = agent_policy_update(
+            if opts["max_retention"] is not None:
+                policy["max_retention"] = retention_changes(
+                    agent.max_retention, opts["max_retention"]
+                )
+            agent = agent_policy_set(
                 tenant=tenant, agent=agent, reads_from=opts["reads_from"], **policy
             )
         except DomainError as exc:

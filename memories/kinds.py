@@ -1,0 +1,280 @@
+"""The kind registry (SPEC §13.1): what a kind is, the built-in ones, a tenant's registry as a
+store reads it, and the JSON Schema rules (a kind's schema checked on registration, a memory's
+`data` checked against it on every write).
+
+A store, a PATCH, a console correction and a JSONL import all ask `kind_rule(registry, name)`
+what a kind requires; none reads the `Kind` table itself. A tenant's registry is cached per
+process under (tenant, `kinds_version`): the version comes with the tenant's row, which every
+request has already loaded (with the API key, or the operator's membership), so a store reads
+no extra row for it. `kind_guard` closes the race with a concurrent registry change: the write
+holds the kind's lock shared while the change holds it exclusively.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connection
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+
+from accounts.models import Tenant
+from memories.models import Cardinality, Category, Kind, MemoryType
+from memoryhub.errors import InvalidInput
+
+KIND_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,59}$")
+DEFAULT_KIND = "fact"
+MAX_SCHEMA_BYTES = 65_536
+MAX_DATA_ERRORS = 20  # `details.errors` of one refused write
+MAX_ERROR_MESSAGE = 300
+
+# Every tenant starts with these (migration 0043 writes them for the tenants that existed, and
+# its trigger for every tenant created since; tests/memories/test_kinds.py holds the trigger's
+# rows equal to this list).
+BUILTIN_KINDS: tuple[dict[str, Any], ...] = (
+    {
+        "name": "fact",
+        "cardinality": Cardinality.MULTIPLE.value,
+        "memory_type": MemoryType.SEMANTIC.value,
+        "description": "One distilled fact, a sentence or two (the default kind).",
+        "schema": None,
+        "default_category": None,
+    },
+    {
+        "name": "UserProfile",
+        "cardinality": Cardinality.SINGLE.value,
+        "memory_type": MemoryType.SEMANTIC.value,
+        "description": (
+            "Who the user is: one profile per user, replaced as a whole when it changes. "
+            "Put the fields in `data` (name, preferred language, timezone, location, any other)."
+        ),
+        "schema": {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string"},
+                "preferredLanguage": {"type": "string"},
+                "timezone": {"type": "string"},
+                "location": {"type": "string"},
+            },
+            "additionalProperties": True,
+        },
+        "default_category": Category.CORE,
+    },
+    {
+        "name": "AgentInstructions",
+        "cardinality": Cardinality.SINGLE.value,
+        "memory_type": MemoryType.PROCEDURAL.value,
+        "description": (
+            "Standing instructions for the agent (how to behave, what to avoid): one record, "
+            "replaced as a whole when they change."
+        ),
+        "schema": None,
+        "default_category": Category.CORE,
+    },
+    {
+        "name": "InteractionLog",
+        "cardinality": Cardinality.MULTIPLE.value,
+        "memory_type": MemoryType.EPISODIC.value,
+        "description": "What happened in one interaction: an episode, appended.",
+        "schema": None,
+        "default_category": Category.DAILY,
+    },
+)
+
+
+def tool_name(kind: str) -> str:
+    """The MCP tool of a kind: `create_<snake_case name>` (`UserProfile` → create_user_profile)."""
+    snake = re.sub(r"(?<=[a-z0-9])([A-Z])|(?<=[A-Z])([A-Z])(?=[a-z])", r"_\1\2", kind)
+    return f"create_{re.sub(r'_+', '_', snake).lower()}"
+
+
+# --- a tenant's registry -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KindRule:
+    """What a store of one kind must do: check `data` against `schema` (a validator), keep one
+    live record per owner and subject (`single`), and file it under `default_category` when the
+    store names no category. A free label gets `FREE_LABEL`."""
+
+    name: str
+    single: bool
+    validator: Draft202012Validator | None
+    default_category: str | None
+    registered: bool
+
+
+FREE_LABEL = KindRule(
+    name="", single=False, validator=None, default_category=None, registered=False
+)
+
+
+@dataclass(frozen=True)
+class Registry:
+    """A tenant's kinds at one `kinds_version`."""
+
+    version: int
+    kinds: tuple[Kind, ...]
+    rules: dict[str, KindRule]
+
+    def rule(self, name: str) -> KindRule:
+        return self.rules.get(name, FREE_LABEL)
+
+
+_CACHE: OrderedDict[tuple[int, int], Registry] = OrderedDict()
+_CACHE_SIZE = 512
+_LOCK = threading.Lock()
+
+
+def registry(tenant: Tenant) -> Registry:
+    """The tenant's registry at the version its row carries (one query when not cached)."""
+    key = (tenant.pk, tenant.kinds_version)
+    with _LOCK:
+        found = _CACHE.get(key)
+        if found is not None:
+            _CACHE.move_to_end(key)
+            return found
+    kinds = tuple(Kind.objects.for_tenant(tenant).order_by("name"))
+    built = Registry(
+        version=tenant.kinds_version,
+        kinds=kinds,
+        rules={
+            kind.name: KindRule(
+                name=kind.name,
+                single=kind.single,
+                validator=None if kind.schema is None else Draft202012Validator(kind.schema),
+                default_category=kind.default_category,
+                registered=True,
+            )
+            for kind in kinds
+        },
+    )
+    with _LOCK:
+        _CACHE[key] = built
+        while len(_CACHE) > _CACHE_SIZE:
+            _CACHE.popitem(last=False)
+    return built
+
+
+def kind_lock_name(tenant_id: int, kind: str) -> str:
+    return f"kind:{tenant_id}:{kind}"
+
+
+def kind_guard(tenant: Tenant, kind: str) -> Registry:
+    """Inside a write's transaction: hold `kind`'s lock shared (a registry change holds it
+    exclusively) and return the registry as it is now. One statement: a function that takes
+    the lock and then reads the tenant's `kinds_version` (a volatile function's query sees what
+    committed while it waited; the statement's own snapshot would not)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT memory_kind_guard(%s, hashtextextended(%s, 0))",
+            [tenant.pk, kind_lock_name(tenant.pk, kind)],
+        )
+        version = cursor.fetchone()[0]
+    if version != tenant.kinds_version:
+        tenant.kinds_version = version
+    return registry(tenant)
+
+
+# --- JSON Schema -------------------------------------------------------------------------------
+
+
+def _pointer(parts) -> str:
+    """A JSON pointer (RFC 6901) of a path: `/favoriteColor`, `/items/0`; '' for the root."""
+    return "".join("/" + str(part).replace("~", "~0").replace("/", "~1") for part in parts)
+
+
+def _message(text: str) -> str:
+    return text if len(text) <= MAX_ERROR_MESSAGE else text[: MAX_ERROR_MESSAGE - 1] + "…"
+
+
+def data_errors(validator: Draft202012Validator, data: Any) -> list[dict[str, str]]:
+    """Where `data` fails the schema: `[{"path": "/favoriteColor", "message": …}]`, in path
+    order, at most `MAX_DATA_ERRORS`. A missing required property is named in its path."""
+    errors = []
+    for error in validator.iter_errors(data if data is not None else {}):
+        parts = list(error.absolute_path)
+        if error.validator == "required" and isinstance(error.instance, dict):
+            missing = [name for name in error.validator_value if name not in error.instance]
+            named = next((name for name in missing if repr(name) in error.message), None)
+            if named is not None:
+                parts.append(named)
+        errors.append({"path": _pointer(parts), "message": _message(error.message)})
+    errors.sort(key=lambda e: (e["path"], e["message"]))
+    return errors[:MAX_DATA_ERRORS]
+
+
+def check_data(rule: KindRule, data: Any) -> None:
+    """INVALID_INPUT naming every failing path when `data` fails the kind's schema."""
+    if rule.validator is None:
+        return
+    errors = data_errors(rule.validator, data)
+    if errors:
+        raise InvalidInput(
+            f"'data' does not match the schema of kind '{rule.name}' "
+            f"({errors[0]['path'] or '/'}: {errors[0]['message']})",
+            field="data",
+            details={"errors": errors},
+        )
+
+
+def _local_refs(node: Any, root: dict, path: list) -> None:
+    """Only references inside the schema itself (`#`, `#/$defs/x`) that resolve: a schema never
+    makes the server fetch anything."""
+    if isinstance(node, dict):
+        for name in ("$ref", "$dynamicRef"):
+            ref = node.get(name)
+            if ref is None:
+                continue
+            if not isinstance(ref, str) or not (ref == "#" or ref.startswith("#/")):
+                raise InvalidInput(
+                    f"'schema': only references within the schema are allowed ({_pointer(path)})",
+                    field="schema",
+                )
+            target: Any = root
+            for part in ref[2:].split("/") if ref != "#" else []:
+                part = part.replace("~1", "/").replace("~0", "~")
+                if isinstance(target, dict) and part in target:
+                    target = target[part]
+                elif isinstance(target, list) and part.isdigit() and int(part) < len(target):
+                    target = target[int(part)]
+                else:
+                    raise InvalidInput(
+                        f"'schema': the reference {ref[:80]} does not resolve", field="schema"
+                    )
+        for key, value in node.items():
+            _local_refs(value, root, [*path, key])
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            _local_refs(value, root, [*path, index])
+
+
+def check_schema(schema: Any) -> None:
+    """A kind's schema, refused unless it is a valid draft 2020-12 JSON Schema describing an
+    object (a memory's `data` is one), with references only within itself."""
+    if schema is None:
+        return
+    if not isinstance(schema, dict):
+        raise InvalidInput("'schema' must be a JSON Schema object", field="schema")
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        raise InvalidInput(
+            f"'schema' is not a valid JSON Schema (draft 2020-12): {_message(exc.message)}",
+            field="schema",
+            details={"errors": [{"path": _pointer(exc.absolute_path), "message": exc.message}]},
+        ) from None
+    declared = schema.get("type")
+    if (
+        declared is not None
+        and declared != "object"
+        and not (isinstance(declared, list) and "object" in declared)
+    ):
+        raise InvalidInput(
+            "'schema' must describe an object: a memory's data is a JSON object", field="schema"
+        )
+    _local_refs(schema, schema, [])
