@@ -13,11 +13,14 @@ import re
 import shutil
 import subprocess
 import sys
+from datetime import datetime, timedelta
 from io import StringIO
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from django.core.management import call_command
+from django.db import connection
 
 from tests.support.live_server import asgi_server  # noqa: F401 - the fixture
 
@@ -104,3 +107,54 @@ def test_the_python_tour_runs_as_written_and_prints_what_was_stored(newcomer):
     assert "pref.language Bob prefers answers in English, short and to the point." in lines
     assert not [line for line in lines if "Alice" in line]
     assert lines[-1] == "1 disabled"
+
+
+MODEL_BLOCK = re.compile(r"<!-- model: sh -->\n```sh\n(.*?)\n```(?:\n```\n(.*?)\n```)?", re.S)
+
+
+def test_the_memory_model_examples_run_as_written(newcomer):
+    """The README's three memory-model examples, pasted after the tour's first lines (its `API`
+    and `AUTH`) in one bash session: the commands they run (`manage.py create_api_key`,
+    `agent_policy`) reach the suite's database as `make run`'s do the served one."""
+    blocks = [(m.group(1), m.group(2)) for m in MODEL_BLOCK.finditer(README.read_text())]
+    assert len(blocks) == 3
+    first = [code for lang, code, _ in tour() if lang == "curl"][0]
+    setup = [line for line in first.splitlines() if line.startswith(("API=", "AUTH="))]
+    script = [f"export MEMORYHUB_URL={newcomer['url']}", newcomer["export"], *setup]
+    for code, _ in blocks:
+        script += [f"echo {MARK}", code, "echo"]
+    db = connection.settings_dict
+    url = "postgresql://{}@{}:{}/{}".format(
+        db["USER"], quote(db["HOST"], safe=""), db["PORT"], db["NAME"]
+    )
+    done = subprocess.run(
+        ["bash", "-e", "-o", "pipefail", "-c", "\n".join(script)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=README.parent,
+        env={**os.environ, "DATABASE_URL": url},
+    )
+    assert done.returncode == 0, done.stderr
+    outputs = [part.strip() for part in done.stdout.split(MARK)[1:]]
+    for (_, example), output in zip(blocks, outputs, strict=True):
+        shows(example, output)
+    profile, shared, retention = (
+        [json.loads(line) for line in output.splitlines() if line.strip()] for output in outputs
+    )
+    created, replaced = profile
+    assert (created["action"], replaced["action"]) == ("created", "replaced")
+    assert replaced["memory_id"] == created["memory_id"] and replaced["version"] == 2
+    assert replaced["memory"]["data"] == {"name": "Alice", "location": "Porto"}
+    stored, for_alice, for_bob = shared
+    assert stored["memory"]["scope"] == "user" and stored["memory"]["agent"] is None
+    hit = for_alice["memories"][0]
+    assert (hit["id"], hit["source"]) == (stored["memory_id"], "user")
+    assert not [h for h in for_bob["memories"] if "Alice" in h["data"]["text"]]
+    policy, daily = retention
+    assert policy["max_retention"] == {"daily": "1d"}
+    memory = daily["memory"]
+    lifetime = datetime.fromisoformat(memory["expires_at"]) - datetime.fromisoformat(
+        memory["updated_at"]
+    )
+    assert lifetime == timedelta(hours=24)  # asked for 7 days, capped by the policy

@@ -28,7 +28,7 @@ def test_the_index_lists_every_route_with_its_methods_without_a_key(client, api_
             continue
         path = "/api/v1/" + re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", str(pattern.pattern))
         routed |= {
-            (m.upper(), path) for m in ("get", "post", "patch", "delete") if hasattr(view, m)
+            (m.upper(), path) for m in ("get", "post", "put", "patch", "delete") if hasattr(view, m)
         }
     assert listed == routed
     for expected in [
