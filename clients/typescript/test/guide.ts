@@ -11,23 +11,28 @@ import { dirname, resolve } from "node:path";
 
 import { PACKAGE, REPO } from "./support.js";
 
-/** The guide whose blocks the suite runs (the one place to change when they move). */
-export const GUIDE = resolve(REPO, "docs", "integrations.md");
+/** The documents whose blocks the suite runs (the one place to change when they move): the
+ * README's first TypeScript program and MCP setup, the integrations guide's other recipes. */
+export const GUIDES = [resolve(REPO, "README.md"), resolve(REPO, "docs", "integrations.md")];
 
 /** Where the documented configurations point: the server `make run` serves. */
 export const DOCUMENTED_ORIGIN = "http://127.0.0.1:8000";
 /** The documented stand-in for a key in the JSON configurations. */
 export const KEY_PLACEHOLDER = "mh_…your key…";
 
-/** The fenced block after `<!-- tested: NAME -->`, with its info string. */
+/** The fenced block after `<!-- tested: NAME -->`, with its info string: the marker appears
+ * exactly once in all the documents together. */
 export function guideBlock(name: string): { lang: string; code: string } {
-  const text = readFileSync(GUIDE, "utf8");
   const marker = `<!-- tested: ${name} -->`;
-  const at = text.indexOf(marker);
-  assert.ok(at >= 0, `${GUIDE} has no block marked ${marker}`);
-  assert.equal(text.indexOf(marker, at + 1), -1, `${marker} appears twice in ${GUIDE}`);
-  const match = /^\s*```([\w-]*)\n([\s\S]*?)\n```/.exec(text.slice(at + marker.length));
-  assert.ok(match, `no fenced block right after ${marker} in ${GUIDE}`);
+  const found = GUIDES.flatMap((path) => {
+    const text = readFileSync(path, "utf8");
+    const hits = text.split(marker).length - 1;
+    return Array.from({ length: hits }, () => ({ path, text }));
+  });
+  assert.equal(found.length, 1, `${marker} appears ${found.length} times in ${GUIDES.join(", ")}`);
+  const { path, text } = found[0]!;
+  const match = /^\s*```([\w-]*)\n([\s\S]*?)\n```/.exec(text.slice(text.indexOf(marker) + marker.length));
+  assert.ok(match, `no fenced block right after ${marker} in ${path}`);
   return { lang: match[1] ?? "", code: match[2] ?? "" };
 }
 
