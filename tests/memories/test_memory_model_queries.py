@@ -11,10 +11,11 @@ from accounts.principal import Principal
 from memories.retrieval.hydrate import memory_hydrate
 from memories.services.store import memory_store
 
-# savepoint, kind guard, SET LOCAL, look-alikes, cap lock, insert, revision, cap count, release
-PLAIN_STORE = 9
+# savepoint, kind guard, SET LOCAL, look-alikes, cap lock, insert, revision, its event, cap
+# count, release
+PLAIN_STORE = 10
 # + the slot read and the insert's own savepoint (create); no cap check on an update
-SLOT_CREATE, SLOT_UPDATE = 12, 10
+SLOT_CREATE, SLOT_UPDATE = 13, 11
 
 
 @pytest.mark.django_db
@@ -49,10 +50,11 @@ def test_hydrate_statements(tenant, agent, django_assert_num_queries):
     memory_store(principal=me, data={"text": "Core fact."})
     memory_store(principal=me, data={"text": "Note.", "category": "daily"})
     memory_store(principal=me, data={"text": "Ann's.", "scope": "user", "subject_id": "ann"})
-    # The agent core walk, the recency walk, the entries' JSON, the access bump.
-    with django_assert_num_queries(4):
+    # The agent core walk, the recency walk, the entries' JSON, the access bump and the day's
+    # read count.
+    with django_assert_num_queries(5):
         memory_hydrate(principal=me, data={})
     # + the user core block's walk.
-    with django_assert_num_queries(5):
+    with django_assert_num_queries(6):
         result = memory_hydrate(principal=me, data={"subject_id": "ann"})
     assert len(result["entries"]) == 3
