@@ -15,6 +15,7 @@ from accounts.console import operator_actor, require_role
 from accounts.models import Role
 from memories import kinds
 from memories.console import selectors as sel
+from memories.console import thread_selectors as tsel
 from memories.console.common import (
     clean_param,
     done,
@@ -111,7 +112,7 @@ def _detail_context(
             revision_view(r) for r in sel.revisions_for(tenant=request.tenant, memory=memory)
         ],
         "near_duplicates": near,
-        "evidence": sel.evidence_for(tenant=request.tenant, memories=[memory]).get(memory.pk),
+        "evidence": tsel.evidence_for(tenant=request.tenant, memories=[memory]).get(memory.pk),
         "editing": editing,
         "form": form,
         "conflict": conflict,
@@ -376,7 +377,7 @@ def memory_bulk(request: HttpRequest) -> HttpResponse:
 def review_queue(request: HttpRequest) -> HttpResponse:
     page = sel.review_page(tenant=request.tenant, cursor=request.GET.get("cursor"))
     near = sel.near_duplicates(tenant=request.tenant, memory_ids=[m.pk for m in page.items])
-    evidence = sel.evidence_for(tenant=request.tenant, memories=page.items)
+    evidence = tsel.evidence_for(tenant=request.tenant, memories=page.items)
     rows = [
         {"memory": m, "near": near.get(m.pk, []), "evidence": evidence.get(m.pk)}
         for m in page.items

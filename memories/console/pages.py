@@ -15,6 +15,7 @@ from accounts.console import operator_actor, require_role
 from accounts.models import Agent, ApiKey, Membership, Role
 from memories.clock import resolve_now
 from memories.console import selectors as sel
+from memories.console import thread_selectors as tsel
 from memories.console import trends
 from memories.console.common import done, render, snippet_urls
 from memories.console.forms import (
@@ -177,7 +178,7 @@ def jobs(request: HttpRequest) -> HttpResponse:
         "schedules": list(Schedule.objects.order_by("name")),
         "runs": _job_runs(request.tenant),
         "job_names": JOB_NAMES,
-        "extraction_runs": sel.recent_runs(tenant=request.tenant),
+        "extraction_runs": tsel.recent_runs(tenant=request.tenant),
         "tokens_today": tokens_used_today(request.tenant.pk, resolve_now()),
     }
     return render(request, "console/jobs.html", context, fragment="job-runs")

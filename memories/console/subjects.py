@@ -19,6 +19,7 @@ from accounts.console import operator_actor, require_role
 from accounts.models import ApiKey, Role
 from memories.clock import resolve_now
 from memories.console import selectors as sel
+from memories.console import thread_selectors as tsel
 from memories.console.common import clean_param, render
 from memories.models import ReviewState, Status
 from memories.services.erasure import subject_erase_by_operator
@@ -53,7 +54,7 @@ def subject_detail(request: HttpRequest, subject_id: str) -> HttpResponse:
     memories = sel.memory_page(
         tenant=tenant, filters={"subject": subject_id, "status": "live"}, size=SHOWN, now=now
     )
-    threads = sel.thread_page(tenant=tenant, filters={"subject": subject_id}, size=SHOWN)
+    threads = tsel.thread_page(tenant=tenant, filters={"subject": subject_id}, size=SHOWN)
     keys = list(
         ApiKey.objects.for_tenant(tenant)
         .filter(subject_id=subject_id)

@@ -11,6 +11,7 @@ from django.views.decorators.http import require_POST
 from accounts.console import require_role
 from accounts.models import Extraction, Role
 from memories.console import selectors as sel
+from memories.console import thread_selectors as tsel
 from memories.console.common import clean_param, render, service_errors
 from memories.formation.llm import llm_configured
 from memories.formation.runs import run_request
@@ -28,14 +29,16 @@ def _thread_url(thread_pk: int) -> str:
 
 @require_role(Role.VIEWER)
 def thread_list(request: HttpRequest) -> HttpResponse:
-    filters = {name: clean_param(request.GET.get(name)) for name in sel.THREAD_FILTER_FIELDS}
-    page = sel.thread_page(tenant=request.tenant, filters=filters, cursor=request.GET.get("cursor"))
+    filters = {name: clean_param(request.GET.get(name)) for name in tsel.THREAD_FILTER_FIELDS}
+    page = tsel.thread_page(
+        tenant=request.tenant, filters=filters, cursor=request.GET.get("cursor")
+    )
     context = {
         "section": "threads",
         "page": page,
         "filters": filters,
         "agents": sel.agents_for(request.tenant),
-        "states": sel.THREAD_STATES,
+        "states": tsel.THREAD_STATES,
     }
     return render(request, "console/threads.html", context, fragment="thread-table")
 
@@ -54,10 +57,10 @@ def _panel_context(request: HttpRequest, thread: Thread) -> dict:
         "section": "threads",
         "thread": thread,
         "refusal": extraction_refusal(thread),
-        "messages_page": sel.thread_messages_page(
+        "messages_page": tsel.thread_messages_page(
             tenant=request.tenant, thread=thread, cursor=request.GET.get("cursor")
         ),
-        "runs_page": sel.thread_runs_page(
+        "runs_page": tsel.thread_runs_page(
             tenant=request.tenant, thread=thread, cursor=request.GET.get("runs")
         ),
     }
@@ -65,7 +68,7 @@ def _panel_context(request: HttpRequest, thread: Thread) -> dict:
 
 @require_role(Role.VIEWER)
 def thread_detail(request: HttpRequest, thread_pk: int) -> HttpResponse:
-    thread = sel.thread_for_console(tenant=request.tenant, pk=thread_pk)
+    thread = tsel.thread_for_console(tenant=request.tenant, pk=thread_pk)
     context = _panel_context(request, thread)
     return render(request, "console/thread_detail.html", context, fragment="thread-panel")
 
@@ -77,7 +80,7 @@ def thread_extract(request: HttpRequest, thread_pk: int) -> HttpResponse:
     """`Run extraction`: queue a run of the thread's waiting messages (the open run, if one is
     queued or running already). The page then shows the run: queued, or done when the cluster
     ran it at once."""
-    thread = sel.thread_for_console(tenant=request.tenant, pk=thread_pk)
+    thread = tsel.thread_for_console(tenant=request.tenant, pk=thread_pk)
     refusal = extraction_refusal(thread)
     if not refusal and thread.pending_messages == 0:
         refusal = "Nothing to extract: every message has been through an extraction."
@@ -93,7 +96,7 @@ def _after(request: HttpRequest, thread: Thread, message: str, *, ok: bool) -> H
     if not request.htmx:
         (messages.success if ok else messages.error)(request, message)
         return redirect(_thread_url(thread.pk))
-    thread = sel.thread_for_console(tenant=request.tenant, pk=thread.pk)
+    thread = tsel.thread_for_console(tenant=request.tenant, pk=thread.pk)
     context = {**_panel_context(request, thread), "flash": message, "flash_ok": ok}
     return render(
         request,

@@ -13,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from accounts.models import Extraction
-from memories.console import selectors as sel
+from memories.console import thread_selectors as tsel
 from memories.models import ExtractionRun, Memory, Message, ReviewState, RunState, Thread
 from tests.console.conftest import ingest
 from tests.factories import make_agent, make_operator
@@ -159,11 +159,11 @@ def test_threads_page_newest_activity_first_and_keyset_walk(owner_client, agent)
     threads = [ingest(agent, f"m{i}", thread_id=f"t{i}") for i in range(7)]
     # Activity in t2 makes it the newest.
     ingest(agent, "later", thread_id="t2")
-    page = sel.thread_page(tenant=agent.tenant, filters={}, size=3)
+    page = tsel.thread_page(tenant=agent.tenant, filters={}, size=3)
     assert page.items[0].thread_id == "t2" and page.total == 7
     seen, cursor = [], None
     for _ in range(5):
-        page = sel.thread_page(tenant=agent.tenant, filters={}, cursor=cursor, size=3)
+        page = tsel.thread_page(tenant=agent.tenant, filters={}, cursor=cursor, size=3)
         seen += [t.pk for t in page.items]
         cursor = page.next_cursor
         if not cursor:
@@ -248,7 +248,7 @@ def test_thread_detail_pages_long_threads(owner_client, agent):
     thread = ingest(agent, *[f"more {i}" for i in range(20)], thread_id="long")
     page = owner_client.get(f"/console/threads/{thread.pk}/").content.decode()
     seqs = [int(s) for s in _attr_values(page, "data-message-seq")]
-    assert seqs == list(range(1, sel.MESSAGE_PAGE_SIZE + 1))
+    assert seqs == list(range(1, tsel.MESSAGE_PAGE_SIZE + 1))
     link = _attr_values(page, "hx-get")[-1].replace("&amp;", "&")
     assert link.startswith("?cursor=")
     rest = owner_client.get(f"/console/threads/{thread.pk}/{link}", **HX).content.decode()
@@ -479,7 +479,7 @@ def test_evidence_for_reads_every_memory_in_one_query(
     # A later run of the same thread citing the same message: each memory gets its own.
     later = inferred("fact 0, later", run_of(Thread.objects.get(thread_id="t0"), "done"), [1])
     with django_assert_num_queries(1):
-        evidence = sel.evidence_for(tenant=agent.tenant, memories=[*memories, later])
+        evidence = tsel.evidence_for(tenant=agent.tenant, memories=[*memories, later])
     for i, memory in enumerate(memories):
         assert [m.content for m in evidence[memory.pk].messages] == [f"msg {i}-1", f"msg {i}-3"]
     assert [m.content for m in evidence[later.pk].messages] == ["msg 0-1"]
