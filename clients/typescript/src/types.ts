@@ -1,7 +1,8 @@
 /**
- * The public request and result types, named for what they are and built only from the
- * generated `schema.ts` (the OpenAPI schema), so they follow the API field for field. Field
- * names are the REST names (snake_case), as the OpenAI and Stripe Node SDKs keep theirs.
+ * The public request and result types, named for what they are and built from the generated
+ * `schema.ts` (the OpenAPI schema), so they follow the API field for field; the one exception,
+ * `ApiIndex`, says why. Field names are the REST names (snake_case), as the OpenAI and Stripe
+ * Node SDKs keep theirs.
  */
 
 import type * as S from "./schema.js";
