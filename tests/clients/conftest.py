@@ -53,12 +53,42 @@ class SyncOverAsync:
                 return self._loop.run_until_complete(_collect(result))
             if inspect.isawaitable(result):
                 return self._loop.run_until_complete(result)
+            if hasattr(result, "__aiter__"):
+                return SyncFeed(result, self._loop)
             return result
 
         return call
 
     def close(self) -> None:
         self._loop.run_until_complete(self._hub.aclose())
+
+
+class SyncFeed:
+    """An `AsyncEventFeed` iterated from a synchronous test, one item (or page) at a time, so a
+    `break` stops its walk where the test stopped, as it would in an `async for`."""
+
+    def __init__(self, feed: Any, loop: asyncio.AbstractEventLoop) -> None:
+        self._feed, self._loop = feed, loop
+
+    @property
+    def cursor(self) -> str | None:
+        return self._feed.cursor
+
+    def __iter__(self) -> Any:
+        return self._step(aiter(self._feed))
+
+    def pages(self) -> Any:
+        return self._step(self._feed.pages())
+
+    def _step(self, agen: Any) -> Any:
+        try:
+            while True:
+                try:
+                    yield self._loop.run_until_complete(anext(agen))
+                except StopAsyncIteration:
+                    return
+        finally:
+            self._loop.run_until_complete(agen.aclose())
 
 
 async def _collect(agen) -> list[Any]:

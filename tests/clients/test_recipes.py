@@ -1,7 +1,7 @@
 """The Python client's recipes (clients/python/README.md), executed as written against a live
 MemoryHub: an OpenAI Agents SDK agent with MemoryHub as its MCP server, a LangGraph graph
-compiled with `MemoryHubStore`, and LangMem's memory tools on the store. No model is called
-(none is needed up to that point)."""
+compiled with `MemoryHubStore`, LangMem's memory tools on the store, and the change feed. No
+model is called (none is needed up to that point)."""
 
 from __future__ import annotations
 
@@ -61,3 +61,12 @@ def test_langmem_tools_on_the_store(run_recipe):
     hits = json.loads(found)
     assert hits[0]["namespace"] == ["memories", "alice"]
     assert "Alice prefers dark mode" in json.dumps(hits[0]["value"])
+
+
+def test_a_cache_follows_the_change_feed(run_recipe):
+    out = run_recipe("change-feed")
+    assert out.splitlines() == [
+        "memory.created 1 Ships on Fridays",
+        "memory.updated 2 Ships on Thursdays",
+        "memory.forgotten True",
+    ]

@@ -6,7 +6,8 @@ server settings, a flaky proxy, and a look at the database.
 
 - `POST /key` `{"agent": slug, "tenant": slug, "scopes": [...], "subject_id": s, "policy":
   {"entry_cap": 0, ...}}` → `{"key", "tenant", "agent"}` (tenant and agent made if missing);
-- `POST /settings` `{"rate_limit_per_minute": n, "embedder": name, "outage": bool}` → the
+- `POST /settings` `{"rate_limit_per_minute": n, "embedder": name, "outage": bool,
+  "webhook_allow_insecure": bool}` → the
   values they had, to set back (all restored when the test ends anyway: pytest-django's
   `settings`, pytest's `monkeypatch`);
 - `POST /proxy` `{"plan": [...]}` → `{"id", "url"}`: a `FlakyProxy` in front of the live
@@ -83,6 +84,9 @@ class HarnessControl:
             previous["embedder"] = self.settings.MEMORYHUB_EMBEDDER
             self.settings.MEMORYHUB_EMBEDDER = str(body["embedder"])
             reset_embedder()
+        if "webhook_allow_insecure" in body:
+            previous["webhook_allow_insecure"] = self.settings.MEMORYHUB_WEBHOOK_ALLOW_INSECURE
+            self.settings.MEMORYHUB_WEBHOOK_ALLOW_INSECURE = bool(body["webhook_allow_insecure"])
         if "outage" in body:
             previous["outage"] = db_outage.is_down()
             down = bool(body["outage"])

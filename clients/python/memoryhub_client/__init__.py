@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from memoryhub_client._core import VERSION as __version__  # noqa: F401 - public
 from memoryhub_client._core import RetryPolicy
-from memoryhub_client.aio import AsyncMemoryHub
-from memoryhub_client.client import MemoryHub
+from memoryhub_client.aio import AsyncEventFeed, AsyncMemoryHub
+from memoryhub_client.client import EventFeed, MemoryHub
 from memoryhub_client.errors import (
     BackendUnavailableError,
     ConflictError,
@@ -34,9 +34,12 @@ from memoryhub_client.errors import (
     UnauthenticatedError,
 )
 from memoryhub_client.types import (
+    ApiIndex,
     ArchivalMatch,
     ErasureResult,
+    Event,
     ExtractResult,
+    FeedPage,
     ForgetResult,
     HydrateEntry,
     HydrateResult,
@@ -49,16 +52,23 @@ from memoryhub_client.types import (
     SearchResult,
     StoreResult,
     Thread,
+    Webhook,
+    WebhookCreated,
 )
 
 __all__ = [
+    "ApiIndex",
+    "AsyncEventFeed",
     "AsyncMemoryHub",
     "BackendUnavailableError",
     "ConflictError",
     "DatabaseError",
     "EmbeddingError",
     "ErasureResult",
+    "Event",
+    "EventFeed",
     "ExtractResult",
+    "FeedPage",
     "ForgetResult",
     "ArchivalMatch",
     "HydrateEntry",
@@ -85,4 +95,6 @@ __all__ = [
     "StoreResult",
     "Thread",
     "UnauthenticatedError",
+    "Webhook",
+    "WebhookCreated",
 ]

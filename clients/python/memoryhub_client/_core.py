@@ -24,8 +24,11 @@ from memoryhub_client.errors import (
     parse_retry_after,
 )
 from memoryhub_client.types import (
+    ApiIndex,
     ErasureResult,
+    Event,
     ExtractResult,
+    FeedPage,
     ForgetResult,
     HydrateResult,
     IngestResult,
@@ -36,6 +39,8 @@ from memoryhub_client.types import (
     SearchResult,
     StoreResult,
     Thread,
+    Webhook,
+    WebhookCreated,
     build,
 )
 
@@ -418,6 +423,64 @@ def put_kind(name: str, fields: Mapping[str, Any]) -> Call[Kind]:
 def delete_kind(name: str) -> Call[bool]:
     read = lambda r: bool(_json(r)["deleted"])  # noqa: E731
     return Call("DELETE", f"{API}/kinds/{segment(name)}", read)
+
+
+def get_kind(name: str) -> Call[Kind]:
+    read = lambda r: build(Kind, _json(r)["kind"])  # noqa: E731
+    return Call("GET", f"{API}/kinds/{segment(name)}", read)
+
+
+# --- events and webhooks (SPEC §14) ----------------------------------------------------------
+
+# The page size `events()` asks for when given no `limit` (the API's own default). It is sent,
+# so a shorter page proves the walk reached the present.
+EVENTS_PAGE_SIZE = 100
+
+
+class EventsFilters(TypedDict, total=False):
+    """`GET /events` filters (`limit` is the page size, 1-1000)."""
+
+    types: str | list[str]
+    subject_id: str
+    include_shared: bool
+    limit: int
+
+
+def events_page(filters: Mapping[str, Any], after: str | None) -> Call[FeedPage]:
+    def read(response: httpx.Response) -> FeedPage:
+        body = _json(response)
+        return FeedPage([build(Event, e) for e in body["events"]], body["next_cursor"])
+
+    params = {**filters, "after": after}
+    types = params.get("types")
+    if isinstance(types, list | tuple):
+        params["types"] = ",".join(types) or None
+    return Call("GET", f"{API}/events", read, params=params)
+
+
+def webhooks() -> Call[list[Webhook]]:
+    read = lambda r: [build(Webhook, w) for w in _json(r)["webhooks"]]  # noqa: E731
+    return Call("GET", f"{API}/webhooks", read)
+
+
+def create_webhook(
+    url: str, events: list[str] | None, description: str | None, key: str | None
+) -> Call[WebhookCreated]:
+    body: dict[str, Any] = {"url": url}
+    if events is not None:
+        body["events"] = events
+    if description is not None:
+        body["description"] = description
+    return _post(f"{API}/webhooks", body, lambda r: WebhookCreated.from_json(_json(r)), key)
+
+
+def delete_webhook(webhook_id: str) -> Call[bool]:
+    read = lambda r: bool(_json(r)["deleted"])  # noqa: E731
+    return Call("DELETE", f"{API}/webhooks/{segment(webhook_id)}", read)
+
+
+def api_index() -> Call[ApiIndex]:
+    return Call("GET", f"{API}/", lambda r: build(ApiIndex, _json(r)))
 
 
 def whoami() -> Call[dict[str, Any]]:

@@ -12,6 +12,8 @@ import httpx
 
 import memoryhub_client._core as _core
 from memoryhub_client._core import (
+    EVENTS_PAGE_SIZE,
+    EventsFilters,
     HydrateFields,
     KindFields,
     ListFilters,
@@ -21,8 +23,11 @@ from memoryhub_client._core import (
     UpdateFields,
 )
 from memoryhub_client.types import (
+    ApiIndex,
     ErasureResult,
+    Event,
     ExtractResult,
+    FeedPage,
     ForgetResult,
     HydrateResult,
     IngestResult,
@@ -33,6 +38,8 @@ from memoryhub_client.types import (
     SearchResult,
     StoreResult,
     Thread,
+    Webhook,
+    WebhookCreated,
 )
 
 T = TypeVar("T")
@@ -47,6 +54,34 @@ async def _walk(fetch: Callable[[str | None], Awaitable[Page]]) -> AsyncIterator
         if not page.next_cursor:
             return
         cursor = page.next_cursor
+
+
+class AsyncEventFeed:
+    """The asyncio twin of `EventFeed` (`async for event in feed`; `feed.cursor`)."""
+
+    def __init__(
+        self, fetch: Callable[[str | None], Awaitable[FeedPage]], after: str | None, page_size: int
+    ) -> None:
+        self._fetch, self._after, self._page_size = fetch, after, page_size
+        self.cursor = after
+
+    async def pages(self) -> AsyncIterator[FeedPage]:
+        cursor = self._after
+        while True:
+            page = await self._fetch(cursor)
+            yield page
+            self.cursor = page.next_cursor
+            if len(page.items) < self._page_size:
+                return
+            cursor = page.next_cursor
+
+    async def _items(self) -> AsyncIterator[Event]:
+        async for page in self.pages():
+            for item in page.items:
+                yield item
+
+    def __aiter__(self) -> AsyncIterator[Event]:
+        return self._items()
 
 
 class AsyncMemoryHub:
@@ -215,6 +250,42 @@ class AsyncMemoryHub:
     async def delete_kind(self, name: str) -> bool:
         """Delete a kind (admin scope); `ConflictError` while live memories use it."""
         return await self._send(_core.delete_kind(name))
+
+    async def get_kind(self, name: str) -> Kind:
+        return await self._send(_core.get_kind(name))
+
+    def events(
+        self, *, after: str | None = None, **filters: Unpack[EventsFilters]
+    ) -> AsyncEventFeed:
+        """See `MemoryHub.events`: `async for event in hub.events(after=saved)`."""
+        size = filters.get("limit") or EVENTS_PAGE_SIZE
+        fetch = lambda cursor: self.events_page(after=cursor, **{**filters, "limit": size})  # noqa: E731
+        return AsyncEventFeed(fetch, after, size)
+
+    async def events_page(
+        self, *, after: str | None = None, **filters: Unpack[EventsFilters]
+    ) -> FeedPage:
+        return await self._send(_core.events_page(filters, after))
+
+    async def webhooks(self) -> builtins.list[Webhook]:
+        return await self._send(_core.webhooks())
+
+    async def create_webhook(
+        self,
+        url: str,
+        *,
+        events: builtins.list[str] | None = None,
+        description: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> WebhookCreated:
+        call = _core.create_webhook(url, events, description, idempotency_key)
+        return await self._send(call)
+
+    async def delete_webhook(self, webhook_id: str) -> bool:
+        return await self._send(_core.delete_webhook(webhook_id))
+
+    async def api_index(self) -> ApiIndex:
+        return await self._send(_core.api_index())
 
     async def whoami(self) -> dict[str, Any]:
         return await self._send(_core.whoami())

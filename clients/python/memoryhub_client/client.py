@@ -12,6 +12,8 @@ import httpx
 
 import memoryhub_client._core as _core
 from memoryhub_client._core import (
+    EVENTS_PAGE_SIZE,
+    EventsFilters,
     HydrateFields,
     KindFields,
     ListFilters,
@@ -21,8 +23,11 @@ from memoryhub_client._core import (
     UpdateFields,
 )
 from memoryhub_client.types import (
+    ApiIndex,
     ErasureResult,
+    Event,
     ExtractResult,
+    FeedPage,
     ForgetResult,
     HydrateResult,
     IngestResult,
@@ -33,6 +38,8 @@ from memoryhub_client.types import (
     SearchResult,
     StoreResult,
     Thread,
+    Webhook,
+    WebhookCreated,
 )
 
 T = TypeVar("T")
@@ -47,6 +54,41 @@ def _walk(fetch: Callable[[str | None], Page]) -> Iterator[Any]:
         if not page.next_cursor:
             return
         cursor = page.next_cursor
+
+
+class EventFeed:
+    """The change feed from a cursor to the present, page by page as you iterate:
+
+        feed = hub.events(after=saved)
+        for event in feed:
+            apply(event)
+        saved = feed.cursor  # poll again later from here
+
+    The walk ends at a page shorter than the page size (the feed had nothing more then).
+    `cursor` moves past a page only when the item after its last one is asked for (or the walk
+    ends), so after a `break` or an exception in your loop, polling again from `cursor` gives
+    that page again (at least once), never skips it. Each iteration walks from `after` again.
+    """
+
+    def __init__(
+        self, fetch: Callable[[str | None], FeedPage], after: str | None, page_size: int
+    ) -> None:
+        self._fetch, self._after, self._page_size = fetch, after, page_size
+        self.cursor = after
+
+    def pages(self) -> Iterator[FeedPage]:
+        cursor = self._after
+        while True:
+            page = self._fetch(cursor)
+            yield page
+            self.cursor = page.next_cursor
+            if len(page.items) < self._page_size:
+                return
+            cursor = page.next_cursor
+
+    def __iter__(self) -> Iterator[Event]:
+        for page in self.pages():
+            yield from page.items
 
 
 class MemoryHub:
@@ -245,6 +287,51 @@ class MemoryHub:
     def delete_kind(self, name: str) -> bool:
         """Delete a kind (admin scope); `ConflictError` while live memories use it."""
         return self._send(_core.delete_kind(name))
+
+    def get_kind(self, name: str) -> Kind:
+        """One kind by name; `NotFoundError` for a name the tenant has not registered."""
+        return self._send(_core.get_kind(name))
+
+    # --- events and webhooks (SPEC §14) ----------------------------------------------------
+
+    def events(self, *, after: str | None = None, **filters: Unpack[EventsFilters]) -> EventFeed:
+        """The change feed after the cursor `after`, oldest first, to the present, following
+        the cursor as you iterate (`limit` is the page size, default 100); the feed's `cursor`
+        is where to poll from next. `types` filters by event type (a list or comma-separated)."""
+        size = filters.get("limit") or EVENTS_PAGE_SIZE
+        fetch = lambda cursor: self.events_page(after=cursor, **{**filters, "limit": size})  # noqa: E731
+        return EventFeed(fetch, after, size)
+
+    def events_page(
+        self, *, after: str | None = None, **filters: Unpack[EventsFilters]
+    ) -> FeedPage:
+        """One page of `GET /events` (`items`, `next_cursor`: also on an empty page)."""
+        return self._send(_core.events_page(filters, after))
+
+    def webhooks(self) -> builtins.list[Webhook]:
+        """The tenant's webhook endpoints (admin scope)."""
+        return self._send(_core.webhooks())
+
+    def create_webhook(
+        self,
+        url: str,
+        *,
+        events: builtins.list[str] | None = None,
+        description: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> WebhookCreated:
+        """Add a webhook endpoint (admin scope): `url` https:// with a public address, `events`
+        the types to send (default: all). The `secret` that signs deliveries is shown once."""
+        call = _core.create_webhook(url, events, description, idempotency_key)
+        return self._send(call)
+
+    def delete_webhook(self, webhook_id: str) -> bool:
+        """Delete a webhook endpoint and its delivery log (admin scope)."""
+        return self._send(_core.delete_webhook(webhook_id))
+
+    def api_index(self) -> ApiIndex:
+        """The API's table of contents (`GET /api/v1/`, no key needed)."""
+        return self._send(_core.api_index())
 
     def whoami(self) -> dict[str, Any]:
         """The key's tenant, agent, scopes and bound subject."""

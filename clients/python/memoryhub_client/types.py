@@ -1,4 +1,4 @@
-"""Typed results: one dataclass per response object of the REST API (SPEC §4, §11).
+"""Typed results: one dataclass per response object of the REST API (SPEC §4, §11, §13, §14).
 
 Every result keeps the JSON it was read from in `raw`, so a field the server adds later is
 never lost. Timestamps are aware `datetime`s (UTC).
@@ -295,6 +295,78 @@ class ErasureResult:
     threads: int
     messages: int
     purged: bool
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+
+@dataclass
+class Event:
+    """One event of the change feed (SPEC §14), also a webhook delivery's body: `id` is
+    monotonic, `data` the public memory object as of the change (or a run's / erasure's
+    summary)."""
+
+    id: int
+    type: str
+    tenant: str = ""
+    agent: str | None = None
+    subject_id: str | None = None
+    memory_id: str | None = None
+    version: int | None = None
+    occurred_at: datetime | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+
+@dataclass
+class FeedPage:
+    """One page of the change feed; `next_cursor` is never None (also on an empty page: poll
+    again from it)."""
+
+    items: list[Event]
+    next_cursor: str
+
+
+@dataclass
+class Webhook:
+    """A webhook endpoint of the tenant (SPEC §14); its secret is never shown again."""
+
+    id: str
+    url: str
+    events: list[str] = field(default_factory=list)  # []: every type
+    description: str = ""
+    enabled: bool = True
+    created_at: datetime | None = None
+    failing_since: datetime | None = None
+    last_success_at: datetime | None = None
+    disabled_at: datetime | None = None
+    disabled_reason: str = ""
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+
+@dataclass
+class WebhookCreated:
+    """`POST /webhooks`: the endpoint and its signing `secret`, shown this once."""
+
+    webhook: Webhook
+    secret: str
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> WebhookCreated:
+        return _build(cls, obj, webhook=_build(Webhook, obj["webhook"]))
+
+
+@dataclass
+class ApiIndex:
+    """`GET /api/v1/` (no key needed): the endpoints (`{"method", "path", "summary"}`), how to
+    authenticate, and the URLs of the docs, the OpenAPI schema and MCP."""
+
+    name: str
+    version: str
+    authentication: str = ""
+    docs: str = ""
+    schema: str = ""
+    mcp: str = ""
+    endpoints: list[dict[str, str]] = field(default_factory=list)
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
 

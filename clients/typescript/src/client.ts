@@ -9,11 +9,15 @@ import {
   type RetryPolicy,
   type Sleep,
 } from "./core.js";
-import { PageIterator, type Page } from "./pagination.js";
+import { FeedIterator, PageIterator, type FeedPage, type Page } from "./pagination.js";
 import type {
   AddMessagesFields,
+  ApiIndex,
+  CreateWebhookFields,
   EndThreadResult,
   ErasureResult,
+  Event,
+  EventsParams,
   ExportFilters,
   ExtractResult,
   ForgetParams,
@@ -22,6 +26,9 @@ import type {
   HydrateResult,
   IngestResult,
   KeysFilters,
+  Kind,
+  KindDeleted,
+  KindFields,
   ListFilters,
   ListPageParams,
   Memory,
@@ -35,10 +42,15 @@ import type {
   SubjectOption,
   Thread,
   UpdateFields,
+  Webhook,
+  WebhookCreated,
+  WebhookDeleted,
   WhoAmI,
 } from "./types.js";
 
 export const DEFAULT_URL = "http://127.0.0.1:8000";
+/** The page size `events()` asks for when given no `limit` (the API's own default). */
+export const EVENTS_PAGE_SIZE = 100;
 
 export interface ClientOptions {
   /** The server's base URL. Default: `MEMORYHUB_URL`, else `http://127.0.0.1:8000`. */
@@ -246,6 +258,85 @@ export class MemoryHub {
   ): Promise<ErasureResult> {
     const call = { path: { subject_id: subjectId }, query: params };
     return this.#transport.send("subjects_erase", call, options);
+  }
+
+  // --- kinds (SPEC §13.1) -------------------------------------------------------------------
+
+  /** The tenant's kinds, by name (a kind not listed is a free label, stored as `fact`). */
+  async kinds(options?: RequestOptions): Promise<Kind[]> {
+    return (await this.#transport.send("kinds_list", {}, options)).kinds;
+  }
+
+  /** One kind by name; `NotFoundError` for a name the tenant has not registered. */
+  async getKind(name: string, options?: RequestOptions): Promise<Kind> {
+    return (await this.#transport.send("kinds_get", { path: { name } }, options)).kind;
+  }
+
+  /** Define or redefine a kind (admin scope): the whole definition, an omitted field taking
+   * its default. `ConflictError` when live memories of the kind would break it
+   * (`details.memory_ids`); `InvalidInputError` for a schema that is not a JSON Schema of an
+   * object. */
+  async putKind(name: string, fields: KindFields = {}, options?: RequestOptions): Promise<Kind> {
+    return (await this.#transport.send("kinds_put", { path: { name }, body: fields }, options)).kind;
+  }
+
+  /** Delete a kind (admin scope): its name becomes a free label. `ConflictError` while live
+   * memories use it (`details.count`). */
+  deleteKind(name: string, options?: RequestOptions): Promise<KindDeleted> {
+    return this.#transport.send("kinds_delete", { path: { name } }, options);
+  }
+
+  // --- events and webhooks (SPEC §14) -------------------------------------------------------
+
+  /** The change feed from `after` to the present, oldest first, as an async iterator that
+   * follows the cursor page by page (`limit` is the page size, default 100); its `cursor` is
+   * where to poll from next. The same visibility as reads: the agent's own, the workspace's
+   * and (with `include_shared`, default true) its shared agents' events, of no subject or of
+   * `subject_id`. */
+  events(params: EventsParams = {}, options?: RequestOptions): FeedIterator<Event> {
+    const { after, ...filters } = params;
+    const limit = filters.limit ?? EVENTS_PAGE_SIZE;
+    const fetchPage = (cursor: string | null) => this.eventsPage({ ...filters, limit, after: cursor }, options);
+    return new FeedIterator(fetchPage, after ?? null, limit);
+  }
+
+  /** One page of `GET /events` (`items`, `next_cursor`: also on an empty page, to poll again
+   * from). */
+  async eventsPage(params: EventsParams = {}, options?: RequestOptions): Promise<FeedPage<Event>> {
+    const { after, types, ...filters } = params;
+    const query = {
+      ...filters,
+      after: after ?? undefined,
+      types: Array.isArray(types) ? types.join(",") || undefined : types,
+    };
+    const body = await this.#transport.send("events_list", { query }, options);
+    return { items: body.events, next_cursor: body.next_cursor };
+  }
+
+  /** The tenant's webhook endpoints (admin scope); their secrets are never shown again. */
+  async webhooks(options?: RequestOptions): Promise<Webhook[]> {
+    return (await this.#transport.send("webhooks_list", {}, options)).webhooks;
+  }
+
+  /** Add a webhook endpoint (admin scope): `url` must be https:// with a public address
+   * (`InvalidInputError` on `url` otherwise). The answer's `secret` is shown this once: each
+   * delivery is signed `MemoryHub-Signature: t=<unix>,v1=<hex HMAC-SHA256 of "t.body">`. */
+  createWebhook(fields: CreateWebhookFields, options?: RequestOptions): Promise<WebhookCreated> {
+    return this.#transport.send("webhooks_create", { body: fields }, options);
+  }
+
+  /** Delete a webhook endpoint and its delivery log (admin scope); `NotFoundError` when the
+   * tenant has none of that id. */
+  deleteWebhook(webhookId: string, options?: RequestOptions): Promise<WebhookDeleted> {
+    return this.#transport.send("webhooks_delete", { path: { webhook_id: webhookId } }, options);
+  }
+
+  // --- about the API and the key ------------------------------------------------------------
+
+  /** The API's table of contents (`GET /api/v1/`, no key needed): every endpoint with its
+   * method and summary, and where the docs, the OpenAPI schema and MCP are. */
+  async apiIndex(options?: RequestOptions): Promise<ApiIndex> {
+    return (await this.#transport.send("api_index", {}, options)) as unknown as ApiIndex;
   }
 
   /** The key's tenant, agent, scopes and bound subject. */

@@ -11,7 +11,7 @@
  * browsers). Vercel AI SDK tools live in `@memoryhub/client/ai`.
  */
 
-export { MemoryHub, DEFAULT_URL, type ClientOptions } from "./client.js";
+export { MemoryHub, DEFAULT_URL, EVENTS_PAGE_SIZE, type ClientOptions } from "./client.js";
 export {
   DEFAULT_RETRY,
   type FetchLike,
@@ -40,7 +40,7 @@ export {
   UnauthenticatedError,
   type ErrorDetails,
 } from "./errors.js";
-export { PageIterator, type Page } from "./pagination.js";
+export { FeedIterator, PageIterator, type FeedPage, type Page } from "./pagination.js";
 export type * from "./types.js";
 /** Every declaration of the OpenAPI schema, as generated (`Schema.Memory`, `Schema.Operations`…). */
 export type * as Schema from "./schema.js";

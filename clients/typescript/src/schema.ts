@@ -5,9 +5,49 @@
 
 // --- component schemas ---
 
+export type ActionEnum = "created" | "updated" | "replaced" | "skipped";
+
+export interface ArchivalMatch {
+  /** `mem_` + ULID */
+  id: string;
+  key: string | null;
+  category: string;
+  kind: string;
+  /** agent: the agent's memory; user: the subject's, across every agent */
+  scope: ScopeEnum;
+  text: string;
+  data: Record<string, unknown> | null;
+  tags: string[];
+  subject_id: string | null;
+  thread_id: string | null;
+  importance: number;
+  confidence: number;
+  capture_mode: CaptureModeEnum;
+  source_provider: string | null;
+  mentions: MentionOut[];
+  occurred_at: string | null;
+  expires_at: string | null;
+  last_confirmed_at: string;
+  created_at: string;
+  updated_at: string;
+  version: number;
+  status: StatusEnum;
+  review_state: ReviewStateEnum;
+  size_bytes: number;
+  /** Owner slug; null for workspace and user memories */
+  agent: string | null;
+  /** `own`, `workspace`, `user` or `shared:<agent-slug>` */
+  source: string;
+  /** For a memory formed from a conversation: the messages it came from; null for explicit stores */
+  evidence: Evidence | null;
+  score: number;
+}
+
 export type ArchivalModeEnum = "tool_only" | "auto" | "off";
 
 export type CaptureModeEnum = "explicit" | "inferred";
+
+export type CardinalityEnum = "single" | "multiple";
 
 export type DedupPolicyEnum = "ask" | "skip_if_near" | "insert";
 
@@ -32,6 +72,28 @@ export interface ErrorBody {
   code: string;
   message: string;
   details: Record<string, unknown>;
+}
+
+export interface Event {
+  /** Monotonic: the feed's order. */
+  id: number;
+  type: TypeEnum;
+  tenant: string;
+  /** The owner agent's slug. */
+  agent: string | null;
+  subject_id: string | null;
+  memory_id: string | null;
+  version: number | null;
+  occurred_at: string;
+  /** The public memory object as of the change (never purged content), or the extraction run's / erasure's summary. */
+  data: Record<string, unknown>;
+}
+
+export interface EventsResponse {
+  ok: boolean;
+  events: Event[];
+  /** Pass as `after`; also on an empty page. */
+  next_cursor: string;
 }
 
 export interface Evidence {
@@ -72,6 +134,8 @@ export interface HydrateEntry {
   key: string | null;
   category: string;
   kind: string;
+  /** agent: the agent's memory; user: the subject's, across every agent */
+  scope: ScopeEnum;
   text: string;
   data: Record<string, unknown> | null;
   tags: string[];
@@ -91,16 +155,16 @@ export interface HydrateEntry {
   status: StatusEnum;
   review_state: ReviewStateEnum;
   size_bytes: number;
-  /** Owner slug; null for workspace */
+  /** Owner slug; null for workspace and user memories */
   agent: string | null;
-  /** `own`, `workspace` or `shared:<agent-slug>` */
+  /** `own`, `workspace`, `user` or `shared:<agent-slug>` */
   source: string;
   /** For a memory formed from a conversation: the messages it came from; null for explicit stores */
   evidence: Evidence | null;
   reason: HydrateEntryReasonEnum;
 }
 
-export type HydrateEntryReasonEnum = "core" | "recent" | "archival_match";
+export type HydrateEntryReasonEnum = "core" | "recent";
 
 /** The body of `POST /api/v1/hydrate`: every field optional. */
 export interface HydrateRequestRequest {
@@ -131,6 +195,8 @@ export interface HydrateRequestRequest {
 export interface HydrateResponse {
   ok: boolean;
   entries: HydrateEntry[];
+  /** With archival_mode=auto and a query: the best archival matches, outside the budget */
+  archival: ArchivalMatch[];
   bytes_used: number;
   budget_bytes: number;
   /** with format=markdown */
@@ -175,6 +241,49 @@ export interface KeysResponse {
   keys: string[];
 }
 
+export interface Kind {
+  name: string;
+  cardinality: CardinalityEnum;
+  memory_type: MemoryTypeEnum;
+  description: string;
+  /** JSON Schema (draft 2020-12) of a memory's `data` */
+  schema: Record<string, unknown> | null;
+  default_category: string | null;
+  /** The MCP tool that stores this kind (`create_<snake_case name>`); null for a kind without a schema */
+  tool: string | null;
+  created_at: string;
+  updated_at: string;
+}
+
+export interface KindDeleted {
+  ok: boolean;
+  deleted: boolean;
+}
+
+/**
+ * The body of `PUT /api/v1/kinds/{name}`: the whole definition (omitted fields take
+ * their defaults).
+ */
+export interface KindRequestRequest {
+  /** single: one live record per owner and subject, replaced by each store; multiple (default): appended */
+  cardinality?: CardinalityEnum | null;
+  memory_type?: MemoryTypeEnum | null;
+  description?: string | null;
+  /** A JSON Schema (draft 2020-12) describing an object; references only within itself */
+  schema?: Record<string, unknown> | null;
+  default_category?: string | null;
+}
+
+export interface KindResponse {
+  ok: boolean;
+  kind: Kind;
+}
+
+export interface KindsResponse {
+  ok: boolean;
+  kinds: Kind[];
+}
+
 export interface ListResponse {
   ok: boolean;
   memories: Memory[];
@@ -187,6 +296,8 @@ export interface Memory {
   key: string | null;
   category: string;
   kind: string;
+  /** agent: the agent's memory; user: the subject's, across every agent */
+  scope: ScopeEnum;
   text: string;
   data: Record<string, unknown> | null;
   tags: string[];
@@ -206,9 +317,9 @@ export interface Memory {
   status: StatusEnum;
   review_state: ReviewStateEnum;
   size_bytes: number;
-  /** Owner slug; null for workspace */
+  /** Owner slug; null for workspace and user memories */
   agent: string | null;
-  /** `own`, `workspace` or `shared:<agent-slug>` */
+  /** `own`, `workspace`, `user` or `shared:<agent-slug>` */
   source: string;
   /** For a memory formed from a conversation: the messages it came from; null for explicit stores */
   evidence: Evidence | null;
@@ -218,6 +329,8 @@ export interface MemoryResponse {
   ok: boolean;
   memory: Memory;
 }
+
+export type MemoryTypeEnum = "semantic" | "episodic" | "procedural";
 
 export interface MentionOut {
   name: string;
@@ -275,7 +388,7 @@ export interface Omitted {
   reason: OmittedReasonEnum;
 }
 
-export type OmittedReasonEnum = "windowed" | "too_big";
+export type OmittedReasonEnum = "windowed" | "too_big" | "core_limit";
 
 /** The body of `PATCH /api/v1/memories/{id}`: only the fields to change. */
 export interface PatchedUpdateRequestRequest {
@@ -318,6 +431,8 @@ export type ReviewStateEnum = "none" | "pending" | "approved";
 
 export type RoleEnum = "user" | "assistant" | "system" | "tool";
 
+export type ScopeEnum = "agent" | "user";
+
 export interface SearchContext {
   when: string;
   created_at: string;
@@ -326,6 +441,8 @@ export interface SearchContext {
   mentions: Record<string, unknown>[];
   tags: string[];
   isLatest: boolean;
+  /** When the fact was last confirmed (freshness) */
+  lastConfirmedAt: string;
 }
 
 export interface SearchHit {
@@ -337,7 +454,7 @@ export interface SearchHit {
   /** `text` plus the memory's data fields */
   data: Record<string, unknown>;
   context: SearchContext;
-  /** own | workspace | shared:<agent-slug> */
+  /** own | workspace | user | shared:<agent-slug> */
   source: string;
 }
 
@@ -392,6 +509,9 @@ export interface StoreRequestRequest {
   /** core, daily, conversation (needs a thread_id), workspace, archival, or a custom name */
   category?: string | null;
   kind?: string | null;
+  /** user: the subject's memory across every agent of the tenant (needs a subject; not workspace or conversation). Default: agent */
+  scope?: ScopeEnum | null;
+  /** Checked against the kind's schema when it has one */
   data?: Record<string, unknown> | null;
   /** Trimmed, lower-cased, inner white space → `-`, duplicates dropped */
   tags?: string[] | null;
@@ -412,9 +532,9 @@ export interface StoreRequestRequest {
   expires_at?: string | number | null;
   last_confirmed_at?: string | number | null;
   dedup_policy?: DedupPolicyEnum | null;
-  /** Needs `key`. 0: create only */
+  /** Needs `key` or a single kind. 0: create only */
   expected_version?: number | null;
-  /** Needs `key`. null: create only */
+  /** Needs `key` or a single kind. null: create only */
   expected_updated_at?: string | number | null;
 }
 
@@ -422,6 +542,8 @@ export interface StoreResponse {
   ok: boolean;
   memory_id: string;
   message: MessageEnum;
+  /** replaced: a single kind's one record took the new text and data */
+  action: ActionEnum;
   version: number;
   memory: Memory;
   near_duplicates?: NearDuplicate[];
@@ -461,6 +583,47 @@ export interface ThreadResponse {
   thread: Thread;
 }
 
+export type TypeEnum = "memory.created" | "memory.updated" | "memory.forgotten" | "memory.evicted" | "memory.expired" | "memory.purged" | "review.pending" | "review.resolved" | "extraction.completed" | "extraction.failed" | "subject.erased";
+
+export interface Webhook {
+  id: string;
+  url: string;
+  /** []: every type. */
+  events: string[];
+  description: string;
+  enabled: boolean;
+  created_at: string;
+  failing_since: string | null;
+  last_success_at: string | null;
+  disabled_at: string | null;
+  disabled_reason: string;
+}
+
+export interface WebhookCreateRequest {
+  /** https:// and a public address. */
+  url: string;
+  /** Event types (those of an event's `type`); default: all of them. */
+  events?: string[];
+  description?: string;
+}
+
+export interface WebhookCreatedResponse {
+  ok: boolean;
+  webhook: Webhook;
+  /** Shown once: verify `MemoryHub-Signature` with it. */
+  secret: string;
+}
+
+export interface WebhookDeletedResponse {
+  ok: boolean;
+  deleted: boolean;
+}
+
+export interface WebhookListResponse {
+  ok: boolean;
+  webhooks: Webhook[];
+}
+
 export interface WhoAmI {
   ok: boolean;
   tenant: string;
@@ -470,6 +633,23 @@ export interface WhoAmI {
 }
 
 // --- query parameters per operation ---
+
+/** Query parameters of `GET /api/v1/`. */
+export type ApiIndexQuery = Record<string, never>;
+
+/** Query parameters of `GET /api/v1/events`. */
+export interface EventsListQuery {
+  /** A `next_cursor`. */
+  after?: string;
+  /** Also the events of the agents this one reads from (default true). */
+  include_shared?: boolean;
+  /** 1–1000, default 100. */
+  limit?: number;
+  /** Act for this subject */
+  subject_id?: string;
+  /** Event types, comma-separated (or repeated); default all. */
+  types?: string;
+}
 
 /** Query parameters of `GET /api/v1/export.md`. */
 export interface ExportMarkdownQuery {
@@ -494,6 +674,18 @@ export interface KeysListQuery {
   /** Act for this subject */
   subject_id?: string;
 }
+
+/** Query parameters of `DELETE /api/v1/kinds/{name}`. */
+export type KindsDeleteQuery = Record<string, never>;
+
+/** Query parameters of `GET /api/v1/kinds/{name}`. */
+export type KindsGetQuery = Record<string, never>;
+
+/** Query parameters of `GET /api/v1/kinds`. */
+export type KindsListQuery = Record<string, never>;
+
+/** Query parameters of `PUT /api/v1/kinds/{name}`. */
+export type KindsPutQuery = Record<string, never>;
 
 /** Query parameters of `POST /api/v1/memories/{memory_id}/confirm`. */
 export interface MemoriesConfirmQuery {
@@ -599,6 +791,15 @@ export interface ThreadsMessagesListQuery {
   subject_id?: string;
 }
 
+/** Query parameters of `POST /api/v1/webhooks`. */
+export type WebhooksCreateQuery = Record<string, never>;
+
+/** Query parameters of `DELETE /api/v1/webhooks/{webhook_id}`. */
+export type WebhooksDeleteQuery = Record<string, never>;
+
+/** Query parameters of `GET /api/v1/webhooks`. */
+export type WebhooksListQuery = Record<string, never>;
+
 /** Query parameters of `GET /api/v1/whoami`. */
 export type WhoamiQuery = Record<string, never>;
 
@@ -606,6 +807,20 @@ export type WhoamiQuery = Record<string, never>;
 
 /** Every operation of the API: its request and answer types. */
 export interface Operations {
+  api_index: {
+    method: "GET";
+    path: "/api/v1/";
+    query: ApiIndexQuery;
+    body: never;
+    response: Record<string, unknown>;
+  };
+  events_list: {
+    method: "GET";
+    path: "/api/v1/events";
+    query: EventsListQuery;
+    body: never;
+    response: EventsResponse;
+  };
   export_markdown: {
     method: "GET";
     path: "/api/v1/export.md";
@@ -626,6 +841,34 @@ export interface Operations {
     query: KeysListQuery;
     body: never;
     response: KeysResponse;
+  };
+  kinds_delete: {
+    method: "DELETE";
+    path: "/api/v1/kinds/{name}";
+    query: KindsDeleteQuery;
+    body: never;
+    response: KindDeleted;
+  };
+  kinds_get: {
+    method: "GET";
+    path: "/api/v1/kinds/{name}";
+    query: KindsGetQuery;
+    body: never;
+    response: KindResponse;
+  };
+  kinds_list: {
+    method: "GET";
+    path: "/api/v1/kinds";
+    query: KindsListQuery;
+    body: never;
+    response: KindsResponse;
+  };
+  kinds_put: {
+    method: "PUT";
+    path: "/api/v1/kinds/{name}";
+    query: KindsPutQuery;
+    body: KindRequestRequest;
+    response: KindResponse;
   };
   memories_confirm: {
     method: "POST";
@@ -732,6 +975,27 @@ export interface Operations {
     body: never;
     response: MessagesResponse;
   };
+  webhooks_create: {
+    method: "POST";
+    path: "/api/v1/webhooks";
+    query: WebhooksCreateQuery;
+    body: WebhookCreateRequest;
+    response: WebhookCreatedResponse;
+  };
+  webhooks_delete: {
+    method: "DELETE";
+    path: "/api/v1/webhooks/{webhook_id}";
+    query: WebhooksDeleteQuery;
+    body: never;
+    response: WebhookDeletedResponse;
+  };
+  webhooks_list: {
+    method: "GET";
+    path: "/api/v1/webhooks";
+    query: WebhooksListQuery;
+    body: never;
+    response: WebhookListResponse;
+  };
   whoami: {
     method: "GET";
     path: "/api/v1/whoami";
@@ -743,9 +1007,15 @@ export interface Operations {
 
 /** Method and path template of every operation. */
 export const OPERATIONS = {
+  api_index: { method: "GET", path: "/api/v1/" },
+  events_list: { method: "GET", path: "/api/v1/events" },
   export_markdown: { method: "GET", path: "/api/v1/export.md" },
   hydrate: { method: "POST", path: "/api/v1/hydrate" },
   keys_list: { method: "GET", path: "/api/v1/keys" },
+  kinds_delete: { method: "DELETE", path: "/api/v1/kinds/{name}" },
+  kinds_get: { method: "GET", path: "/api/v1/kinds/{name}" },
+  kinds_list: { method: "GET", path: "/api/v1/kinds" },
+  kinds_put: { method: "PUT", path: "/api/v1/kinds/{name}" },
   memories_confirm: { method: "POST", path: "/api/v1/memories/{memory_id}/confirm" },
   memories_forget: { method: "DELETE", path: "/api/v1/memories/{memory_id}" },
   memories_forget_by_key: { method: "DELETE", path: "/api/v1/memories/by-key/{key}" },
@@ -761,6 +1031,9 @@ export const OPERATIONS = {
   threads_get: { method: "GET", path: "/api/v1/threads/{thread_id}" },
   threads_messages_add: { method: "POST", path: "/api/v1/threads/{thread_id}/messages" },
   threads_messages_list: { method: "GET", path: "/api/v1/threads/{thread_id}/messages" },
+  webhooks_create: { method: "POST", path: "/api/v1/webhooks" },
+  webhooks_delete: { method: "DELETE", path: "/api/v1/webhooks/{webhook_id}" },
+  webhooks_list: { method: "GET", path: "/api/v1/webhooks" },
   whoami: { method: "GET", path: "/api/v1/whoami" },
 } as const;
 

@@ -1,15 +1,22 @@
 /**
- * The public request and result types, named for what they are and built only from the
- * generated `schema.ts` (the OpenAPI schema), so they follow the API field for field. Field
- * names are the REST names (snake_case), as the OpenAI and Stripe Node SDKs keep theirs.
+ * The public request and result types, named for what they are and built from the generated
+ * `schema.ts` (the OpenAPI schema), so they follow the API field for field; the one exception,
+ * `ApiIndex`, says why. Field names are the REST names (snake_case), as the OpenAI and Stripe
+ * Node SDKs keep theirs.
  */
 
 import type * as S from "./schema.js";
 
 /** A memory as the API returns it (SPEC §4 `memory` object). */
 export type Memory = S.Memory;
-/** A hydrated memory and why it was loaded (`core`, `recent`, `archival_match`). */
+/** Whose a memory is (SPEC §13.2): `agent` (its agent's) or `user` (its subject's, across
+ * every agent of the tenant). */
+export type MemoryScope = S.Memory["scope"];
+/** A hydrated memory and why it was loaded (`core`, `recent`). */
 export type HydrateEntry = S.HydrateEntry;
+/** An archival memory matching hydrate's `query` (`archival_mode: "auto"`), with its `score`;
+ * outside the byte budget (SPEC §13.3). */
+export type ArchivalMatch = S.ArchivalMatch;
 /** One search hit in the LLM-facing format. */
 export type SearchHit = S.SearchHit;
 /** A stored conversation and its extraction state. */
@@ -28,9 +35,12 @@ export interface SubjectOption {
 
 /** `store()`: the body of `POST /api/v1/memories` (`text` or `data`, and optional fields). */
 export type StoreFields = S.StoreRequestRequest;
-/** `store()`'s answer: `memory_id`, `message`, `version`, `memory`, `near_duplicates`,
- * `previously_corrected`. */
+/** `store()`'s answer: `memory_id`, `message`, `action`, `version`, `memory`,
+ * `near_duplicates`, `previously_corrected`. */
 export type StoreResult = S.StoreResponse;
+/** What a store did: `created`, `updated` (a keyed upsert), `replaced` (a `single` kind's one
+ * record took the new text and data) or `skipped` (`Already remembered`). */
+export type StoreAction = S.StoreResponse["action"];
 
 /** `update()`: the fields to change (`PATCH`), `expected_version` for compare-and-set, and
  * `subject_id` to act for. */
@@ -60,7 +70,8 @@ export type SearchResult = S.SearchResponse;
 
 /** `hydrate()`'s fields (`format: "markdown"` fills `markdown`). */
 export type HydrateFields = S.HydrateRequestRequest;
-/** `hydrate()`'s answer: `entries`, `bytes_used`, `budget_bytes`, `markdown`, `omitted`. */
+/** `hydrate()`'s answer: `entries`, `archival`, `bytes_used`, `budget_bytes`, `markdown`,
+ * `omitted`. */
 export type HydrateResult = S.HydrateResponse;
 
 /** `exportMarkdown()`'s filters. */
@@ -80,3 +91,65 @@ export type EndThreadResult = S.ThreadEndResponse;
 export type ErasureResult = S.ErasureResponse;
 /** `whoami()`'s answer: the key's tenant, agent, scopes and bound subject. */
 export type WhoAmI = S.WhoAmI;
+
+// --- kinds (SPEC §13.1) ----------------------------------------------------------------------
+
+/** A kind of the tenant's registry: `cardinality`, `memory_type`, `description`, the JSON
+ * Schema of `data`, `default_category` and the MCP `tool` that stores it. */
+export type Kind = S.Kind;
+/** `putKind()`: the whole definition (an omitted field takes its default). */
+export type KindFields = S.KindRequestRequest;
+/** `deleteKind()`'s answer. */
+export type KindDeleted = S.KindDeleted;
+
+// --- events and webhooks (SPEC §14) ------------------------------------------------------------
+
+/** One event of the change feed (also a webhook delivery's body): `id` (monotonic), `type`,
+ * `tenant`, `agent`, `subject_id`, `memory_id`, `version`, `occurred_at`, `data`. */
+export type Event = S.Event;
+/** An event's `type`: `memory.created`, `memory.updated`, `memory.forgotten`… */
+export type EventType = S.Event["type"];
+/** `events()`'s filters (`limit` is the page size, 1–1000). */
+export type EventsFilters = Omit<S.EventsListQuery, "after" | "types"> & {
+  /** Only these types (default: every type). */
+  types?: EventType | EventType[] | undefined;
+};
+/** `events()` and `eventsPage()`: the filters and the cursor to read after (a `next_cursor`;
+ * none: from the oldest event kept). */
+export type EventsParams = EventsFilters & { after?: string | null | undefined };
+/** A webhook endpoint of the tenant (its secret is never shown again). */
+export type Webhook = S.Webhook;
+/** `createWebhook()`: `url` (https:// and a public address), `events` (default: every type),
+ * `description`. */
+export type CreateWebhookFields = Omit<S.WebhookCreateRequest, "events"> & {
+  events?: EventType[] | undefined;
+};
+/** `createWebhook()`'s answer: the `webhook` and its signing `secret`, shown this once. */
+export type WebhookCreated = S.WebhookCreatedResponse;
+/** `deleteWebhook()`'s answer. */
+export type WebhookDeleted = S.WebhookDeletedResponse;
+
+// --- the index ---------------------------------------------------------------------------------
+
+/** One operation in `apiIndex()`'s table of contents. */
+export interface ApiEndpoint {
+  method: string;
+  /** The path template, e.g. `/api/v1/memories/{memory_id}`. */
+  path: string;
+  summary: string;
+}
+
+/** `apiIndex()`'s answer (`GET /api/v1/`, no key needed). Written here, not generated: the
+ * schema declares this answer only as an object; test/client.test.ts holds it to the server. */
+export interface ApiIndex {
+  ok: boolean;
+  name: string;
+  version: string;
+  /** How to authenticate. */
+  authentication: string;
+  /** URLs of the browsable docs, the OpenAPI schema and the MCP endpoint. */
+  docs: string;
+  schema: string;
+  mcp: string;
+  endpoints: ApiEndpoint[];
+}

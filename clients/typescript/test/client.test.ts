@@ -233,6 +233,40 @@ test("list walks the cursor over 300 memories, each exactly once, newest first",
   assert.ok(second.items.every((m) => !first.items.some((f) => f.id === m.id)));
 });
 
+test("apiIndex: every operation of the schema, the docs, no key needed", async () => {
+  const index = await new MemoryHub({ url: SERVER_URL, apiKey: "mh_not_a_key" }).apiIndex();
+  // ApiIndex is written by hand (the schema says only "object"): held to the server here.
+  assert.deepEqual(Object.keys(index).sort(), [
+    "authentication",
+    "docs",
+    "endpoints",
+    "mcp",
+    "name",
+    "ok",
+    "schema",
+    "version",
+  ]);
+  assert.deepEqual([index.ok, index.version], [true, "v1"]);
+  assert.deepEqual(
+    [index.docs, index.schema, index.mcp],
+    [`${SERVER_URL}/api/docs/`, `${SERVER_URL}/api/schema/`, `${SERVER_URL}/mcp`],
+  );
+  assert.match(index.authentication, /Bearer/);
+  const schema = (await (await fetch(`${SERVER_URL}/api/schema/?format=json`)).json()) as {
+    paths: Record<string, Record<string, unknown>>;
+  };
+  const operations = Object.entries(schema.paths)
+    .filter(([path]) => path.startsWith("/api/v1/") && path !== "/api/v1/")
+    .flatMap(([path, item]) =>
+      Object.keys(item)
+        .filter((method) => ["get", "post", "put", "patch", "delete"].includes(method))
+        .map((method) => `${method.toUpperCase()} ${path}`),
+    );
+  assert.deepEqual(index.endpoints.map((e) => `${e.method} ${e.path}`).sort(), operations.sort());
+  const events = index.endpoints.find((e) => e.path === "/api/v1/events");
+  assert.deepEqual(events, { method: "GET", path: "/api/v1/events", summary: "Events (a change feed)" });
+});
+
 test("the client reads its URL and key from the environment by default", async () => {
   const hub = new MemoryHub();
   assert.equal(hub.url, process.env.MEMORYHUB_URL);

@@ -3,7 +3,8 @@
  * configuration (Claude Code's `claude mcp add`, Claude Desktop's mcp-remote entry, the
  * streamable-HTTP JSON of Cursor and `.mcp.json`) gives the URL and headers that drive the
  * official MCP TypeScript SDK's `StreamableHTTPClientTransport`; the Vercel AI SDK program is
- * compiled and run with a scripted model.
+ * compiled and run with a scripted model; the kinds and change-feed programs are compiled and
+ * run, and print what the guide says they print.
  */
 
 import assert from "node:assert/strict";
@@ -25,16 +26,20 @@ import {
   runProgram,
   type McpEndpoint,
 } from "./guide.js";
-import { PACKAGE, SERVER_URL, newAgentKey } from "./support.js";
+import { PACKAGE, SERVER_URL, newAgentKey, withServerSettings } from "./support.js";
 
+// The memory tools, and one per kind with a schema (a new tenant's: UserProfile).
 const TOOLS = [
+  "create_user_profile",
   "memory_forget",
   "memory_hydrate",
   "memory_ingest",
+  "memory_keys",
   "memory_list",
   "memory_recall",
   "memory_search",
   "memory_store",
+  "memory_update",
 ];
 
 /** Connects as an MCP client would, lists the tools, stores a fact; returns the tool names. */
@@ -133,4 +138,68 @@ test("the Vercel AI SDK program runs as written (with a scripted model)", async 
   assert.equal((await hub.recall("diet", { subject_id: "alice" }))?.text, "Alice is vegetarian");
   assert.equal((await hub.recall("home.city", { subject_id: "alice" }))?.text, "Alice lives in Lisbon");
   assert.equal(await hub.recall("diet"), null); // stored for alice, as memoryTools was told
+});
+
+/** A guide block compiled in strict mode under the package (so `@memoryhub/client` is this
+ * build) and run with `env`; returns the lines it printed. */
+function runGuideBlock(name: string, env: Record<string, string>): string[] {
+  const block = guideBlock(name);
+  assert.equal(block.lang, "ts");
+  const dir = resolve(PACKAGE, ".test-build", "guide");
+  mkdirSync(dir, { recursive: true });
+  const source = resolve(dir, `${name}.ts`);
+  writeFileSync(source, block.code);
+  const out = runProgram(compileProgram(source), { cwd: dir, env: { ...process.env, MEMORYHUB_URL: SERVER_URL, ...env } });
+  return out.trim().split("\n");
+}
+
+/** What the guide shows a block printing: a `// …` comment at the end of a line that calls
+ * `console.log`, or on the lines right after one (a line of output each). */
+function documentedOutput(name: string): string[] {
+  const shown: string[] = [];
+  let afterOutput = false;
+  for (const line of guideBlock(name).code.split("\n")) {
+    const comment = /^\s*\/\/ (.*)$/.exec(line);
+    if (comment && afterOutput) {
+      shown.push(comment[1]!);
+      continue;
+    }
+    afterOutput = line.includes("console.log(");
+    const inline = afterOutput ? /\); \/\/ (.*)$/.exec(line) : null;
+    if (inline) shown.push(inline[1]!);
+  }
+  return shown;
+}
+
+test("the kinds program runs as written and prints what the guide shows", async () => {
+  const { key } = await newAgentKey({ tenant: `ts-${crypto.randomUUID().slice(0, 8)}` });
+  const lines = runGuideBlock("typescript-kinds", { MEMORYHUB_API_KEY: key });
+  assert.deepEqual(lines, [
+    "AgentInstructions, InteractionLog, Invoice, UserProfile, fact",
+    '[{"path":"/amount","message":"\'ten\' is not of type \'number\'"}]',
+    "created replaced true 2",
+    "user null",
+  ]);
+  assert.deepEqual(lines, documentedOutput("typescript-kinds"));
+  const hub = new MemoryHub({ url: SERVER_URL, apiKey: key });
+  assert.equal((await hub.getKind("Invoice")).memory_type, "episodic");
+  assert.deepEqual((await hub.list({ subject_id: "alice", kind: "UserProfile" }).toArray()).map((m) => m.data), [
+    { city: "Lisbon" },
+  ]);
+});
+
+test("the change-feed program runs as written and prints what the guide shows", async () => {
+  const { key } = await newAgentKey({ tenant: `ts-${crypto.randomUUID().slice(0, 8)}` });
+  const lines = await withServerSettings({ webhook_allow_insecure: true }, async () =>
+    runGuideBlock("typescript-events", { MEMORYHUB_API_KEY: key, WEBHOOK_URL: "http://127.0.0.1:9/hook" }),
+  );
+  assert.deepEqual(lines, [
+    "memory.created 1 Ships on Fridays",
+    "memory.updated 2 Ships on Thursdays",
+    "memory.forgotten false",
+    "search index 3 true",
+  ]);
+  assert.deepEqual(lines, documentedOutput("typescript-events"));
+  const hub = new MemoryHub({ url: SERVER_URL, apiKey: key });
+  assert.deepEqual(await hub.webhooks(), []); // the program deleted what it created
 });

@@ -12,7 +12,7 @@ import { test } from "node:test";
 import { MemoryHub, VERSION, type FetchLike } from "@memoryhub/client";
 
 import { SCHEMA_FILE, render, type OpenApi } from "../scripts/generate-schema.js";
-import { PACKAGE, SERVER_URL, newAgentKey } from "./support.js";
+import { PACKAGE, SERVER_URL, newAgentKey, withServerSettings } from "./support.js";
 
 async function liveSchema(): Promise<OpenApi> {
   const response = await fetch(`${SERVER_URL}/api/schema/?format=json`);
@@ -115,6 +115,17 @@ test("every operation of the API is reached by a method of the client", async ()
   await hub.endThread("reach/1");
   await hub.eraseSubject("nobody");
   await hub.whoami();
+  await hub.apiIndex();
+  await hub.events().toArray();
+  await hub.kinds();
+  await hub.getKind("fact");
+  await hub.putKind("Reach", { schema: { type: "object" } });
+  await hub.deleteKind("Reach");
+  await withServerSettings({ webhook_allow_insecure: true }, async () => {
+    const created = await hub.createWebhook({ url: "http://127.0.0.1:9/reach" });
+    await hub.webhooks();
+    await hub.deleteWebhook(created.webhook.id);
+  });
 
   const reached = (operation: { method: string; path: string }) => {
     const pattern = new RegExp(`^${operation.path.replace(/\{[^}]+\}/g, "[^/]+")}$`);

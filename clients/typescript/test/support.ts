@@ -50,9 +50,16 @@ export interface NewKey {
   tenant: string;
 }
 
-/** A key of a new agent of its own (so each test sees only its own memories). */
+/** A key of a new agent of its own (so each test sees only its own memories), in tenant `acme`
+ * unless `tenant` names another (made if missing). */
 export function newAgentKey(
-  options: { scopes?: string[]; policy?: Record<string, unknown>; subject_id?: string; agent?: string } = {},
+  options: {
+    scopes?: string[];
+    policy?: Record<string, unknown>;
+    subject_id?: string;
+    agent?: string;
+    tenant?: string;
+  } = {},
 ): Promise<NewKey> {
   const agent = options.agent ?? `ts-${randomUUID().slice(0, 8)}`;
   return control<NewKey>("/key", { ...options, agent });
@@ -63,7 +70,8 @@ export async function countMemories(text: string): Promise<number> {
   return (await control<{ count: number }>("/count", { text })).count;
 }
 
-/** Runs `body` with server settings changed (`rate_limit_per_minute`, `embedder`, `outage`),
+/** Runs `body` with server settings changed (`rate_limit_per_minute`, `embedder`, `outage`,
+ * `webhook_allow_insecure`),
  * and sets them back after it. */
 export async function withServerSettings<T>(settings: Record<string, unknown>, body: () => Promise<T>): Promise<T> {
   const previous = await control("/settings", settings);
