@@ -11,13 +11,14 @@ from django.db import transaction
 from accounts.principal import Principal
 from memories.events import feed
 from memories.events.record import events_insert
+from memories.formation.threads import thread_end
 from memories.jobs.prune import prune_memories
 from memories.jobs.retention import purge_retention
 from memories.jsonl import import_jsonl, memory_to_record
 from memories.models import Event, Memory
 from memories.services import erasure
 from memories.services.changes import memory_confirm, memory_update
-from memories.services.lifecycle import memory_forget, thread_end
+from memories.services.lifecycle import memory_forget
 from memories.services.operator_actions import (
     memory_approve,
     memory_correct,
@@ -228,3 +229,4 @@ def test_workspace_and_shared_memories_carry_their_owner(principal, tenant, agen
         "workspace",
     )
     assert by_memory[theirs.pk].agent_id == helper.pk
+
