@@ -142,6 +142,25 @@ def test_a_user_memorys_events_reach_every_agent_acting_for_its_subject_only(
         seen = {memory_id for _, memory_id in page(client, **params)[0]}
         assert not seen & {memory.pk, pending.pk}, params
 
+    # Erasing Ann: her user memories' purges and the erasure reach whoever acts for her only.
+    _, cursor, _ = page(key_client(reader), subject_id="ann")
+    admin = key_client(agent, scopes=["read", "write", "admin"])
+    assert admin.delete("/api/v1/subjects/ann?purge=true").json()["memories"] == 2
+    events, _, body = page(key_client(reader), subject_id="ann", after=cursor)
+    assert sorted(events, key=str) == sorted(
+        [
+            ("memory.purged", memory.pk),
+            ("memory.purged", pending.pk),
+            ("review.resolved", pending.pk),
+            ("subject.erased", None),
+        ],
+        key=str,
+    )
+    assert {e["scope"] for e in body["events"] if e["memory_id"]} == {"user"}
+    assert "peanuts" not in str(body) and "nuts" not in str(body)
+    assert page(key_client(reader), after=cursor)[0] == []
+    assert page(key_client(reader), subject_id="bob", after=cursor)[0] == []
+
 
 @pytest.mark.django_db
 def test_the_cursor_walks_every_event_once_and_an_empty_page_has_one(agent, key_client):
