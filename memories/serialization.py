@@ -59,12 +59,7 @@ def memory_json(
     owner_slug = None
     if memory.agent_id is not None:
         owner_slug = (slugs or {}).get(memory.agent_id) or memory.agent.slug
-    if agent is not None:
-        source = source_label(memory, agent, {memory.agent_id: owner_slug} if owner_slug else None)
-    elif memory.scope == "user":
-        source = "user"
-    else:
-        source = "workspace" if memory.agent_id is None else f"agent:{owner_slug}"
+    source = source_label(memory, agent, {memory.agent_id: owner_slug} if owner_slug else None)
     out: dict[str, Any] = dict.fromkeys(PUBLIC_FIELDS)  # the keys in the SPEC's order
     for name, encode in _PYTHON_ENCODERS:
         value = getattr(memory, name)

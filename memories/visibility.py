@@ -30,7 +30,7 @@ from django.db.models import BooleanField, Case, Q, Value, When
 
 from accounts.models import Agent, Tenant
 from memories.clock import resolve_now
-from memories.models import Category, Memory, MemoryQuerySet, Scope
+from memories.models import Category, Event, Memory, MemoryQuerySet, Scope
 
 
 def reads_from_ids(agent: Agent) -> list[int]:
@@ -194,13 +194,17 @@ def visible_parts(
     return [(owner, base.filter(q)) for owner, q in _owner_parts(agent, include_shared, subject_id)]
 
 
-def source_label(memory: Memory, agent: Agent, slugs: dict[int, str] | None = None) -> str:
-    """`own`, `workspace`, `user` or `shared:<agent-slug>` as seen by `agent`."""
-    if memory.scope == Scope.USER:
+def source_label(
+    owned: Memory | Event, agent: Agent | None, slugs: dict[int, str] | None = None
+) -> str:
+    """A memory's `source` (SPEC §4), of the memory or of one of its events (they carry its
+    owner and scope): `own`, `workspace`, `user` or `shared:<agent-slug>` as seen by `agent`;
+    with no agent (an operator, the tenant's webhooks) `agent:<slug>` names the owner."""
+    if owned.scope == Scope.USER:
         return "user"
-    if memory.agent_id is None:
+    if owned.agent_id is None:
         return "workspace"
-    if memory.agent_id == agent.pk:
+    if agent is not None and owned.agent_id == agent.pk:
         return "own"
-    slug = (slugs or {}).get(memory.agent_id) or memory.agent.slug
-    return f"shared:{slug}"
+    slug = (slugs or {}).get(owned.agent_id) or owned.agent.slug
+    return f"shared:{slug}" if agent is not None else f"agent:{slug}"

@@ -275,6 +275,9 @@ MEMORYHUB_MAX_DATA_BYTES = env_int("MEMORYHUB_MAX_DATA_BYTES", 65536)
 MEMORYHUB_RETENTION_DAYS = env_int("MEMORYHUB_RETENTION_DAYS", 30)
 # Messages of a thread ended this many days ago are deleted by `purge_retention` (SPEC §11).
 MEMORYHUB_MESSAGE_RETENTION_DAYS = env_int("MEMORYHUB_MESSAGE_RETENTION_DAYS", 30)
+# Reads counted per day (`DailyReads`, the dashboard's reads chart of 30 days) are deleted by
+# `purge_retention` this many days after their day; never fewer than the chart draws.
+MEMORYHUB_READS_RETENTION_DAYS = env_int("MEMORYHUB_READS_RETENTION_DAYS", 60)
 MEMORYHUB_RATE_LIMIT_PER_MINUTE = env_int("MEMORYHUB_RATE_LIMIT_PER_MINUTE", 0)  # 0 = off
 
 # --- Operating it (SPEC §14; docs/operations.md) --------------------------------------------

@@ -6,7 +6,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter
 from rest_framework import serializers
 
-from memories.models import EVENT_TYPES
+from memories.models import EVENT_TYPES, Scope
 
 
 class EventSerializer(serializers.Serializer):
@@ -15,6 +15,12 @@ class EventSerializer(serializers.Serializer):
     tenant = serializers.CharField()
     agent = serializers.CharField(allow_null=True, help_text="The owner agent's slug.")
     subject_id = serializers.CharField(allow_null=True)
+    scope = serializers.ChoiceField(
+        choices=Scope.values,
+        help_text="The memory's scope: `user` for a subject's user memory (no `agent`; seen by "
+        "every agent acting for the subject, `data.source` `user`); `agent` otherwise, and for "
+        "events that are not a memory's.",
+    )
     memory_id = serializers.CharField(allow_null=True)
     version = serializers.IntegerField(allow_null=True)
     occurred_at = serializers.DateTimeField()

@@ -17,7 +17,8 @@ JOBS: dict[str, tuple[str, str]] = {
     "purge_retention": (
         "Purge after retention",
         "Deletes tombstoned, evicted and expired memories after the retention period, old "
-        "stored responses and the messages of long-ended threads.",
+        "stored responses, the messages of long-ended threads, old events and the read counts "
+        "of days the dashboard no longer charts.",
     ),
     "reembed": (
         "Re-embed memories",
@@ -49,6 +50,8 @@ COUNTS = {
     "memories_deleted": "memories deleted",
     "messages_deleted": "messages deleted",
     "idempotency_deleted": "stored responses deleted",
+    "events_deleted": "events deleted",
+    "reads_deleted": "days of read counts deleted",
     # reembed
     "candidates": "to embed",
     "embedded": "embedded",

@@ -28,6 +28,7 @@ from accounts.models import Tenant
 from memories.charts import Series, bar_chart, line_chart
 from memories.clock import resolve_now
 from memories.models import (
+    DASHBOARD_DAYS,
     DailyReads,
     ExtractionRun,
     Memory,
@@ -38,7 +39,7 @@ from memories.models import (
     Status,
 )
 
-DAYS = 30
+DAYS = DASHBOARD_DAYS
 # Categories drawn apart (the largest); the rest share one "other" band.
 CATEGORIES_SHOWN = 5
 # A chart's drawing size: a dashboard card is ~480-650 px wide, so the text stays legible.

@@ -26,7 +26,7 @@ from accounts.principal import Principal
 from memories import validation
 from memories.models import EVENT_TYPES, POSITION_SEQUENCE, Event
 from memories.serialization import iso
-from memories.visibility import visible_q
+from memories.visibility import source_label, visible_q
 from memoryhub.errors import InvalidInput
 
 SEQUENCE_BATCH = 10_000
@@ -113,8 +113,9 @@ def events_page(
     """The events this key may see after the cursor, oldest first, and the cursor to go on
     from (also when the page is empty: poll again with it).
 
-    Visibility is the memories' own rule (`visible_q` over the event's owner, category and
-    subject): the agent's own, the workspace's, and (with `include_shared`) the shared agents'
+    Visibility is the memories' own rule (`visible_q` over the event's owner, category,
+    subject and scope): the agent's own, the workspace's, the request's subject's user
+    memories' (whichever agent wrote them), and (with `include_shared`) the shared agents'
     non-conversation events, of no subject or of the request's subject; a key bound to a
     subject acts for it only."""
     principal.require_scope("read")
@@ -142,27 +143,20 @@ def events_page(
     return body, str(next_position)
 
 
-def _source(event: Event, viewer: Agent | None) -> str:
-    """The memory's `source` as the reader sees it (SPEC §4): for an agent `own`, `workspace`
-    or `shared:<slug>`; for the tenant (webhooks) `workspace` or `agent:<slug>`."""
-    if event.agent_id is None:
-        return "workspace"
-    if viewer is None:
-        return f"agent:{event.agent.slug}"
-    return "own" if event.agent_id == viewer.pk else f"shared:{event.agent.slug}"
-
-
 def event_json(event: Event, *, tenant: Tenant, viewer: Agent | None) -> dict[str, Any]:
-    """The SPEC §14 event object; `viewer` is the reading agent (None: the tenant's webhook)."""
+    """The SPEC §14 event object, with the memory's `scope`; `viewer` is the reading agent
+    (None: the tenant's webhook). A memory's object in `data` gets the `source` that viewer
+    sees (`visibility.source_label`, as the memory's own reads)."""
     data = event.data
     if event.memory_id is not None and isinstance(data, dict) and "source" in data:
-        data = {**data, "source": _source(event, viewer)}
+        data = {**data, "source": source_label(event, viewer)}
     return {
         "id": event.position,
         "type": event.type,
         "tenant": tenant.slug,
         "agent": event.agent.slug if event.agent_id is not None else None,
         "subject_id": event.subject_id,
+        "scope": event.scope,
         "memory_id": event.memory_id,
         "version": event.version,
         "occurred_at": iso(event.occurred_at),

@@ -74,6 +74,7 @@ _COLUMNS = (
     "agent_id",
     "category",
     "subject_id",
+    "scope",
     "memory_id",
     "version",
     "occurred_at",
@@ -90,6 +91,7 @@ def _row(event: Event) -> list[Any]:
         event.agent_id,
         event.category,
         event.subject_id,
+        event.scope,
         event.memory_id,
         event.version,
         event.occurred_at,
@@ -141,6 +143,7 @@ def memory_event(
         agent_id=memory.agent_id,
         category=memory.category,
         subject_id=memory.subject_id,
+        scope=memory.scope,
         memory_id=memory.pk,
         version=memory.version,
         occurred_at=now,
@@ -221,7 +224,7 @@ def extraction_event_write(run: ExtractionRun, *, subject_id: str | None, now: d
 EVENT_RETURNING = ", ".join(
     f"m.{column}"
     for column in dict.fromkeys(
-        ("id", "tenant_id", "version", "review_state", *MEMORY_JSON_COLUMNS)
+        ("id", "tenant_id", "version", "review_state", "scope", *MEMORY_JSON_COLUMNS)
     )
 )
 
@@ -254,7 +257,7 @@ def insert_events_sql(
     return f"""
         INSERT INTO {Event._meta.db_table} ({columns})
         SELECT {alias}.tenant_id, t.type, {alias}.agent_id, {alias}.category,
-               {alias}.subject_id, {alias}.id, {version}, {occurred_at}, {data}
+               {alias}.subject_id, {alias}.scope, {alias}.id, {version}, {occurred_at}, {data}
         FROM {rows}
         LEFT JOIN accounts_agent eo ON eo.id = {alias}.agent_id
         CROSS JOIN LATERAL (VALUES (1, {event_type}), (2, {review})) t(n, type)

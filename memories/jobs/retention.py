@@ -9,6 +9,9 @@
 - Events (SPEC §14) older than settings.MEMORYHUB_EVENT_RETENTION_DAYS (default 7) are deleted,
   with their webhook deliveries. A deleted memory's last event is `memory.purged`, without its
   content.
+- Reads counted per day (`DailyReads`, the dashboard's reads chart) older than
+  settings.MEMORYHUB_READS_RETENTION_DAYS (default 60; never fewer than the
+  `DASHBOARD_DAYS` the chart draws) are deleted: nothing else reads them.
 - Messages of threads ended at least `message_days` (settings.MEMORYHUB_MESSAGE_RETENTION_DAYS,
   default 30) before now are deleted (SPEC §11); the thread stays with its summary and counts,
   its message count goes down, and its watermarks move to its last message (what is gone
@@ -24,7 +27,7 @@ to one tenant (the console's `Run now`), idempotency records included.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 from django.conf import settings
 
@@ -40,7 +43,7 @@ from memories.jobs.batches import (
     fetch_all,
     report,
 )
-from memories.models import Event, WebhookDelivery
+from memories.models import DASHBOARD_DAYS, DailyReads, Event, WebhookDelivery
 from memories.revisions import insert_revisions_sql
 from memories.services.lifecycle import PURGED_FIELDS
 
@@ -152,6 +155,30 @@ gone AS (
 SELECT (SELECT count(*) FROM picked), (SELECT count(*) FROM gone)
 """
 
+# Days of read counts before the cutoff day (`reads_cutoff`): the dashboard draws none of them.
+DELETE_READS = f"""
+WITH picked AS (
+    SELECT r.id FROM {DailyReads._meta.db_table} r
+    WHERE r.tenant_id = %(tenant_id)s AND r.day < %(cutoff)s
+    ORDER BY r.day
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+gone AS (
+    DELETE FROM {DailyReads._meta.db_table} r WHERE r.id = ANY (ARRAY(SELECT id FROM picked))
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM picked), (SELECT count(*) FROM gone)
+"""
+
+
+def reads_cutoff(now: datetime) -> date:
+    """The first UTC day of read counts kept: MEMORYHUB_READS_RETENTION_DAYS before today, and
+    never inside the dashboard's window (`DASHBOARD_DAYS`, today included)."""
+    days = max(settings.MEMORYHUB_READS_RETENTION_DAYS, DASHBOARD_DAYS)
+    return now.astimezone(UTC).date() - timedelta(days=days)
+
+
 DELETE_IDEMPOTENCY = f"""
 WITH picked AS (
     SELECT m.id FROM memories_idempotencyrecord m
@@ -203,8 +230,9 @@ def purge_retention(
     per_tenant: TenantCounts | None = None,
     progress: Progress | None = None,
 ) -> dict[str, int]:
-    """Delete memories retired `days` ago or more, idempotency records past 24 h and the
-    messages of threads ended `message_days` ago or more.
+    """Delete memories retired `days` ago or more, idempotency records past 24 h, the
+    messages of threads ended `message_days` ago or more, events past their retention and
+    read counts past theirs (`reads_cutoff`).
 
     `tenant_id` limits the run to one tenant; `per_tenant` collects each tenant's share.
     """
@@ -218,6 +246,7 @@ def purge_retention(
         "purged": json.dumps(PURGED_FIELDS),
     }
     event_params = {"cutoff": now - timedelta(days=settings.MEMORYHUB_EVENT_RETENTION_DAYS)}
+    reads_params = {"cutoff": reads_cutoff(now)}
     idempotency_params = {"cutoff": now - IDEMPOTENCY_TTL, "scope_tenant_id": tenant_id}
     if message_days is None:
         message_days = settings.MEMORYHUB_MESSAGE_RETENTION_DAYS
@@ -227,6 +256,7 @@ def purge_retention(
         for key, sql, params in (
             ("memories_deleted", f"memories_memory m WHERE {RETIRED}", memory_params),
             ("events_deleted", "memories_event m WHERE m.occurred_at <= %(cutoff)s", event_params),
+            ("reads_deleted", "memories_dailyreads m WHERE m.day < %(cutoff)s", reads_params),
             (
                 "idempotency_deleted",
                 "memories_idempotencyrecord m WHERE m.created_at <= %(cutoff)s",
@@ -250,44 +280,32 @@ def purge_retention(
             per_tenant.add("messages_deleted", by_tenant)
         report(progress, f"purge_retention (dry run): would delete {counts}")
         return counts
-    deleted = messages = events = 0
+    # Each tenant's parts, in this order: (count, statement, parameters, what the progress says).
+    parts = (
+        ("memories_deleted", DELETE_MEMORIES, memory_params, "memories"),
+        ("messages_deleted", DELETE_MESSAGES, message_params, "messages of ended threads"),
+        ("events_deleted", DELETE_EVENTS, event_params, "events"),
+        ("reads_deleted", DELETE_READS, reads_params, "read counts"),
+    )
+    counts = dict.fromkeys((key for key, *_ in parts), 0)
     for (each_tenant,) in fetch_all(
         "SELECT id FROM accounts_tenant WHERE %(scope)s::bigint IS NULL OR id = %(scope)s "
         "ORDER BY id",
         {"scope": tenant_id},
     ):
-        removed = _drain(
-            DELETE_MEMORIES,
-            dict(memory_params, tenant_id=each_tenant),
-            batch_size=batch_size,
-            progress=progress,
-            label=f"memories of tenant {each_tenant}",
-        )
-        deleted += removed
-        gone = _drain(
-            DELETE_MESSAGES,
-            dict(message_params, tenant_id=each_tenant),
-            batch_size=batch_size,
-            progress=progress,
-            label=f"messages of ended threads of tenant {each_tenant}",
-        )
-        messages += gone
-        expired = _drain(
-            DELETE_EVENTS,
-            dict(event_params, tenant_id=each_tenant),
-            batch_size=batch_size,
-            progress=progress,
-            label=f"events of tenant {each_tenant}",
-        )
-        events += expired
-        if per_tenant is not None:
-            per_tenant.add("memories_deleted", [(each_tenant, removed)])
-            per_tenant.add("messages_deleted", [(each_tenant, gone)])
-            per_tenant.add("events_deleted", [(each_tenant, expired)])
+        for key, sql, params, what in parts:
+            gone = _drain(
+                sql,
+                dict(params, tenant_id=each_tenant),
+                batch_size=batch_size,
+                progress=progress,
+                label=f"{what} of tenant {each_tenant}",
+            )
+            counts[key] += gone
+            if per_tenant is not None:
+                per_tenant.add(key, [(each_tenant, gone)])
     return {
-        "memories_deleted": deleted,
-        "messages_deleted": messages,
-        "events_deleted": events,
+        **counts,
         "idempotency_deleted": _drain(
             DELETE_IDEMPOTENCY,
             idempotency_params,

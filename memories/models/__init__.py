@@ -46,7 +46,7 @@ from memories.models.threads import (
     RunState,
     Thread,
 )
-from memories.models.usage import DailyReads
+from memories.models.usage import DASHBOARD_DAYS, DailyReads
 
 __all__ = [
     "EVENT_TYPES",
@@ -67,6 +67,7 @@ __all__ = [
     "CaptureMode",
     "Category",
     "ChangeType",
+    "DASHBOARD_DAYS",
     "DailyReads",
     "ExtractionRun",
     "IdempotencyRecord",

@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from accounts.models import Agent, Tenant, TenantQuerySet
 from memories.ids import new_ulid
+from memories.models.memory import Scope
 
 MEMORY_EVENT_TYPES = (
     "memory.created",
@@ -39,12 +40,15 @@ POSITION_SEQUENCE = "memories_event_position_seq"
 
 
 class Event(models.Model):
-    """One change. `agent`, `category` and `subject_id` are the columns the owner/subject rule
-    (`memories.visibility.visible_q`) reads, so an agent's feed is filtered by the very rule
-    its memory reads are: a memory's event carries the memory's owner, category and subject;
-    an extraction run's carries its thread's agent and subject and the category
-    `conversation` (a thread is its agent's own: agents reading from it do not see it); a
-    subject's erasure is the tenant's (no agent, category `workspace`)."""
+    """One change. `agent`, `category`, `subject_id` and `scope` are the columns the
+    owner/subject rule (`memories.visibility.visible_q`) reads, so an agent's feed is filtered
+    by the very rule its memory reads are: a memory's event carries the memory's owner,
+    category, subject and scope (a user memory's: no agent, scope `user`, its subject: seen by
+    every agent acting for that subject, SPEC §13.2); an extraction run's carries its thread's
+    agent and subject and the category `conversation` (a thread is its agent's own: agents
+    reading from it do not see it); a subject's erasure is the tenant's (no agent, category
+    `workspace`). Events that are not a memory's have scope `agent`, as a workspace memory
+    has."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+", db_index=False)
     # The public id, given after commit (NULL until then); drawn from POSITION_SEQUENCE.
@@ -55,6 +59,10 @@ class Event(models.Model):
     )
     category = models.CharField(max_length=40, null=True, blank=True)
     subject_id = models.CharField(max_length=255, null=True, blank=True)
+    # The memory's scope. Defaults in the database too, like `Memory.scope`.
+    scope = models.CharField(
+        max_length=8, choices=Scope.choices, default=Scope.AGENT, db_default=Scope.AGENT
+    )
     memory_id = models.CharField(max_length=30, null=True, blank=True)
     version = models.PositiveIntegerField(null=True, blank=True)
     occurred_at = models.DateTimeField(default=timezone.now)

@@ -2,7 +2,8 @@
 
 Writes need no counter of their own (every change writes a revision, counted by day from
 `revision_recent_idx`); reads change nothing, so `memories.access` counts them here, merged
-like its access bumps (one upsert per flush).
+like its access bumps (one upsert per flush). `purge_retention` deletes the days the dashboard
+no longer draws, after a margin (MEMORYHUB_READS_RETENTION_DAYS, never under DASHBOARD_DAYS).
 """
 
 from __future__ import annotations
@@ -10,6 +11,10 @@ from __future__ import annotations
 from django.db import models
 
 from accounts.models import Tenant, TenantQuerySet
+
+# The UTC days the dashboard's charts draw, today included (`memories.console.trends`): the
+# least `purge_retention` keeps of `DailyReads`.
+DASHBOARD_DAYS = 30
 
 
 class DailyReads(models.Model):

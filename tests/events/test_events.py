@@ -2,22 +2,24 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 
 from accounts.principal import Principal
 from memories.events import feed
 from memories.events.record import events_insert
+from memories.formation.threads import thread_end
 from memories.jobs.prune import prune_memories
 from memories.jobs.retention import purge_retention
 from memories.jsonl import import_jsonl, memory_to_record
 from memories.models import Event, Memory
 from memories.services import erasure
 from memories.services.changes import memory_confirm, memory_update
-from memories.services.lifecycle import memory_forget, thread_end
+from memories.services.lifecycle import memory_forget
 from memories.services.operator_actions import (
     memory_approve,
     memory_correct,
@@ -205,6 +207,7 @@ def test_events_insert_writes_the_rows_bulk_create_writes(tenant, agent):
         "agent_id": agent.pk,
         "category": "core",
         "subject_id": "s-1",
+        "scope": "user",
         "memory_id": "mem_x",
         "version": 3,
         "occurred_at": T0,
@@ -228,3 +231,82 @@ def test_workspace_and_shared_memories_carry_their_owner(principal, tenant, agen
         "workspace",
     )
     assert by_memory[theirs.pk].agent_id == helper.pk
+
+
+@pytest.mark.django_db
+def test_every_writer_records_a_user_memorys_scope(principal, tenant, agent, settings):
+    """The services (Python), prune and retention (their SQL), imports and erasure all write a
+    user memory's events with `scope` user, and the public object they hold says `source` user."""
+    settings.MEMORYHUB_EVENT_RETENTION_DAYS = 365  # keep every event to look at
+    user = {"scope": "user", "subject_id": "ann"}
+    daily = store(principal, 0, text="Ann's standup at nine", category="daily", **user)
+    pending = store(
+        principal, 0, text="Ann may like tea", capture_mode="inferred", ttl="1h", **user
+    )
+    kept = store(principal, 0, text="Ann is vegan", key="diet", **user)
+    own = store(principal, 0, text="The agent's own note about Ann", subject_id="ann")
+    memory_update(
+        principal=principal, memory_id=kept.pk, subject_id="ann", data={"text": "Ann: vegan"}
+    )
+    later = T0 + timedelta(days=4)
+    prune_memories(now=later)  # the SQL path: daily and pending expire
+    purge_retention(now=later + timedelta(days=31), days=30)  # ... and are deleted
+
+    line = {**memory_to_record(kept), "id": "mem_01J0000000000000000000000B", "key": "diet-2"}
+    import_jsonl(tenant=tenant, lines=[json.dumps(line)], actor=OPERATOR)
+    erasure.subject_erase(principal=principal, subject_id="ann", purge=True, now=later)
+
+    by_memory = {}
+    for event in events(memory_id__isnull=False):
+        by_memory.setdefault(event.memory_id, []).append((event.type, event.scope))
+    assert by_memory[daily.pk] == [
+        ("memory.created", "user"),
+        ("memory.expired", "user"),
+        ("memory.purged", "user"),
+    ]
+    assert by_memory[pending.pk] == [
+        ("memory.created", "user"),
+        ("review.pending", "user"),
+        ("memory.expired", "user"),
+        ("review.resolved", "user"),
+        ("memory.purged", "user"),
+    ]
+    assert by_memory[kept.pk] == [
+        ("memory.created", "user"),
+        ("memory.updated", "user"),
+        ("memory.purged", "user"),  # the erasure
+    ]
+    assert by_memory[line["id"]] == [("memory.created", "user"), ("memory.purged", "user")]
+    assert by_memory[own.pk] == [("memory.created", "agent"), ("memory.purged", "agent")]
+    for event in events(memory_id__isnull=False, scope="user"):
+        assert (event.agent_id, event.subject_id) == (None, "ann")
+        assert (event.data["scope"], event.data["source"]) == ("user", "user")
+    # The erasure itself is the tenant's event (workspace, no agent), not a memory's.
+    (erased,) = events(type="subject.erased")
+    assert (erased.scope, erased.agent_id, erased.subject_id) == ("agent", None, "ann")
+
+
+@pytest.mark.django_db
+def test_the_migration_gives_existing_events_their_memorys_scope(principal, tenant, agent):
+    """0089's backfill: events written before the column took the memory's scope from the
+    memory, or (the memory deleted) from the object they recorded."""
+    backfill = importlib.import_module("memories.migrations.0089_event_scope").backfill
+    user = store(principal, 0, text="Ann is vegan", scope="user", subject_id="ann")
+    gone = store(principal, 1, text="Ann lives in Porto", scope="user", subject_id="ann")
+    own = store(principal, 2, text="Own fact", subject_id="ann")
+    Memory.objects.filter(pk=gone.pk).delete()
+    other = make_agent(make_tenant("globex"), agent.slug)
+    theirs = store(Principal(tenant=other.tenant, agent=other), 3, scope="user", subject_id="ann")
+    # A foreign event naming this tenant's memory id takes nothing from it.
+    Event.objects.filter(memory_id=theirs.pk).update(memory_id=user.pk, data={})
+    Event.objects.update(scope="agent")  # as the column's default left them
+
+    with connection.schema_editor() as editor:
+        backfill(None, editor)
+    scopes = {(e.tenant_id, e.memory_id): e.scope for e in Event.objects.all()}
+    assert scopes == {
+        (tenant.pk, user.pk): "user",
+        (tenant.pk, gone.pk): "user",
+        (tenant.pk, own.pk): "agent",
+        (other.tenant.pk, user.pk): "agent",
+    }

@@ -61,12 +61,14 @@ def test_an_agent_sees_its_own_workspace_and_shared_events_of_its_subject_only(
         "tenant",
         "agent",
         "subject_id",
+        "scope",
         "memory_id",
         "version",
         "occurred_at",
         "data",
     }
     assert (first["tenant"], first["agent"], first["version"]) == ("acme", "support-bot", 1)
+    assert first["scope"] == "agent" and first["data"]["scope"] == "agent"
     assert first["data"]["text"] == "own fact" and first["data"]["source"] == "own"
     assert body["events"][2]["data"]["source"] == "shared:helper"
     assert body["events"][1]["data"]["source"] == "workspace"
@@ -88,6 +90,76 @@ def test_an_agent_sees_its_own_workspace_and_shared_events_of_its_subject_only(
     assert page(key_client(other))[0] == [
         ("memory.created", Event.objects.get(tenant=other.tenant).memory_id)
     ]
+
+
+@pytest.mark.django_db
+def test_a_user_memorys_events_reach_every_agent_acting_for_its_subject_only(
+    tenant, other_tenant, agent, key_client
+):
+    """SPEC §13.2 + §14: a user memory's events are the subject's, across agents, as the memory
+    is: created by one agent, changed and forgotten by others acting for the subject."""
+    billing = make_agent(tenant, "billing-bot")
+    memory = store(agent, "Ann is allergic to peanuts", subject_id="ann", scope="user")
+    changed = key_client(billing).patch(
+        f"/api/v1/memories/{memory.pk}?subject_id=ann", {"text": "Ann: no nuts"}, format="json"
+    )
+    assert changed.status_code == 200, changed.content
+    pending = store(
+        billing, "Ann may be vegan", subject_id="ann", scope="user", capture_mode="inferred"
+    )
+    forgotten = key_client(make_agent(tenant, "sms-bot"), subject_id="ann").delete(
+        f"/api/v1/memories/{memory.pk}"
+    )
+    assert forgotten.json()["deleted"] is True
+    store(agent, "Bob is vegan", subject_id="bob", scope="user")
+
+    expected = [
+        ("memory.created", memory.pk),
+        ("memory.updated", memory.pk),
+        ("memory.created", pending.pk),
+        ("review.pending", pending.pk),
+        ("memory.forgotten", memory.pk),
+    ]
+    reader = make_agent(tenant, "read-bot")
+    events, _, body = page(key_client(reader), subject_id="ann")
+    assert events == expected
+    assert page(key_client(reader, subject_id="ann"))[0] == expected
+    for event in body["events"]:
+        assert (event["scope"], event["agent"], event["subject_id"]) == ("user", None, "ann")
+        assert (event["data"]["source"], event["data"]["scope"]) == ("user", "user")
+    assert [e["version"] for e in body["events"]] == [1, 2, 1, 1, 3]
+    # The writer itself sees them only when it acts for Ann, like the memory.
+    assert page(key_client(agent), subject_id="ann")[0] == expected
+    # Nobody acting for another subject or for none, and no other tenant (the same subject id
+    # there included), sees any of them.
+    for client, params in (
+        (key_client(agent), {}),
+        (key_client(reader), {}),
+        (key_client(reader), {"subject_id": "bob"}),
+        (key_client(reader, subject_id="bob"), {}),
+        (key_client(make_agent(other_tenant, "support-bot")), {"subject_id": "ann"}),
+    ):
+        seen = {memory_id for _, memory_id in page(client, **params)[0]}
+        assert not seen & {memory.pk, pending.pk}, params
+
+    # Erasing Ann: her user memories' purges and the erasure reach whoever acts for her only.
+    _, cursor, _ = page(key_client(reader), subject_id="ann")
+    admin = key_client(agent, scopes=["read", "write", "admin"])
+    assert admin.delete("/api/v1/subjects/ann?purge=true").json()["memories"] == 2
+    events, _, body = page(key_client(reader), subject_id="ann", after=cursor)
+    assert sorted(events, key=str) == sorted(
+        [
+            ("memory.purged", memory.pk),
+            ("memory.purged", pending.pk),
+            ("review.resolved", pending.pk),
+            ("subject.erased", None),
+        ],
+        key=str,
+    )
+    assert {e["scope"] for e in body["events"] if e["memory_id"]} == {"user"}
+    assert "peanuts" not in str(body) and "nuts" not in str(body)
+    assert page(key_client(reader), after=cursor)[0] == []
+    assert page(key_client(reader), subject_id="bob", after=cursor)[0] == []
 
 
 @pytest.mark.django_db

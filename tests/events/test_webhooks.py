@@ -278,3 +278,17 @@ def test_review_pending_reaches_an_endpoint_that_wants_only_it(receiver, tenant,
     assert (
         body["data"]["review_state"] == "pending" and body["data"]["source"] == "agent:support-bot"
     )
+
+
+@pytest.mark.django_db
+def test_a_user_memorys_event_says_its_scope_and_source_user(receiver, tenant, agent):
+    endpoints.webhook_create(tenant=tenant, url=receiver.url, actor="operator:a@b.c")
+    memory = store(agent, "Ann is allergic to peanuts", scope="user", subject_id="ann")
+    own = store(agent, "Prefers email")
+    delivery.dispatch_webhooks(now=T0)
+    bodies = [json.loads(r.body) for r in receiver.received]
+    assert [(b["memory_id"], b["scope"], b["agent"], b["data"]["source"]) for b in bodies] == [
+        (memory.pk, "user", None, "user"),
+        (own.pk, "agent", "support-bot", "agent:support-bot"),
+    ]
+    assert bodies[0]["data"]["scope"] == "user" and bodies[0]["subject_id"] == "ann"

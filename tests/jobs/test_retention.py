@@ -12,7 +12,15 @@ from django.test import override_settings
 from accounts.principal import Principal
 from memories.formation.ingest import thread_messages_add
 from memories.jobs.retention import purge_retention
-from memories.models import IdempotencyRecord, JobRun, Memory, MemoryRevision, Message, Thread
+from memories.models import (
+    DailyReads,
+    IdempotencyRecord,
+    JobRun,
+    Memory,
+    MemoryRevision,
+    Message,
+    Thread,
+)
 from tests.factories import make_agent
 from tests.jobs.conftest import NOW, add_memories, ago, last_json_line
 
@@ -47,6 +55,7 @@ def test_retired_memories_past_retention_are_deleted(tenant, agent):
         "events_deleted": 0,
         "idempotency_deleted": 0,
         "messages_deleted": 0,
+        "reads_deleted": 0,
     }
     assert [exists(m) for m in old] == [False, False, False]
     assert (exists(recent), exists(at_cutoff), exists(restored)) == (True, False, True)
@@ -74,10 +83,48 @@ def test_days_option_and_setting_choose_the_period(tenant, agent):
         "events_deleted": 0,
         "idempotency_deleted": 0,
         "messages_deleted": 0,
+        "reads_deleted": 0,
     }
     assert not exists(memory)
     run = JobRun.objects.get(job="purge_retention", dry_run=False)
     assert (run.trigger, run.status, run.counts["memories_deleted"]) == ("command", "ok", 1)
+
+
+def test_daily_reads_past_the_dashboards_window_and_its_margin_are_deleted(
+    tenant, other_tenant, settings
+):
+    """The dashboard charts the last 30 UTC days of reads; purge_retention keeps them
+    MEMORYHUB_READS_RETENTION_DAYS (default 60), never fewer than the chart reads."""
+    today = NOW.date()  # NOW is noon UTC
+
+    def reads(tenant, days_ago):
+        return DailyReads.objects.create(
+            tenant=tenant, day=today - timedelta(days=days_ago), reads=5
+        )
+
+    kept = [reads(tenant, 0), reads(tenant, 29), reads(tenant, 60), reads(other_tenant, 60)]
+    for days_ago in (61, 62, 400):
+        reads(tenant, days_ago)
+    reads(other_tenant, 90)
+
+    assert purge_retention(now=NOW, dry_run=True)["reads_deleted"] == 4
+    assert DailyReads.objects.count() == 8
+    counts = purge_retention(now=NOW, batch_size=2)
+    assert counts["reads_deleted"] == 4
+    assert sorted(DailyReads.objects.values_list("pk", flat=True)) == [r.pk for r in kept]
+    assert purge_retention(now=NOW)["reads_deleted"] == 0
+    # A day later, the oldest kept day is past the window too.
+    assert purge_retention(now=NOW + timedelta(days=1))["reads_deleted"] == 2
+
+    # A setting shorter than the chart's window still keeps what the chart reads.
+    settings.MEMORYHUB_READS_RETENTION_DAYS = 7
+    assert purge_retention(now=NOW)["reads_deleted"] == 0
+    assert DailyReads.objects.filter(day=today - timedelta(days=29)).exists()
+    settings.MEMORYHUB_READS_RETENTION_DAYS = 30
+    # `tenant_id` limits it, like every part of the job.
+    reads(other_tenant, 45)
+    assert purge_retention(now=NOW, tenant_id=tenant.pk)["reads_deleted"] == 0
+    assert purge_retention(now=NOW)["reads_deleted"] == 1
 
 
 def test_idempotency_records_older_than_24_hours_are_deleted(tenant, other_tenant):
@@ -102,6 +149,7 @@ def test_idempotency_records_older_than_24_hours_are_deleted(tenant, other_tenan
         "events_deleted": 0,
         "idempotency_deleted": 4,
         "messages_deleted": 0,
+        "reads_deleted": 0,
     }
     assert list(IdempotencyRecord.objects.values_list("pk", flat=True)) == [fresh.pk]
 
@@ -118,6 +166,7 @@ def test_dry_run_counts_and_deletes_nothing(tenant, agent):
         "events_deleted": 0,
         "idempotency_deleted": 0,
         "messages_deleted": 0,
+        "reads_deleted": 0,
     }
     assert Memory.objects.count() == 2
 
@@ -177,6 +226,7 @@ def test_messages_of_threads_ended_past_retention_are_deleted_in_batches(tenant,
         "events_deleted": 0,
         "idempotency_deleted": 0,
         "messages_deleted": 7,
+        "reads_deleted": 0,
     }
     assert len(lines) == 4  # 7 messages, 2 a batch
     assert message_counts(old, at_cutoff, recent, open_thread) == [(0, 0), (0, 0), (3, 3), (3, 3)]
@@ -213,6 +263,7 @@ def test_message_retention_setting_option_dry_run_and_tenant_scope(tenant, agent
         "events_deleted": 0,
         "idempotency_deleted": 0,
         "messages_deleted": 2,
+        "reads_deleted": 0,
     }
     assert message_counts(mine, theirs) == [(0, 0), (3, 3)]
     # --now: the same rule as of another time.

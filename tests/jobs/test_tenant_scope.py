@@ -118,6 +118,7 @@ def test_a_tenant_scoped_retention_purge_deletes_that_tenants_rows_only(
         "events_deleted": 0,
         "idempotency_deleted": 1,
         "messages_deleted": 0,
+        "reads_deleted": 0,
     }
     assert Memory.objects.filter(tenant=other_tenant).count() == 2
     assert IdempotencyRecord.objects.filter(tenant=other_tenant).count() == 1
@@ -128,6 +129,7 @@ def test_a_tenant_scoped_retention_purge_deletes_that_tenants_rows_only(
             "events_deleted": 0,
             "idempotency_deleted": 1,
             "messages_deleted": 0,
+            "reads_deleted": 0,
         }
     }
 

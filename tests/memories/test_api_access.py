@@ -97,6 +97,7 @@ USER_READS = [
     ("search", "/api/v1/search"),
     ("hydrate", "/api/v1/hydrate"),
     ("export", "/api/v1/export.md{q}"),
+    ("events", "/api/v1/events{q}"),
 ]
 
 
@@ -120,6 +121,8 @@ def _sees(client, memory_id: str, how: str, url: str, subject: str | None) -> bo
         return memory_id in [m["id"] for m in payload["memories"]]
     if how == "recall":
         return (payload["memory"] or {}).get("id") == memory_id
+    if how == "events":
+        return memory_id in [event["memory_id"] for event in payload["events"]]
     return "allergy" in payload["keys"]
 
 

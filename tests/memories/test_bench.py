@@ -12,9 +12,10 @@ import sys
 
 import pytest
 
-from memories.bench import cpu, latency
+from memories.bench import cpu, formation, latency
 from memories.bench.latency import percentiles
 from memories.bench.locomo import evidence_ids, load, turn_text
+from tests.events.receivers import Receiver
 from tests.support.bench import run_bench, throwaway_dir
 from tests.support.live_server import asgi_server  # noqa: F401 - the fixture
 
@@ -181,10 +182,8 @@ def test_bench_command_runs_end_to_end_at_tiny_scale(tmp_path):
     assert "LoCoMo evidence recall" in completed.stdout
     assert "search_hybrid" in completed.stdout
     assert "checkpoint after the load" in completed.stdout and "prewarmed " in completed.stdout
-    # Formation: ingest batches over HTTP (this build has the route: measured, never skipped)
-    # and extraction runs against the stand-in model.
+    # Formation: ingest batches over HTTP and extraction runs against the stand-in model.
     ingest = results["formation"]["ingest"]
-    assert "skipped" not in ingest, ingest
     assert (ingest["batch_size"], ingest["batches"], ingest["n"]) == (10, 3, 3)
     assert ingest["p50"] > 0 and ingest["messages_per_second"] > 0
     extraction = results["formation"]["extraction"]
@@ -201,7 +200,7 @@ def test_bench_command_runs_end_to_end_at_tiny_scale(tmp_path):
     assert extraction["cpu_ms"] is None or extraction["cpu_ms"]["n"] == 2
     assert "extraction server_ms @4thr" in completed.stdout
     ingest_line = completed.stdout.split("ingest 10-msg batch", 1)[1].splitlines()[0]
-    assert "skipped" not in ingest_line and "messages/s, 1 client" in ingest_line, ingest_line
+    assert "messages/s, 1 client" in ingest_line, ingest_line
     # The throwaway data directory is gone.
     assert not throwaway_dir(completed.stdout).exists()
 
@@ -216,3 +215,19 @@ def test_the_latency_client_times_requests_and_reports_a_failure_with_its_body(
         latency._timed(client, lambda c, i: c.request("GET", "/api/v1/memories"), n=1, warmup=0)
     healthy = latency._timed(client, lambda c, i: c.request("GET", "/healthz"), n=3, warmup=2)
     assert len(healthy) == 3 and min(healthy) > 0  # the warm-up requests are not counted
+
+
+def test_an_ingest_404_fails_the_bench_instead_of_skipping_the_figure():
+    """The bench starts the server it measures, and that server has the ingest route: a 404 is
+    a defect of the bench (a wrong URL or key), never a figure to skip. A loopback server of
+    our own answers 404 to every POST."""
+    receiver = Receiver(script=[404] * 10)
+    url = receiver.start().removesuffix("/hook")
+    lines: list[str] = []
+    try:
+        with pytest.raises(RuntimeError, match="ingest bench request failed: 404"):
+            formation._ingest(url, "mh_not-a-key", 3, lines.append)
+    finally:
+        receiver.stop()
+    assert [r.answered for r in receiver.received] == [404]  # it stopped at the first
+    assert not any("skipped" in line for line in lines)
