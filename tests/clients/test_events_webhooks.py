@@ -10,7 +10,6 @@ from memoryhub_client import (
     Event,
     FeedPage,
     InvalidInputError,
-    MemoryHubError,
     NotFoundError,
     ScopeDeniedError,
     Webhook,
@@ -96,12 +95,6 @@ def test_a_walk_stopped_inside_a_page_resumes_at_that_page(hub):
     assert [e.memory_id for e in rest] == [stored[2].memory_id, stored[3].memory_id]
 
 
-# GET /api/v1/events with a subject answers 500 on main today: visible_q's user part filters
-# on `scope`, a column events do not have yet (FieldError). Branch ev adds it; strict, so this
-# fails once that is merged, to drop the mark (and `todo` in clients/typescript/test/events).
-@pytest.mark.xfail(
-    strict=True, raises=MemoryHubError, reason="needs events' scope (branch ev): 500 on main"
-)
 def test_events_for_a_subject(hub):
     plain = hub.store("no subject")
     mine = hub.store("about u-1", subject_id="u-1")

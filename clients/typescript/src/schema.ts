@@ -82,6 +82,8 @@ export interface Event {
   /** The owner agent's slug. */
   agent: string | null;
   subject_id: string | null;
+  /** The memory's scope: `user` for a subject's user memory (no `agent`; seen by every agent acting for the subject, `data.source` `user`); `agent` otherwise, and for events that are not a memory's. */
+  scope: ScopeEnum;
   memory_id: string | null;
   version: number | null;
   occurred_at: string;
