@@ -121,6 +121,14 @@ def formation_q(*, agent: Agent, subject_id: str | None) -> Q:
     return mine & ~Q(category=Category.CONVERSATION)
 
 
+def formation_known_q(*, agent: Agent, subject_id: str | None) -> Q:
+    """What an extraction's operation may name and be dropped as `out_of_scope` (outside
+    `formation_q`) rather than `invalid` (no memory the agent could change: the API's 404):
+    what the agent may change for the thread's subject (`owned_q`), and the tenant's user
+    memories of every subject (the kind of memory formation may change, of another person)."""
+    return owned_q(agent=agent, subject_id=subject_id) | Q(agent__isnull=True, scope=Scope.USER)
+
+
 def formation_changeable(*, agent: Agent, subject_id: str | None) -> Case:
     """`formation_q` as a boolean column (true or false, never NULL: a workspace memory's NULL
     agent makes the bare condition unknown), for reads that tell shown memories apart."""

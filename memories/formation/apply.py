@@ -6,10 +6,15 @@ Confinement (SPEC §13.5, the rule is `visibility.formation_q`): an `update`, `f
 (`ExtractionRun.offered_ids`) that is still live and in the formation scope. An operation on
 any other memory the thread's agent owns and sees for the thread's subject (a subject-less or
 workspace memory, shown read-only; a `conversation` memory; one the run did not show) is
-dropped as `out_of_scope`; one on a memory it cannot see at all (another subject's, agent's or
-tenant's, a missing or forgotten one) is `invalid`, as the API answers 404 for both. An `add` is
-confined by the store (`services.store.Formation`): never a workspace memory, and near
-duplicates are looked for inside the scope only.
+dropped as `out_of_scope`, and so is one on another subject's user memory (a memory of the
+kind formation may change, not of this thread's subject); one on a memory it cannot see at all
+(another subject's memory of an agent, another agent's or tenant's, a missing or forgotten one)
+is `invalid`, as the API answers 404 for both. An `add` is confined by the store
+(`services.store.Formation`): never a workspace memory, a `single` kind's record replaced only
+inside the scope, and near duplicates looked for inside the scope only. An `add` may be
+user-scoped (SPEC §13.2) only in a thread with a subject whose agent allows it
+(`user_scope_allowed`); elsewhere it is formed for the agent. Its `data` is checked against its
+kind's schema by the store; a failure drops it as `invalid`.
 
 Bounded transactions: operations are applied `APPLY_BATCH` at a time, each batch in a
 transaction of its own that first re-checks (and locks) the run, so an erasure that failed or
@@ -34,18 +39,21 @@ from accounts.models import Extraction
 from accounts.principal import Principal
 from memories import validation
 from memories.formation.operations import AddOp, ConfirmOp, ForgetOp, Operation, UpdateOp
-from memories.models import ExtractionRun, Memory, Message, ReviewReason, RunState, Thread
+from memories.models import ExtractionRun, Memory, Message, ReviewReason, RunState, Scope, Thread
 from memories.serialization import iso
 from memories.services.changes import memory_confirm, memory_update
 from memories.services.eviction import cap_lock
 from memories.services.lifecycle import memory_forget
 from memories.services.store import Formation, memory_store_prepare, memory_store_write
 from memories.services.writes import embeddings_remembered, embeddings_seed
-from memories.visibility import formation_changeable, owned_q
+from memories.visibility import formation_changeable, formation_known_q
 from memoryhub import tracing
 from memoryhub.errors import Conflict, DomainError, InvalidInput, NotFound, SecretRejected
 
 APPLY_BATCH = 10  # operations per transaction: how long the agent's cap lock may be held
+# In a run's kept answer: the first message seq the prompt showed (the earlier context's first,
+# else the first new one); evidence may cite any seq from it to the run's last.
+CONTEXT_FROM_SEQ = "context_from_seq"
 ACTOR = "system:extract"
 SOURCE_CHARS = 100  # Memory.source_provider
 
@@ -95,9 +103,17 @@ def extraction_principal(thread: Thread) -> Principal:
     )
 
 
+def user_scope_allowed(thread: Thread) -> bool:
+    """Whether a formed `add` may be user-scoped (SPEC §13.2): the thread has a subject and its
+    agent's `formation_user_scope` is on. Otherwise such an add is formed for the agent."""
+    return bool(thread.subject_id) and thread.agent.formation_user_scope
+
+
 def _evidence(run: ExtractionRun, thread: Thread, seqs: list[int]) -> dict:
-    """The messages a memory came from: only seqs this run showed the model count."""
-    kept = sorted({s for s in seqs if run.from_seq <= s <= run.to_seq})
+    """The messages a memory came from: only seqs this run showed the model count, the
+    earlier messages shown as context included (SPEC §13.5)."""
+    first = (run.answer or {}).get(CONTEXT_FROM_SEQ, run.from_seq)
+    kept = sorted({s for s in seqs if first <= s <= run.to_seq})
     return {"thread_id": thread.thread_id, "messages": kept, "run_id": run.pk}
 
 
@@ -169,7 +185,11 @@ def apply_operations(
                         now=now,
                     )
                     outcome.counts[name] += 1
-                    if name == "added" and _review_reason(operation, thread.agent):
+                    if (
+                        isinstance(operation, AddOp)
+                        and name in ("added", "updated")
+                        and _review_reason(operation, thread.agent)
+                    ):
                         outcome.counts["pending_review"] += 1
                 run.applied_ops, run.counts = start + len(batch), outcome.as_dict()
                 ExtractionRun.objects.filter(pk=run.pk).update(
@@ -188,8 +208,9 @@ def _still_running(run: ExtractionRun) -> bool:
 
 def _scope(thread: Thread, batch: list[Operation], now: datetime) -> dict[str, bool]:
     """The memories the batch's update/forget/confirm operations name that the thread's agent
-    owns and sees for the thread's subject, live: id → whether formation may change it
-    (`visibility.formation_q`). A name missing here is no memory the agent could change."""
+    owns and sees for the thread's subject, and the tenant's user memories of any subject, live:
+    id → whether formation may change it (`visibility.formation_q`). A name missing here is no
+    memory the agent could change."""
     ids = {op.memory_id for op in batch if not isinstance(op, AddOp)}
     if not ids:
         return {}
@@ -198,7 +219,7 @@ def _scope(thread: Thread, batch: list[Operation], now: datetime) -> dict[str, b
     return dict(
         Memory.objects.for_tenant(thread.tenant_id)
         .live(now)
-        .filter(owned_q(agent=agent, subject_id=subject_id), pk__in=ids)
+        .filter(formation_known_q(agent=agent, subject_id=subject_id), pk__in=ids)
         .annotate(operable=operable)
         .values_list("pk", "operable")
     )
@@ -233,13 +254,17 @@ def _outcome(
 
 
 def _lock_caps(thread: Thread, batch: list[Operation]) -> None:
-    """The agent's cap lock, taken first when the batch adds: its operations share one
-    transaction, and an update or forget before an add would otherwise hold a sequence's lock
-    or the owner's counter row while waiting for the cap lock, the reverse of a store's order
+    """The caps' locks, taken first when the batch adds: the agent's, and the subject's user
+    cap when the batch may add a user memory. Its operations share one transaction, and an
+    update or forget before an add would otherwise hold a sequence's lock or the owner's counter
+    row while waiting for the cap lock, the reverse of a store's order
     (`memories.services.sequences`), and deadlock with a concurrent store. (A formed add is
     never a workspace memory, so the workspace's cap lock is never needed.)"""
-    if any(isinstance(op, AddOp) for op in batch):
+    adds = [op for op in batch if isinstance(op, AddOp)]
+    if adds:
         cap_lock(thread.tenant, thread.agent)
+    if any(op.scope == Scope.USER for op in adds) and user_scope_allowed(thread):
+        cap_lock(thread.tenant, None, thread.subject_id)
 
 
 def _review_reason(operation: Operation, agent) -> str:
@@ -279,6 +304,10 @@ def _apply_one(
         }
         if operation.key:
             data["key"] = operation.key
+        if operation.data is not None:
+            data["data"] = operation.data
+        if operation.scope == Scope.USER and user_scope_allowed(thread):
+            data["scope"] = Scope.USER
         prepared = memory_store_prepare(
             principal=principal,
             data=data,

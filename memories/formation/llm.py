@@ -56,6 +56,7 @@ from memories.formation.operations import (
 from memories.formation.prompts import (
     EXTRACT_PROMPT,
     SUMMARIZE_PROMPT,
+    PromptKind,
     PromptMemory,
     PromptMessage,
     extraction_messages,
@@ -83,6 +84,7 @@ __all__ = [
     "LLMUnavailable",
     "Mention",
     "Operation",
+    "PromptKind",
     "PromptMemory",
     "PromptMessage",
     "SummaryAnswer",
@@ -261,17 +263,25 @@ class LLMClient:
         summary: str,
         messages: list[PromptMessage],
         memories: list[PromptMemory],
+        earlier: list[PromptMessage] = (),
+        kinds: list[PromptKind] = (),
+        user_scope: bool = False,
     ) -> ExtractionAnswer:
         """Ask the model which memories `messages` call for.
 
         `summary` is the thread's rolling summary ("" when there is none), `messages` the ones
-        after the watermark, `memories` the agent's live memories most related to them. Raises
-        `LLMUnavailable`, `LLMRequestError` or `LLMMalformedOutput`.
+        after the watermark, `memories` the agent's live memories most related to them,
+        `earlier` the messages before the watermark shown as context, `kinds` the tenant's
+        kinds, `user_scope` whether a user-scoped `add` is honoured. Raises `LLMUnavailable`,
+        `LLMRequestError` or `LLMMalformedOutput`.
         """
         chat = extraction_messages(
             summary=summary,
             messages=messages,
             memories=memories,
+            earlier=earlier,
+            kinds=kinds,
+            user_scope=user_scope,
             schema=self._schema_in_prompt(OPERATIONS_SCHEMA),
         )
         reply = self._complete(chat, schema_name=OPERATIONS_SCHEMA_NAME, schema=OPERATIONS_SCHEMA)

@@ -2,17 +2,22 @@
 
 The answer to an extraction is exactly `{"operations": [...]}`, each operation one of
 
-    {"op": "add", "text", "key": str | null, "category", "kind", "tags": [str],
-     "confidence", "mentions": [{"name", "type"}], "occurred_at": str | null, "evidence": [seq]}
+    {"op": "add", "text", "key": str | null, "category", "kind", "data": str | null,
+     "scope": "agent" | "user", "tags": [str], "confidence", "mentions": [{"name", "type"}],
+     "occurred_at": str | null, "evidence": [seq]}
     {"op": "update", "memory_id", "version", "text", "confidence", "evidence": [seq]}
     {"op": "forget", "memory_id", "version", "reason", "evidence": [seq]}
     {"op": "confirm", "memory_id", "evidence": [seq]}
 
-and the answer to a summary is `{"summary": "..."}`. The parser checks shape only (JSON, the
-known ops, the types of their fields) and raises `OutputError` with a short reason otherwise.
+and the answer to a summary is `{"summary": "..."}`. An add's `data` (the memory's structured
+data, for a kind with a schema: SPEC §13.1) is written as the JSON text of an object, because
+strict structured outputs cannot describe an open object; an object in its place (a server that
+does not enforce the schema) is taken as it is. The parser checks shape only (JSON, the known
+ops, the types of their fields, `data` an object) and raises `OutputError` with a short reason
+otherwise.
 Whether an operation may be applied (secrets, confidence thresholds, allowed categories,
-evidence within the run's messages, the memory still at that version) is the apply step's
-business, not this module's.
+evidence within the run's messages, `data` against its kind's schema, whether `scope: "user"` is
+honoured, the memory still at that version) is the apply step's business, not this module's.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
 __all__ = [
+    "ADD_SCOPES",
     "OPERATIONS_SCHEMA",
     "OPERATIONS_SCHEMA_NAME",
     "SUMMARY_SCHEMA",
@@ -72,6 +78,11 @@ class AddOp:
     mentions: list[Mention]
     occurred_at: str | None
     evidence: list[int]
+    # The memory's structured data (checked against its kind's schema when it is applied).
+    data: dict[str, Any] | None = None
+    # `user`: a fact about the person for every agent serving them (SPEC §13.2), honoured only
+    # for a thread with a subject whose agent allows it (`formation_user_scope`).
+    scope: str = "agent"
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +152,7 @@ _NULLABLE_STRING = {"type": ["string", "null"]}
 _INTEGER = {"type": "integer"}
 _NUMBER = {"type": "number"}
 _EVIDENCE = {"type": "array", "items": {"type": "integer"}}
+ADD_SCOPES = ("agent", "user")
 
 OPERATIONS_SCHEMA: dict[str, Any] = _object(
     {
@@ -155,6 +167,8 @@ OPERATIONS_SCHEMA: dict[str, Any] = _object(
                             "key": _NULLABLE_STRING,
                             "category": _STRING,
                             "kind": _STRING,
+                            "data": _NULLABLE_STRING,
+                            "scope": {"type": "string", "enum": list(ADD_SCOPES)},
                             "tags": {"type": "array", "items": _STRING},
                             "confidence": _NUMBER,
                             "mentions": {
@@ -268,6 +282,8 @@ def _parse_operation(item: object, *, where: str) -> Operation:
             mentions=fields.mentions(),
             occurred_at=fields.optional_string("occurred_at"),
             evidence=fields.evidence(),
+            data=fields.data(),
+            scope=fields.scope(),
         )
     if op == "update":
         return UpdateOp(
@@ -359,6 +375,26 @@ class _Fields:
             isinstance(v, int) and not isinstance(v, bool) for v in value
         ):
             raise self._wrong("evidence", "a list of message seqs (integers)")
+        return value
+
+    def data(self) -> dict[str, Any] | None:
+        """An add's `data`: null, a JSON object, or the JSON text of one."""
+        value = self._get("data", None)
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except (ValueError, RecursionError):
+                raise self._wrong("data", "the JSON text of an object") from None
+        if value is not None and not isinstance(value, dict):
+            raise self._wrong("data", "a JSON object or null")
+        return value
+
+    def scope(self) -> str:
+        value = self._get("scope", None)
+        if value is None:
+            return "agent"
+        if value not in ADD_SCOPES:
+            raise self._wrong("scope", '"agent" or "user"')
         return value
 
     def mentions(self) -> list[Mention]:

@@ -4,14 +4,18 @@ A prompt lives in `prompts/<name>.v<n>.md` (package data), read once per process
 is never edited in place: a new version is a new file, and `EXTRACT_PROMPT` /
 `SUMMARIZE_PROMPT` name the one in use, which every answer records as its `prompt_version`.
 
-In the rendered thread each message appears as `[<seq>] <role>: <content>` and each related
-memory as `(<memory_id> v<version> <category>) <text>` (SPEC §11), `(read-only)` after the
-parenthesis for one the model may not change (SPEC §13.5). Text is laid out so that nothing in it
-can pass for the prompt's own structure: every line break of every kind (`\n`, `\r\n`, `\r`,
-`\v`, `\f`, U+001C-U+001E, U+0085, U+2028, U+2029: what `str.splitlines` breaks on) in a
-message, memory or summary becomes a newline followed by an indent, so no line of it starts at
-the left margin; a sender's name and a memory's key, one-line fields, have their breaks replaced
-by spaces.
+In the rendered thread each new message appears as `[<seq>] <role>: <content>`, each earlier
+message shown for context (SPEC §13.5) as `[<seq>] (earlier) <role>: <content>`, and each
+related memory as `(<memory_id> v<version> <category>) <text>` (SPEC §11), with `(read-only)`
+after the parenthesis for one the model may not change (SPEC §13.5) and `(user)` for one of the
+subject's user-scoped memories (SPEC §13.2), then its key, kind and data when it has them. The
+tenant's kinds (SPEC §13.1) are listed one a line, bounded in size. Text is laid out so that
+nothing in it can pass for the prompt's own structure: every line break of every kind (`\n`,
+`\r\n`, `\r`, `\v`, `\f`, U+001C-U+001E, U+0085, U+2028, U+2029: what `str.splitlines` breaks on)
+in a message, memory or summary becomes a newline followed by an indent, so no line of it starts
+at the left margin; a sender's name, a memory's key and kind, and a kind's name and description,
+one-line fields, have their breaks replaced by spaces; JSON (a schema, a memory's data) is
+written with every non-ASCII character escaped, so it holds no line break at all.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ __all__ = [
     "EXTRACT_PROMPT",
     "SUMMARIZE_PROMPT",
     "Prompt",
+    "PromptKind",
     "PromptMemory",
     "PromptMessage",
     "extraction_messages",
@@ -36,7 +41,7 @@ __all__ = [
     "summary_messages",
 ]
 
-EXTRACT_PROMPT = "extract.v2"
+EXTRACT_PROMPT = "extract.v3"
 SUMMARIZE_PROMPT = "summarize.v1"
 
 
@@ -66,6 +71,26 @@ class PromptMemory:
     category: str
     text: str
     read_only: bool = False
+    user: bool = False  # one of the subject's user-scoped memories (SPEC §13.2)
+    kind: str = "fact"
+    data: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PromptKind:
+    """A kind of the tenant's registry, as the model reads it (SPEC §13.1)."""
+
+    name: str
+    single: bool
+    description: str
+    schema: dict[str, Any] | None
+
+
+# Bounds of what the kinds and a memory's data may add to a prompt (characters).
+KIND_DESCRIPTION_CHARS = 300
+KIND_SCHEMA_CHARS = 2000
+KINDS_MAX_CHARS = 6000
+MEMORY_DATA_CHARS = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,17 +136,24 @@ def extraction_messages(
     messages: list[PromptMessage],
     memories: list[PromptMemory],
     schema: dict[str, Any] | None,
+    earlier: list[PromptMessage] = (),
+    kinds: list[PromptKind] = (),
+    user_scope: bool = False,
 ) -> list[dict[str, str]]:
     """The chat messages of an extraction request.
 
-    `schema` is given when the server does not enforce it (`json_object`, `prompt`), so that
-    the model reads the exact shape instead.
+    `earlier` are messages before the watermark, shown as read-only context; `kinds` the
+    tenant's kinds; `user_scope` whether an `add` may be user-scoped in this thread. `schema` is
+    given when the server does not enforce it (`json_object`, `prompt`), so that the model
+    reads the exact shape instead.
     """
     return _chat(
         load_prompt(EXTRACT_PROMPT),
         schema=schema,
         summary=_indent_all(summary.strip()) or "(none: this is the start of the conversation)",
+        kinds=_render_kinds(kinds, user_scope=user_scope),
         memories="\n".join(_render_memory(m) for m in memories) or "(none)",
+        earlier=_render_messages(earlier, marker=" (earlier)"),
         messages=_render_messages(messages),
     )
 
@@ -150,7 +182,7 @@ def _chat(prompt: Prompt, *, schema: dict[str, Any] | None, **values: str) -> li
     ]
 
 
-def _render_messages(messages: list[PromptMessage]) -> str:
+def _render_messages(messages: list[PromptMessage], *, marker: str = "") -> str:
     lines: list[str] = []
     day = None
     for message in messages:
@@ -163,16 +195,67 @@ def _render_messages(messages: list[PromptMessage]) -> str:
                 lines.append(f"--- {day.isoformat()} ({day.strftime('%A')}) ---")
         name = _one_line(message.name or "")
         speaker = f"{message.role} ({name})" if name else message.role
-        lines.append(f"[{message.seq}] {speaker}: {_indent_rest(message.content)}")
+        lines.append(f"[{message.seq}]{marker} {speaker}: {_indent_rest(message.content)}")
     return "\n".join(lines) or "(none)"
 
 
 def _render_memory(memory: PromptMemory) -> str:
-    marker = " (read-only)" if memory.read_only else ""
+    marker = " (read-only)" if memory.read_only else " (user)" if memory.user else ""
     head = f"({memory.memory_id} v{memory.version} {memory.category}){marker}"
     line = f"{head} {_indent_rest(memory.text)}"
     key = _one_line(memory.key or "")
-    return f"{line} [key: {key}]" if key else line
+    if key:
+        line += f" [key: {key}]"
+    kind = _one_line(memory.kind)
+    if kind and kind != "fact":
+        line += f" [kind: {kind}]"
+    if memory.data:
+        data = _json(memory.data)
+        shown = data if len(data) <= MEMORY_DATA_CHARS else f"{len(data)} characters, not shown"
+        line += f" [data: {shown}]"
+    return line
+
+
+def _render_kinds(kinds: list[PromptKind], *, user_scope: bool) -> str:
+    """One line per kind (name, cardinality, description, schema), at most `KINDS_MAX_CHARS` in
+    all (the rest counted), then whether a user-scoped `add` is honoured here."""
+    lines: list[str] = []
+    size = 0
+    for index, kind in enumerate(kinds):
+        description = _cut(_one_line(kind.description), KIND_DESCRIPTION_CHARS)
+        line = f"- {_one_line(kind.name)} ({'single' if kind.single else 'multiple'})"
+        if description:
+            line += f": {description}"
+        if kind.schema is None:
+            line += " No schema."
+        else:
+            schema = _json(kind.schema)
+            if len(schema) <= KIND_SCHEMA_CHARS:
+                line += f" Schema of data: {schema}"
+            else:
+                line += " Its schema is too long to show here: do not use this kind."
+        if lines and size + len(line) > KINDS_MAX_CHARS:
+            lines.append(f"- ({len(kinds) - index} more kinds not shown)")
+            break
+        lines.append(line)
+        size += len(line) + 1
+    lines = lines or ["- fact (multiple): One distilled fact (the default kind). No schema."]
+    if user_scope:
+        lines.append(
+            'User scope: available ("scope": "user" for a fact that holds for every agent).'
+        )
+    else:
+        lines.append('User scope: not available in this conversation (always "scope": "agent").')
+    return "\n".join(lines)
+
+
+def _json(value: Any) -> str:
+    """Compact JSON, every non-ASCII character escaped: no line break of any kind in it."""
+    return json.dumps(value, ensure_ascii=True, separators=(", ", ": "), sort_keys=True)
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
 INDENT = "    "

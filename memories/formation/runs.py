@@ -47,9 +47,16 @@ from accounts.models import Agent, Extraction
 from memories import validation
 from memories.clock import resolve_now
 from memories.events.record import extraction_event_write
-from memories.formation.apply import ApplyDeadline, apply_operations
+from memories.formation.apply import (
+    CONTEXT_FROM_SEQ,
+    ApplyDeadline,
+    apply_operations,
+    user_scope_allowed,
+)
 from memories.formation.context import (
+    earlier_messages,
     message_window,
+    prompt_kinds,
     related_memories,
     unsummarised,
     unsummarised_bytes,
@@ -256,9 +263,17 @@ def _execute(
             _finish(run, thread, counts={}, now=now, more=False)
             return
         llm = llm or get_llm()
-        memories = related_memories(thread=thread, messages=messages)
-        answer = llm.extract(summary=thread.summary, messages=messages, memories=memories)
-        if not _keep_answer(run, answer, messages, memories):
+        memories = related_memories(thread=thread, messages=messages, now=now)
+        earlier = earlier_messages(thread, before_seq=messages[0].seq)
+        answer = llm.extract(
+            summary=thread.summary,
+            messages=messages,
+            memories=memories,
+            earlier=earlier,
+            kinds=prompt_kinds(run.tenant),
+            user_scope=user_scope_allowed(thread),
+        )
+        if not _keep_answer(run, answer, messages, memories, earlier):
             log.info("extraction run %s ended while the model answered (erased)", run.pk)
             return
     if os.environ.get(FAULT_ENV) == "after_answer":
@@ -286,11 +301,14 @@ def _execute(
     _summarise_if_due(run, thread, llm=llm, now=now)
 
 
-def _keep_answer(run: ExtractionRun, answer, messages, memories) -> bool:
-    """Commit the answer on the run with what the prompt offered, if the run is still running
-    (an erasure may have failed or deleted it meanwhile: the answer, about an erased subject,
-    is then not kept). The tokens are recorded either way, where the run still exists."""
+def _keep_answer(run: ExtractionRun, answer, messages, memories, earlier) -> bool:
+    """Commit the answer on the run with what the prompt offered (the changeable memories, and
+    the first earlier message shown: evidence may cite it and those after it), if the run is
+    still running (an erasure may have failed or deleted it meanwhile: the answer, about an
+    erased subject, is then not kept). The tokens are recorded either way, where the run still
+    exists."""
     run.answer = _storable(answer.operations, run.agent)
+    run.answer[CONTEXT_FROM_SEQ] = earlier[0].seq if earlier else messages[0].seq
     run.offered_ids = [m.memory_id for m in memories if not m.read_only]
     run.from_seq, run.to_seq = messages[0].seq, messages[-1].seq
     run.model, run.prompt_version = answer.model, answer.prompt_version

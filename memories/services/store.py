@@ -157,7 +157,9 @@ def _store_write(prepared: PreparedStore) -> StoreResult:
     inp = prepared.inp
     if prepared.formation is not None and prepared.owner is None and prepared.user_subject is None:
         # A workspace memory is the tenant's, not the thread's agent's (`formation_q`).
-        return StoreResult(memory=None, created=False, message="Out of scope", out_of_scope=True)
+        return StoreResult(
+            memory=None, created=False, message="Out of scope", action=SKIPPED, out_of_scope=True
+        )
     single = _kind_single(prepared)
     dedup = not inp.key and not single and inp.dedup_policy != "insert"
     corrected, near = _look_alikes(prepared, live=dedup)
@@ -344,7 +346,11 @@ def _upsert(prepared: PreparedStore, *, corrected: list[Near], single: bool) -> 
         existing = _existing(prepared, single=single)
         if existing is not None and not _formation_may_change(prepared, existing):
             return StoreResult(
-                memory=existing, created=False, message="Out of scope", out_of_scope=True
+                memory=existing,
+                created=False,
+                message="Out of scope",
+                action=SKIPPED,
+                out_of_scope=True,
             )
         if existing is not None and existing.expires_at and existing.expires_at <= now:
             # Invisible already; expire it so the slot is free for the new fact.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import subprocess
 import sys
@@ -29,7 +30,12 @@ from memories.formation.llm import (
     get_llm,
     llm_configured,
 )
-from memories.formation.operations import OPERATIONS_SCHEMA, SUMMARY_SCHEMA
+from memories.formation.operations import (
+    OPERATIONS_SCHEMA,
+    SUMMARY_SCHEMA,
+    operation_json,
+    parse_operations,
+)
 from tests.support.fake_llm import FakeLLM
 
 MESSAGES = [
@@ -291,7 +297,7 @@ def test_usage_latency_model_and_prompt_version_are_reported(fake_llm):
     assert answer.usage.total_tokens == 1290
     assert isinstance(answer.latency_ms, int) and answer.latency_ms >= 0
     assert answer.model == "test-model"
-    assert answer.prompt_version == "extract.v2"
+    assert answer.prompt_version == "extract.v3"
 
 
 @pytest.mark.parametrize(
@@ -304,13 +310,35 @@ def test_usage_latency_model_and_prompt_version_are_reported(fake_llm):
     ],
 )
 def test_prompt_mode_finds_the_json_around_prose_and_fences(fake_llm, content):
-    import json
-
     fake_llm.queue_content(content.replace("CONFIRM", json.dumps(CONFIRM)))
 
     answer = extract(client_for(fake_llm, output="prompt"))
 
     assert answer.operations == [ConfirmOp(memory_id=CONFIRM["memory_id"], evidence=[4])]
+
+
+@pytest.mark.parametrize(
+    ("fields", "data", "scope"),
+    [
+        ({}, None, "agent"),  # left out by a model outside strict mode: the defaults
+        ({"data": None, "scope": None}, None, "agent"),
+        (
+            {"data": '{"size": 42, "brand": "Asics"}', "scope": "user"},
+            {"size": 42, "brand": "Asics"},
+            "user",
+        ),
+        ({"data": {"size": 42}, "scope": "agent"}, {"size": 42}, "agent"),  # an object as is
+    ],
+)
+def test_an_add_carries_data_as_json_text_and_a_scope(fake_llm, fields, data, scope):
+    fake_llm.queue_json({"operations": [{**ADD, "kind": "ShoeSize", **fields}]})
+
+    [operation] = extract(client_for(fake_llm)).operations
+
+    assert (operation.kind, operation.data, operation.scope) == ("ShoeSize", data, scope)
+    assert parse_operations(json.dumps({"operations": [operation_json(operation)]})) == [
+        operation
+    ]  # kept on the run and read back unchanged
 
 
 def with_(operation: dict, **changes) -> dict:
@@ -341,6 +369,12 @@ def with_(operation: dict, **changes) -> dict:
         ({"operations": [with_(ADD, evidence=3)]}, "evidence is not a list of message seqs"),
         ({"operations": [with_(ADD, evidence=["3"])]}, "evidence is not a list of message seqs"),
         ({"operations": [with_(ADD, evidence=[True])]}, "evidence is not a list of message seqs"),
+        ({"operations": [with_(ADD, data="{not json")]}, "data is not the JSON text of an object"),
+        ({"operations": [with_(ADD, data="[1, 2]")]}, "data is not a JSON object or null"),
+        ({"operations": [with_(ADD, data=["size", 42])]}, "data is not a JSON object or null"),
+        ({"operations": [with_(ADD, data="[" * 100_000)]}, "data is not the JSON text of an"),
+        ({"operations": [with_(ADD, scope="everyone")]}, 'scope is not "agent" or "user"'),
+        ({"operations": [with_(ADD, scope=["user"])]}, 'scope is not "agent" or "user"'),
         ({"operations": [with_(UPDATE, version="3")]}, "operations[0].version is not an integer"),
         ({"operations": [with_(UPDATE, version=...)]}, "operations[0] has no 'version'"),
         ({"operations": [with_(FORGET, reason=...)]}, "operations[0] has no 'reason'"),

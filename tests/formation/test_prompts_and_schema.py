@@ -10,7 +10,7 @@ from memories.formation.operations import OPERATIONS_SCHEMA, SUMMARY_SCHEMA
 from memories.formation.prompts import EXTRACT_PROMPT, SUMMARIZE_PROMPT, load_prompt
 
 
-@pytest.mark.parametrize("version", [EXTRACT_PROMPT, SUMMARIZE_PROMPT])
+@pytest.mark.parametrize("version", [EXTRACT_PROMPT, "extract.v2", SUMMARIZE_PROMPT])
 def test_each_prompt_file_loads_with_its_sections(version):
     prompt = load_prompt(version)
 
@@ -23,7 +23,9 @@ def test_each_prompt_file_loads_with_its_sections(version):
 def test_the_prompts_placeholders():
     assert set(load_prompt(EXTRACT_PROMPT).user.get_identifiers()) == {
         "summary",
+        "kinds",
         "memories",
+        "earlier",
         "messages",
     }
     assert set(load_prompt(SUMMARIZE_PROMPT).user.get_identifiers()) == {"summary", "messages"}
@@ -32,6 +34,7 @@ def test_the_prompts_placeholders():
 def test_the_prompts_state_the_spec_formats():
     system = load_prompt(EXTRACT_PROMPT).system
     assert "`[<seq>] <role>: <content>`" in system
+    assert "`[<seq>] (earlier) <role>: <content>`" in system
     assert "`(<memory_id> v<version> <category>) <text>`" in system
     assert '{"operations": []}' in system
 

@@ -93,7 +93,9 @@ def test_the_request_holds_the_summary_only_new_messages_and_related_memories_an
     assert "Earlier: the user talked about moving." in prompt
     assert "[3] user: Lisbon is lovely, my token is [redacted:github_token]" in prompt
     assert "[4] assistant: Glad to hear" in prompt
-    assert "I moved to Lisbon last year" not in prompt  # extracted by the first run
+    # Extracted by the first run: shown again only as earlier context (SPEC §13.5).
+    assert "[1] (earlier) user: I moved to Lisbon last year" in prompt
+    assert "[1] user: I moved" not in prompt
     memory = Memory.objects.get()
     assert f"({memory.pk} v1 core) The user lives in Lisbon" in prompt
     assert TOKEN not in str([r.body for r in fake_llm.requests])
@@ -357,7 +359,9 @@ def test_resending_a_conversation_extracts_only_the_new_messages(principal, fake
     extract(principal, llm)
     prompt = fake_llm.last_request.prompt
     assert "[3] user: charlie" in prompt
-    assert "alpha" not in prompt and "bravo" not in prompt
+    new = prompt.split("## New messages\n", 1)[1]
+    assert "alpha" not in new and "bravo" not in new
+    assert "[1] (earlier) user: alpha" in prompt and "[2] (earlier) assistant: bravo" in prompt
 
 
 @pytest.mark.django_db
@@ -379,7 +383,8 @@ def test_the_rolling_summary_starts_at_the_threshold_and_the_next_run_gets_it(
     ingest(principal, "d")
     extract(principal, llm)
     assert "The user typed many letters." in fake_llm.last_request.prompt
-    assert "cccc" not in fake_llm.last_request.prompt
+    new = fake_llm.last_request.prompt.split("## New messages\n", 1)[1]
+    assert "cccc" not in new and "[4] user: d" in new
 
 
 @pytest.mark.django_db

@@ -79,7 +79,7 @@ def world(tenant, other_tenant, agent, alice, general):
 
 
 def memory_lines(prompt: str) -> list[str]:
-    section = prompt.split("## Related memories\n", 1)[1].split("\n\n## New messages", 1)[0]
+    section = prompt.split("## Related memories\n", 1)[1].split("\n\n## ", 1)[0]
     return section.splitlines()
 
 
