@@ -5,22 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from accounts.principal import Principal
 from memories.events import feed
-from memories.formation.llm import LLMClient
 from memories.models import Event
 from memoryhub import metrics
 from tests.formation.test_runs import add_op, extract, ingest
-
-
-@pytest.fixture
-def principal(agent):
-    return Principal(tenant=agent.tenant, agent=agent)
-
-
-@pytest.fixture
-def llm(fake_llm):
-    return LLMClient(url=fake_llm.url, model="stand-in", timeout=5, sleep=fake_llm.sleeps.append)
 
 
 @pytest.mark.django_db

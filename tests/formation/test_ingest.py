@@ -21,11 +21,6 @@ def conversation(*pairs):
     return [{"role": role, "content": content} for role, content in pairs]
 
 
-@pytest.fixture
-def principal(agent):
-    return Principal(tenant=agent.tenant, agent=agent)
-
-
 def add(principal, messages, thread_id="t-1", now=NOW, **extra):
     return thread_messages_add(
         principal=principal, thread_id=thread_id, data={"messages": messages, **extra}, now=now

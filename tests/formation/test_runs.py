@@ -8,7 +8,6 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from accounts.principal import Principal
 from memories.formation.ingest import thread_messages_add
 from memories.formation.llm import LLMClient
 from memories.formation.runs import extract_due_threads, run_execute, run_request
@@ -20,16 +19,6 @@ from tests.jobs.conftest import start_command
 
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 TOKEN = "ghp_" + "aB3dE6gH9jK2mN5pQ8sT1vW4yZ7bC0eF3hJ6"
-
-
-@pytest.fixture
-def principal(agent):
-    return Principal(tenant=agent.tenant, agent=agent)
-
-
-@pytest.fixture
-def llm(fake_llm):
-    return LLMClient(url=fake_llm.url, model="stand-in", timeout=5, sleep=fake_llm.sleeps.append)
 
 
 def ingest(principal, *contents, thread_id="t-1", now=NOW, **extra):
