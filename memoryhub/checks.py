@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from django.conf import settings
-from django.core.checks import Error, Tags, register
+from django.core.checks import Error, Tags, Warning, register
 
 
 @register(Tags.security, deploy=True)
@@ -21,6 +21,22 @@ def development_secret_key_in_production(app_configs, **kwargs) -> list[Error]:
                 hint="Set the SECRET_KEY environment variable to a long random value, e.g. "
                 "python -c 'import secrets; print(secrets.token_urlsafe(50))'.",
                 id="memoryhub.E001",
+            )
+        ]
+    return []
+
+
+@register()
+def events_off(app_configs, **kwargs) -> list[Warning]:
+    """MEMORYHUB_BENCH_NO_EVENTS is for the bench's paired load only: with it, changes reach
+    neither the change feed nor the webhooks."""
+    if getattr(settings, "MEMORYHUB_BENCH_NO_EVENTS", False):
+        return [
+            Warning(
+                "MEMORYHUB_BENCH_NO_EVENTS is on: writes record no events, so GET "
+                "/api/v1/events and the webhooks miss them.",
+                hint="Unset it; it exists for `bench --load --pair observability` only.",
+                id="memoryhub.W001",
             )
         ]
     return []

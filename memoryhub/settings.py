@@ -295,6 +295,10 @@ MEMORYHUB_WEBHOOK_NUDGE = env_bool("MEMORYHUB_WEBHOOK_NUDGE", default=not TESTIN
 # One line per request on the `memoryhub.access` logger (method, route, status, duration, tenant
 # and agent): on by default, at INFO.
 MEMORYHUB_ACCESS_LOG = env_bool("MEMORYHUB_ACCESS_LOG", default=True)
+# For measuring what events cost, never for a service (`bench --load --pair observability`
+# sets it on its "off" server): writes made by requests record no event, so the feed and the
+# webhooks miss them. `manage.py check` warns while it is on.
+MEMORYHUB_BENCH_NO_EVENTS = env_bool("MEMORYHUB_BENCH_NO_EVENTS")
 
 # --- Embeddings -------------------------------------------------------------------------------
 MEMORYHUB_EMBEDDER = env_str("MEMORYHUB_EMBEDDER", "hashing" if TESTING else "auto")

@@ -83,16 +83,30 @@ def seed(
 
 @contextmanager
 def serving(
-    data_dir: Path, *, embedder: str, out, workers: int | None = None, timeout: float | None = None
+    data_dir: Path,
+    *,
+    embedder: str,
+    out,
+    workers: int | None = None,
+    timeout: float | None = None,
+    env: dict[str, str | None] | None = None,
+    name: str = "serve",
 ):
     """`python manage.py serve` (its defaults, or `workers` web processes) on `data_dir` and a
     free port; yields its URL and pid. Each web process imports the app and loads its model at
-    start-up: on a busy machine that takes a while, hence the time allowed per process."""
+    start-up: on a busy machine that takes a while, hence the time allowed per process. `env`:
+    variables set (a value) or removed (None) for this server; `name` names its log file."""
     timeout = timeout or max(180.0, 60.0 * (workers or default_workers()))
     port = free_port()
     base_url = f"http://127.0.0.1:{port}"
-    env = server_env(data_dir, embedder)
-    log_path = data_dir / "serve.log"  # removed with the throwaway directory
+    server_environment = server_env(data_dir, embedder)
+    for variable, value in (env or {}).items():
+        if value is None:
+            server_environment.pop(variable, None)
+        else:
+            server_environment[variable] = value
+    env = server_environment
+    log_path = data_dir / f"{name}.log"  # removed with the throwaway directory
     command = [sys.executable, "manage.py", "serve", "--port", str(port)]
     if workers is not None:
         command += ["--workers", str(workers)]
@@ -112,7 +126,7 @@ def serving(
                 tail = log_path.read_text()[-3000:]
                 raise RuntimeError(f"`serve` did not come up:\n{tail}")
             time.sleep(0.2)
-        out(f"serve up at {base_url}")
+        out(f"{name} up at {base_url}")
         yield base_url, process.pid
     finally:
         process.send_signal(signal.SIGTERM)
@@ -199,7 +213,7 @@ def _warm(base_url: str, creds: list[dict], queries: list[str]) -> None:
 
 
 def drive(
-    base_url: str,
+    base_url: str | list[str],
     creds: list[dict],
     *,
     duration: float,
@@ -209,13 +223,15 @@ def drive(
     started: Callable[[list[int]], None] = lambda pids: None,
 ) -> tuple[list[dict], float]:
     """Run one client process per credential; returns their results and the wall seconds.
-    `started(the clients' pids)` is called once every client has been told to go."""
+    `base_url`: the server, or each client's (a list as long as `creds`). `started(the
+    clients' pids)` is called once every client has been told to go."""
+    urls = [base_url] * len(creds) if isinstance(base_url, str) else base_url
     configs = []
-    for index, cred in enumerate(creds):
+    for index, (cred, url) in enumerate(zip(creds, urls, strict=True)):
         rng = random.Random(1000 + index)
         configs.append(
             {
-                "base_url": base_url,
+                "base_url": url,
                 "key": cred["key"],
                 "keys": cred["keys"],
                 "seed": index,
@@ -226,7 +242,8 @@ def drive(
                 "queries": [corpus.query(rng) for _ in range(POOL)],
             }
         )
-    _warm(base_url, creds, configs[0]["queries"][-8:])
+    for url in dict.fromkeys(urls):
+        _warm(url, creds, configs[0]["queries"][-8:])
     processes = [
         subprocess.Popen(
             [sys.executable, "-m", "memories.bench.load_client"],

@@ -27,6 +27,7 @@ from datetime import datetime
 from typing import Any
 
 import orjson
+from django.conf import settings
 from django.db import connection
 
 from memories.events.nudge import after_commit
@@ -103,7 +104,7 @@ def events_insert(events: list[Event]) -> None:
     """Insert `events` in one statement. Written out rather than `bulk_create`, whose compiling
     costs more than the insert on every write; tests/events/test_record.py holds the rows it
     writes equal to `bulk_create`'s."""
-    if not events:
+    if not events or settings.MEMORYHUB_BENCH_NO_EVENTS:
         return
     for tenant_id in {event.tenant_id for event in events}:
         after_commit(tenant_id)
@@ -123,6 +124,8 @@ def memory_events(
     now: datetime,
 ) -> list[Event]:
     """The events of one change to `memory` (its state after the change)."""
+    if settings.MEMORYHUB_BENCH_NO_EVENTS:
+        return []
     types = [memory_event_type(change_type, before)]
     review = review_event_type(before, after)
     if review is not None:

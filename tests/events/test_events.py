@@ -7,6 +7,7 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.core.checks import run_checks
 from django.db import connection, transaction
 
 from accounts.principal import Principal
@@ -310,3 +311,17 @@ def test_the_migration_gives_existing_events_their_memorys_scope(principal, tena
         (tenant.pk, own.pk): "agent",
         (other.tenant.pk, user.pk): "agent",
     }
+
+
+@pytest.mark.django_db
+def test_the_bench_switch_stops_request_writes_from_recording_events(principal, settings):
+    store(principal, 0, key="before")
+    assert [e.type for e in events()] == ["memory.created"]
+    assert not [w for w in run_checks() if w.id == "memoryhub.W001"]
+
+    settings.MEMORYHUB_BENCH_NO_EVENTS = True  # `bench --load --pair observability`'s "off"
+    m = store(principal, 1, key="during")
+    memory_forget(principal=principal, memory_id=m.pk, reason="stale", now=T0)
+    assert [e.type for e in events()] == ["memory.created"]  # nothing recorded meanwhile
+    warnings = [w for w in run_checks() if w.id == "memoryhub.W001"]
+    assert len(warnings) == 1 and "MEMORYHUB_BENCH_NO_EVENTS" in warnings[0].msg

@@ -16,6 +16,7 @@ from django.db import connection
 from memories.bench import cpu
 from memories.bench.corpus import CORPORA, WORDS
 from memories.bench.load import KINDS, MIX, _ended_kind, _kind, summarise
+from memories.bench.pair import PAIRS, side_env, side_of
 from tests.support.bench import run_bench
 
 
@@ -147,3 +148,63 @@ def test_bench_load_runs_against_serve_and_writes_its_figures(tmp_path):
     assert "corpus small-vocabulary, 1 web workers" in completed.stdout
     assert "CPU ms per request: web " in completed.stdout
     assert "search_hybrid" in completed.stdout
+
+
+@pytest.mark.slow
+def test_bench_load_pair_runs_both_sides_at_once_and_writes_their_figures(tmp_path):
+    output = tmp_path / "bench-results.json"
+    completed = run_bench(
+        "--load",
+        "--pair",
+        "observability",
+        "--clients",
+        "2",
+        "--duration",
+        "2",
+        "--embedder",
+        "hashing",
+        "--workers",
+        "1",
+        "--output",
+        str(output),
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    pair = json.loads(output.read_text())["load"]["hashing/1 workers/pair observability"]
+    assert pair["pair"] == "observability" and pair["clients"] == 2 and pair["rounds"] == 2
+    assert pair["workers"] == 1
+    assert len(pair["on_over_off"]["throughput_by_round"]) == 2
+    off, on = pair["sides"]["off"], pair["sides"]["on"]
+    assert off["clients"] == on["clients"] == 1
+    assert off["env"]["MEMORYHUB_BENCH_NO_EVENTS"] == "1" and on["on"] == list(
+        PAIRS["observability"]
+    )
+    assert off["env"]["MEMORYHUB_METRICS_TOKEN"] is None and off["on"] == []
+    assert on["env"]["MEMORYHUB_METRICS_TOKEN"] == "set"  # the token itself is not written
+    assert on["env"]["MEMORYHUB_BENCH_NO_EVENTS"] is None
+    for side in (off, on):
+        row = side["operations"]["all"]
+        assert row["n"] > 0 and row["req_per_s"] > 0 and row["errors"] == 0, row["error_kinds"]
+        assert side["web_cpu_ms_per_request"] > 0  # each server's own processes were found
+    assert pair["postgres_cpu_ms_per_request"] > 0
+    assert pair["on_over_off"]["throughput"] > 0 and pair["on_over_off"]["web_cpu"] > 0
+    assert "paired mixed load: 2 clients split between two servers of 1 web workers, 2 rounds" in (
+        completed.stdout
+    )
+    assert "round 2 of 2: on started first" in completed.stdout
+    assert "on / off: throughput" in completed.stdout
+
+
+def test_pair_sides_alternate_and_differ_only_in_what_the_pair_names():
+    assert [side_of(i) for i in range(4)] == ["off", "on", "off", "on"]
+    assert [side_of(i, 1) for i in range(4)] == ["on", "off", "on", "off"]  # the second round
+    off, on = side_env("off"), side_env("on")
+    assert set(off) == set(on)
+    assert off["MEMORYHUB_METRICS_TOKEN"] is None and on["MEMORYHUB_METRICS_TOKEN"]
+    assert (off["MEMORYHUB_ACCESS_LOG"], on["MEMORYHUB_ACCESS_LOG"]) == ("0", "1")
+    assert (off["LOG_LEVEL"], on["LOG_LEVEL"]) == ("WARNING", "INFO")  # its lines are written
+    assert (off["MEMORYHUB_BENCH_NO_EVENTS"], on["MEMORYHUB_BENCH_NO_EVENTS"]) == ("1", None)
+    assert off["PROMETHEUS_MULTIPROC_DIR"] is on["PROMETHEUS_MULTIPROC_DIR"] is None  # serve's own
+    events = side_env("on", "events")
+    assert events["MEMORYHUB_BENCH_NO_EVENTS"] is None and events["MEMORYHUB_ACCESS_LOG"] == "0"
+    assert events["MEMORYHUB_METRICS_TOKEN"] is None
+    assert side_env("on", "same") == side_env("off", "same") == side_env("off")

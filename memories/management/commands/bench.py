@@ -26,6 +26,7 @@ from memories.bench.corpus import CORPORA
 from memories.bench.formation import formation_table, run_extraction_bench, run_ingest_bench
 from memories.bench.load import load_table, run_load_bench
 from memories.bench.locomo import KS, MODES, run_locomo
+from memories.bench.pair import PAIRS, pair_table, run_pair_bench
 from memories.bench.prune import run_prune_bench
 from memories.bench.server import ApiServer, durability, throwaway_database
 from memories.models import Memory
@@ -104,6 +105,13 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--workers", type=int, help="--load: web processes for `serve` (default: its own)"
+        )
+        parser.add_argument(
+            "--pair",
+            choices=sorted(PAIRS),
+            help="--load: two servers on one database at once, the clients split between them; "
+            "metrics, access log and events off on one, and on the other the named ones "
+            "(observability: all three; same: none, the pair's own noise) (bench/pair.py)",
         )
         parser.add_argument("--skip-latency", action="store_true")
         parser.add_argument("--skip-formation", action="store_true")
@@ -219,10 +227,14 @@ class Command(BaseCommand):
             raise CommandError("--clients and --duration must be positive")
         if opts["workers"] is not None and opts["workers"] < 1:
             raise CommandError("--workers must be positive")
+        if opts["pair"] and (opts["clients"] < 2 or opts["clients"] % 2):
+            raise CommandError("--pair splits the clients in two: give an even --clients")
         embedder = opts["embedder"]
         logging.getLogger("httpx").setLevel(logging.WARNING)
+        run, table = (run_pair_bench, pair_table) if opts["pair"] else (run_load_bench, load_table)
+        extra = {"pair": opts["pair"]} if opts["pair"] else {}
         with throwaway_database(self.out, durable=True) as data_dir:
-            result = run_load_bench(
+            result = run(
                 data_dir=data_dir,
                 clients=opts["clients"],
                 duration=opts["duration"],
@@ -230,11 +242,12 @@ class Command(BaseCommand):
                 out=self.out,
                 corpus=opts["corpus"],
                 workers=opts["workers"],
+                **extra,
             )
             result["postgres"] = durability()
         result["started_at"] = timezone.now().isoformat()
         result["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version()}
-        load_table(result, self.out)
+        table(result, self.out)
         path = opts["output"]
         try:
             results = json.loads(path.read_text())
@@ -247,6 +260,8 @@ class Command(BaseCommand):
             name += f"/{opts['corpus']}"
         if opts["workers"] is not None:
             name += f"/{opts['workers']} workers"
+        if opts["pair"]:
+            name += f"/pair {opts['pair']}"
         results.setdefault("load", {})[name] = result
         path.write_text(json.dumps(results, indent=2) + "\n")
         self.out(f"wrote the load figures to {path}")
