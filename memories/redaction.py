@@ -5,6 +5,7 @@ secrets everywhere else)."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 
@@ -130,19 +131,31 @@ def redact(text: str) -> tuple[str, list[str]]:
     return redacted, list(dict.fromkeys(rules))
 
 
+@functools.lru_cache(maxsize=4096)
+def _holds_secret(word: str) -> bool:
+    return secret_rule(word) is not None
+
+
 class RedactSecrets(logging.Filter):
     """A log handler's filter (`LOGGING` in settings): a record whose message, traceback or
     stack holds anything secret-shaped (a model server's error body quoting a key, an
     exception quoting a model's answer or a client's input) is logged with those spans
     redacted, as message content is. The record is changed in place, so the handlers after
-    this one see it redacted too."""
+    this one see it redacted too.
+
+    A record may say which of its arguments are free text (`extra={"free_text": (...)}`: the
+    access log's route, tenant and agent; the rest of its line is a method from a fixed set and
+    numbers): then only those are scanned, each once per process (they repeat on every
+    request), and the whole line is redacted as usual if one of them holds a secret."""
 
     _formatter = logging.Formatter()
 
     def filter(self, record: logging.LogRecord) -> bool:
-        message, rules = redact(record.getMessage())
-        if rules:
-            record.msg, record.args = message, ()
+        words = getattr(record, "free_text", None)
+        if words is None or any(_holds_secret(word) for word in words):
+            message, rules = redact(record.getMessage())
+            if rules:
+                record.msg, record.args = message, ()
         if record.exc_info and not record.exc_text:
             # What a formatter would print; kept on the record, it is printed instead.
             record.exc_text = self._formatter.formatException(record.exc_info)

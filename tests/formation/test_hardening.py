@@ -148,6 +148,26 @@ def test_the_log_filter_redacts_messages_arguments_and_tracebacks():
     assert (plain.msg, plain.args) == ("run %s done", (7,))  # untouched
 
 
+def test_a_record_naming_its_free_text_is_scanned_there_and_redacted_whole_on_a_find():
+    # The access log's line: only its route, tenant and agent are free text.
+    fmt = "method=%s route=%s status=%d tenant=%s agent=%s"
+
+    def access(agent: str) -> logging.LogRecord:
+        args = ("GET", "/api/v1/memories", 200, "acme", agent)
+        record = logging.LogRecord("memoryhub.access", logging.INFO, __file__, 1, fmt, args, None)
+        record.free_text = ("/api/v1/memories", "acme", agent)
+        return record
+
+    clean = access("support-bot")
+    assert RedactSecrets().filter(clean) is True
+    assert clean.getMessage().endswith("agent=support-bot")
+    for _ in range(2):  # a word already scanned is judged the same (each is scanned once)
+        leaky = access(TOKEN)
+        RedactSecrets().filter(leaky)
+        assert TOKEN not in leaky.getMessage()
+        assert leaky.getMessage().endswith("tenant=acme [redacted:github_token]")
+
+
 @pytest.mark.django_db
 def test_erasing_a_subject_named_like_a_token_is_refused_without_echoing_it(key_client, agent):
     admin = key_client(agent, scopes=["read", "write", "admin"])
