@@ -19,6 +19,7 @@ from typing import Any
 
 from django.db import connections
 from django.db.models import Model, QuerySet
+from django.db.models.base import DEFERRED
 from django.db.models.query import get_related_populators
 from django.db.models.sql import InsertQuery
 
@@ -179,6 +180,34 @@ def converted(fetched, converters, connection) -> list:
     return row
 
 
+class Instances:
+    """Model instances from the values of `names` (in the model's field order, as a SELECT of
+    the ORM lists them), as `Model.from_db` makes them: the fields not named deferred. It
+    placed each value by looking every field up in the list of names, for every row."""
+
+    def __init__(self, model: type[Model], names: list[str]):
+        fields = model._meta.concrete_fields
+        position = {field.attname: index for index, field in enumerate(fields)}
+        self.model = model
+        self.positions = [position[name] for name in names]
+        if self.positions != sorted(self.positions):
+            raise ValueError(f"{model.__name__}'s fields out of order: {names}")
+        self.full = len(names) == len(fields)
+        self.template = [DEFERRED] * len(fields)
+
+    def make(self, db: str, values: list) -> Model:
+        if self.full:
+            args = values
+        else:
+            args = self.template.copy()
+            for index, value in zip(self.positions, values, strict=True):
+                args[index] = value
+        obj = self.model(*args)
+        obj._state.adding = False
+        obj._state.db = db
+        return obj
+
+
 class RowLoader:
     """Rows of a hand-written SELECT of `fields` of `model` (in that order), then extra
     columns, as model instances: what `Model.objects.raw()` makes of them (the fields loaded
@@ -188,6 +217,7 @@ class RowLoader:
     def __init__(self, model: type[Model], fields: list, extra: list[str], db: str = "default"):
         self.model, self.db, self.extra = model, db, extra
         self.names = [field.attname for field in fields]
+        self.instances = Instances(model, self.names)
         compiler = model._default_manager.none().query.get_compiler(using=db)
         columns = [field.get_col(model._meta.db_table) for field in fields]
         self.converters = list(compiler.get_converters(columns).items())
@@ -197,8 +227,8 @@ class RowLoader:
         count = len(self.names)
         out = []
         for fetched in rows:
-            obj = self.model.from_db(
-                self.db, self.names, converted(fetched[:count], self.converters, connection)
+            obj = self.instances.make(
+                self.db, converted(fetched[:count], self.converters, connection)
             )
             for name, value in zip(self.extra, fetched[count:], strict=True):
                 setattr(obj, name, value)
@@ -221,7 +251,9 @@ class CompiledQuery(CompiledSQL):
         self.model = klass_info["model"]
         fields = klass_info["select_fields"]
         self.start, self.end = fields[0], fields[-1] + 1
-        self.init_list = [s[0].target.attname for s in select[self.start : self.end]]
+        self.instances = Instances(
+            self.model, [s[0].target.attname for s in select[self.start : self.end]]
+        )
         self.related_populators = get_related_populators(klass_info, select, self.db)
 
     def fetch(self, **values: Any) -> list[Model]:
@@ -232,7 +264,7 @@ class CompiledQuery(CompiledSQL):
         out = []
         for fetched in rows:
             row = converted(fetched[: self.col_count], self.converters, connection)
-            obj = self.model.from_db(self.db, self.init_list, row[self.start : self.end])
+            obj = self.instances.make(self.db, row[self.start : self.end])
             for populator in self.related_populators:
                 populator.populate(row, obj)
             out.append(obj)

@@ -1,5 +1,6 @@
 """`compiled.insert_instance`: the row the ORM's `save(force_insert=True)` writes, in one INSERT
-written once per model that reads back nothing but an auto primary key."""
+written once per model that reads back nothing but an auto primary key; and `compiled.Instances`:
+the instances the ORM makes of a compiled statement's rows."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from django.db.models.functions import Now
 from django.test.utils import CaptureQueriesContext
 
 from accounts.principal import Principal
-from memories.compiled import insert_instance
+from memories.compiled import CompiledQuery, Instances, Slot, insert_instance
 from memories.embeddings import EMBEDDING_DIM
 from memories.models import Memory, MemoryRevision
 from memories.services.store import memory_store
@@ -128,3 +129,29 @@ def test_a_store_reads_back_nothing_it_already_holds(tenant, agent):
     }
     assert "RETURNING" not in inserts["memories_memory"]  # not the generated tsvector
     assert inserts["memories_memoryrevision"].endswith('RETURNING "memories_memoryrevision"."id"')
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("only", [None, ("id", "text", "tags", "data", "updated_at", "agent_id")])
+def test_compiled_rows_are_the_instances_the_orm_makes(tenant, agent, only):
+    """`CompiledQuery.fetch` (search's hits, reads by key) makes the instances iterating its
+    queryset makes: the same values, the same deferred fields, loaded from the database."""
+    memory = _memory(tenant, agent, "mem_ROWS")
+    insert_instance(memory)
+    slots = Slot()
+    rows = Memory.objects.for_tenant(slots.int("tenant")).filter(pk=slots.text("id"))
+    if only:
+        rows = rows.only(*only)
+    [ours] = CompiledQuery(rows, slots).fetch(tenant=tenant.pk, id="mem_ROWS")
+    [theirs] = Memory.objects.for_tenant(tenant).filter(pk="mem_ROWS").only(*(only or ["id"]))
+    if not only:
+        theirs = Memory.objects.get(pk="mem_ROWS")
+    assert ours.get_deferred_fields() == theirs.get_deferred_fields()
+    loaded = [f.attname for f in Memory._meta.concrete_fields if f.attname in ours.__dict__]
+    assert loaded and [getattr(ours, n) for n in loaded] == [getattr(theirs, n) for n in loaded]
+    assert not ours._state.adding and ours._state.db == "default"
+
+
+def test_instances_refuse_names_out_of_the_models_order():
+    with pytest.raises(ValueError, match="out of order"):
+        Instances(Memory, ["text", "id"])
