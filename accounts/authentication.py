@@ -45,6 +45,17 @@ def _lookup_sql() -> str:
 LOOKUP_SQL = _lookup_sql()
 
 
+def _loading(model) -> tuple:
+    """What loading `model` from its columns of the lookup row needs, worked out once."""
+    fields = model._meta.concrete_fields
+    converted = [(i, f.from_db_value) for i, f in enumerate(fields) if hasattr(f, "from_db_value")]
+    return model, len(fields), [field.attname for field in fields], converted
+
+
+# The lookup row's models in column order: the key, its agent, the tenant.
+_LOADING = [_loading(model) for model in (ApiKey, Agent, Tenant)]
+
+
 def _find_key(prefix: str) -> ApiKey | None:
     with connection.cursor() as cursor:
         cursor.execute(LOOKUP_SQL, [prefix])
@@ -53,23 +64,18 @@ def _find_key(prefix: str) -> ApiKey | None:
         return None
     instances = []
     start = 0
-    for model in (ApiKey, Agent, Tenant):
-        fields = model._meta.concrete_fields
-        values = [_loaded(field, value) for field, value in zip(fields, row[start:], strict=False)]
-        names = [field.attname for field in fields]
+    for model, count, names, converted in _LOADING:
+        values = list(row[start : start + count])
+        # As the ORM loads them (a JSON column arrives as text from a raw cursor).
+        for position, from_db_value in converted:
+            values[position] = from_db_value(values[position], None, connection)
         instances.append(model.from_db(connection.alias, names, values))
-        start += len(names)
+        start += count
     api_key, agent, tenant = instances
     agent.tenant = tenant
     agent._reads_from_ids = list(row[-1])
     api_key.agent, api_key.tenant = agent, tenant
     return api_key
-
-
-def _loaded(field, value):
-    """A column's value as the ORM loads it (a JSON column arrives as text from a raw cursor)."""
-    convert = getattr(field, "from_db_value", None)
-    return value if convert is None else convert(value, None, connection)
 
 
 def authenticate_key(raw: str | None) -> Principal:

@@ -19,7 +19,9 @@ from typing import Any
 
 from django.db import connections
 from django.db.models import Model, QuerySet
+from django.db.models.base import DEFERRED
 from django.db.models.query import get_related_populators
+from django.db.models.sql import InsertQuery
 
 from accounts.models import Agent, Tenant
 from accounts.principal import Principal
@@ -166,6 +168,74 @@ class CompiledSQL:
         return self.sql, params
 
 
+def converted(fetched, converters, connection) -> list:
+    """A fetched row with each column's converters applied (`compiler.get_converters`'s
+    items), as the ORM's iterables apply them."""
+    row = list(fetched)
+    for position, (convs, expression) in converters:
+        value = row[position]
+        for converter in convs:
+            value = converter(value, expression, connection)
+        row[position] = value
+    return row
+
+
+class Instances:
+    """Model instances from the values of `names` (in the model's field order, as a SELECT of
+    the ORM lists them), as `Model.from_db` makes them: the fields not named deferred. It
+    placed each value by looking every field up in the list of names, for every row."""
+
+    def __init__(self, model: type[Model], names: list[str]):
+        fields = model._meta.concrete_fields
+        position = {field.attname: index for index, field in enumerate(fields)}
+        self.model = model
+        self.positions = [position[name] for name in names]
+        if self.positions != sorted(self.positions):
+            raise ValueError(f"{model.__name__}'s fields out of order: {names}")
+        self.full = len(names) == len(fields)
+        self.template = [DEFERRED] * len(fields)
+
+    def make(self, db: str, values: list) -> Model:
+        if self.full:
+            args = values
+        else:
+            args = self.template.copy()
+            for index, value in zip(self.positions, values, strict=True):
+                args[index] = value
+        obj = self.model(*args)
+        obj._state.adding = False
+        obj._state.db = db
+        return obj
+
+
+class RowLoader:
+    """Rows of a hand-written SELECT of `fields` of `model` (in that order), then extra
+    columns, as model instances: what `Model.objects.raw()` makes of them (the fields loaded
+    with their converters, each extra column an attribute named in `extra`), without the raw
+    queryset's per-call work of matching columns to fields."""
+
+    def __init__(self, model: type[Model], fields: list, extra: list[str], db: str = "default"):
+        self.model, self.db, self.extra = model, db, extra
+        self.names = [field.attname for field in fields]
+        self.instances = Instances(model, self.names)
+        compiler = model._default_manager.none().query.get_compiler(using=db)
+        columns = [field.get_col(model._meta.db_table) for field in fields]
+        self.converters = list(compiler.get_converters(columns).items())
+
+    def load(self, rows: list) -> list[Model]:
+        connection = connections[self.db]
+        count = len(self.names)
+        out = []
+        for fetched in rows:
+            obj = self.instances.make(
+                self.db, converted(fetched[:count], self.converters, connection)
+            )
+            for name, value in zip(self.extra, fetched[count:], strict=True):
+                setattr(obj, name, value)
+            out.append(obj)
+        return out
+
+
 class CompiledQuery(CompiledSQL):
     """`queryset` (built with `slots`' values) compiled once; `fetch(**values)` runs it with
     each slot's name bound to a value and returns model instances as iterating it would."""
@@ -181,7 +251,9 @@ class CompiledQuery(CompiledSQL):
         self.model = klass_info["model"]
         fields = klass_info["select_fields"]
         self.start, self.end = fields[0], fields[-1] + 1
-        self.init_list = [s[0].target.attname for s in select[self.start : self.end]]
+        self.instances = Instances(
+            self.model, [s[0].target.attname for s in select[self.start : self.end]]
+        )
         self.related_populators = get_related_populators(klass_info, select, self.db)
 
     def fetch(self, **values: Any) -> list[Model]:
@@ -191,14 +263,55 @@ class CompiledQuery(CompiledSQL):
             rows = cursor.fetchall()
         out = []
         for fetched in rows:
-            row = list(fetched[: self.col_count])
-            for position, (convs, expression) in self.converters:
-                value = row[position]
-                for converter in convs:
-                    value = converter(value, expression, connection)
-                row[position] = value
-            obj = self.model.from_db(self.db, self.init_list, row[self.start : self.end])
+            row = converted(fetched[: self.col_count], self.converters, connection)
+            obj = self.instances.make(self.db, row[self.start : self.end])
             for populator in self.related_populators:
                 populator.populate(row, obj)
             out.append(obj)
         return out
+
+
+class _InsertStatement:
+    """One model's single-row INSERT, written by the ORM's insert compiler once per process."""
+
+    def __init__(self, obj: Model, db: str):
+        meta = type(obj)._meta
+        fields = [field for field in meta.local_concrete_fields if not field.generated]
+        self.auto = meta.auto_field if meta.auto_field and obj.pk is None else None
+        self.fields = [field for field in fields if field is not self.auto]
+        query = InsertQuery(type(obj))
+        query.insert_values(self.fields, [obj])
+        compiler = query.get_compiler(using=db)
+        compiler.returning_fields = [self.auto] if self.auto else None
+        compiler.returning_params = ()
+        [(self.sql, _)] = compiler.as_sql()
+
+
+_INSERTS: dict[tuple[type[Model], bool, str], _InsertStatement] = {}
+
+
+def insert_instance(obj: Model, *, using: str = "default") -> None:
+    """`obj.save(force_insert=True)` for a model without save signals or a parent, in one
+    INSERT whose SQL the ORM wrote once per model: the values prepared per field as the ORM
+    prepares them, and only an auto primary key read back. The ORM's save compiled the
+    statement again on every call and read back the columns the database fills (a generated
+    `tsvector`, columns with a database default that the instance already holds)."""
+    key = (type(obj), obj.pk is None, using)
+    statement = _INSERTS.get(key) or _InsertStatement(obj, using)
+    values = [field.pre_save(obj, True) for field in statement.fields]
+    if any(hasattr(value, "resolve_expression") for value in values):
+        # An expression (a database default, F()) is written into the SQL: the ORM's own save.
+        obj.save(force_insert=True, using=using)
+        return
+    _INSERTS[key] = statement
+    connection = connections[using]
+    params = [
+        field.get_db_prep_save(value, connection=connection)
+        for field, value in zip(statement.fields, values, strict=True)
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(statement.sql, params)
+        if statement.auto is not None:
+            setattr(obj, statement.auto.attname, cursor.fetchone()[0])
+    obj._state.adding = False
+    obj._state.db = using

@@ -16,6 +16,7 @@ from django.db import connection, transaction
 from django.db.models import QuerySet
 
 from accounts.models import Agent
+from memories.compiled import RowLoader
 from memories.embeddings import vector_literal
 from memories.models import VECTOR_FIELDS, Memory
 
@@ -125,11 +126,13 @@ def run_near_duplicates(
     total = sum(counts)
     exact: list[list[Memory]] = [[] for _ in range(total)]
     near: list[list[Memory]] = [[] for _ in range(total)]
-    with transaction.atomic(savepoint=False):
-        # Let HNSW keep scanning past filtered-out rows (pgvector ≥ 0.8) for this transaction.
-        with connection.cursor() as cursor:
-            cursor.execute("SET LOCAL hnsw.iterative_scan = 'relaxed_order'")
-        rows = list(Memory.objects.raw(*statement))
+    # Let HNSW keep scanning past filtered-out rows (pgvector ≥ 0.8) for this transaction.
+    with transaction.atomic(savepoint=False), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL hnsw.iterative_scan = 'relaxed_order'")
+        cursor.execute(*statement)
+        fetched = cursor.fetchall()
+    # Usually none: a store's look-alikes are the exception.
+    rows = _LOADER.load(fetched) if fetched else []
     if agents is not None:
         _with_agents(rows, agents)
     for memory in rows:
@@ -158,7 +161,9 @@ def run_near_duplicates(
 # its owner's 20) it cost most of a store's CPU. The candidate sets' own filters (tenant,
 # visibility, status) still come from their querysets: only their WHERE is compiled.
 _TABLE = Memory._meta.db_table
-_COLUMNS = ", ".join(f.column for f in Memory._meta.concrete_fields if f.name not in VECTOR_FIELDS)
+_FIELDS = [f for f in Memory._meta.concrete_fields if f.name not in VECTOR_FIELDS]
+_COLUMNS = ", ".join(f.column for f in _FIELDS)
+_LOADER = RowLoader(Memory, _FIELDS, ["probe", "distance"])
 
 
 def _where(candidates: QuerySet[Memory]) -> tuple[str, list]:

@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import Any
 
 from memories.clock import resolve_now
+from memories.compiled import insert_instance
 from memories.events.record import memory_events_write
 from memories.models import PUBLIC_FIELDS, Memory, MemoryRevision
 
@@ -83,7 +84,7 @@ def revision_write(**kwargs) -> MemoryRevision:
     """Write one revision (call inside the transaction that made the change), and the change's
     events with it (`memories.events.record`)."""
     revision = revision_build(**kwargs)
-    revision.save(force_insert=True)
+    insert_instance(revision)
     memory_events_write(
         kwargs["memory"],
         change_type=revision.change_type,

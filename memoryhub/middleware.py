@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import re
 
+from csp.middleware import CSPMiddleware
 from django.conf import settings
 from django.core.exceptions import DisallowedHost, RequestDataTooBig
 from django.db import InterfaceError, OperationalError
@@ -137,3 +138,22 @@ class ConsoleNoStoreMiddleware:
         if request.path.startswith("/console/"):
             patch_cache_control(response, no_store=True)
         return response
+
+
+class ContentSecurityPolicyMiddleware(CSPMiddleware):
+    """django-csp's middleware, for the pages that get a policy. Under its
+    `EXCLUDE_URL_PREFIXES` (the API) it sets no header, yet it built the policy and its
+    report-only twin for every request there; with no report-only policy configured, such a
+    request now passes straight through."""
+
+    def __init__(self, get_response):
+        super().__init__(get_response)
+        policy = getattr(settings, "CONTENT_SECURITY_POLICY", None) or {}
+        report_only = getattr(settings, "CONTENT_SECURITY_POLICY_REPORT_ONLY", None)
+        excluded = () if report_only else policy.get("EXCLUDE_URL_PREFIXES") or ()
+        self.excluded = tuple(excluded)
+
+    def __call__(self, request: HttpRequest):
+        if self.excluded and not self.async_mode and request.path_info.startswith(self.excluded):
+            return self.get_response(request)
+        return super().__call__(request)

@@ -57,7 +57,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "memoryhub.middleware.ConsoleNoStoreMiddleware",
-    "csp.middleware.CSPMiddleware",
+    # django-csp's, passing the API's requests (which get no policy) straight through.
+    "memoryhub.middleware.ContentSecurityPolicyMiddleware",
     # Last, as django-axes requires: it turns a locked-out sign-in into the lockout page.
     "axes.middleware.AxesMiddleware",
 ]

@@ -23,7 +23,13 @@ from accounts.models import Agent, Tenant
 from accounts.principal import Principal
 from memories import fingerprints, inputs, kinds, retention
 from memories.clock import resolve_now
-from memories.compiled import CompiledSQL, Slot, principal_values, slot_principal
+from memories.compiled import (
+    CompiledSQL,
+    Slot,
+    insert_instance,
+    principal_values,
+    slot_principal,
+)
 from memories.dedup import NEAR_LIMIT, Near, Probe, near_duplicates_sql, run_near_duplicates
 from memories.embeddings import vector_literal
 from memories.models import ChangeType, Memory, ReviewReason, ReviewState, Scope, Status
@@ -287,7 +293,7 @@ def _insert(prepared: PreparedStore, *, near: bool, single: bool) -> Memory:
         ),
         **fields,
     )
-    memory.save(force_insert=True)
+    insert_instance(memory)
     revision_write(
         memory=memory,
         actor=principal.actor,

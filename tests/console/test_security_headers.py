@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import csp.middleware
 import pytest
 from django.conf import settings
 from django.test import Client
@@ -84,3 +85,15 @@ def test_no_template_holds_inline_script_or_handlers():
 def test_htmx_injects_no_inline_style_nor_evaluates_code():
     base = Path(settings.BASE_DIR, "templates", "base.html").read_text()
     assert '"includeIndicatorStyles":false' in base and '"allowEval":false' in base
+
+
+@pytest.mark.django_db
+def test_no_policy_is_built_for_the_api(api_client, monkeypatch):
+    """The API gets no policy header, so none is built for it (django-csp built the policy and
+    its report-only twin for every request, then dropped them for an excluded path)."""
+    built = []
+    monkeypatch.setattr(csp.middleware, "build_policy", lambda **kw: built.append(kw) or "")
+    assert api_client.get("/api/v1/whoami").status_code == 200
+    assert built == []
+    Client().get("/accounts/login/")
+    assert built  # a page still gets one

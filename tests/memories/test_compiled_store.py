@@ -7,7 +7,8 @@ import pytest
 from django.db import connection
 
 from accounts.principal import Principal
-from memories.dedup import NEAR_LIMIT, near_duplicates_sql
+from memories.dedup import _FIELDS, _LOADER, NEAR_LIMIT, near_duplicates_sql
+from memories.models import Memory
 from memories.services.store import (
     Formation,
     _look_alikes,
@@ -128,3 +129,38 @@ def test_a_warm_connection_stores_and_recalls_without_planning_again(api_client,
     for name in custom_ones:
         generic, custom = before[name]
         assert _plans(name)[0] == generic and _plans(name)[1] >= custom + 3, name
+
+
+@pytest.mark.django_db
+def test_look_alikes_are_loaded_as_the_raw_queryset_loads_them(tenant, agent):
+    """The look-alike statement's rows become the instances `Memory.objects.raw` made of them:
+    every field converted (JSON, arrays, times), the probe and the distance as attributes."""
+    principal = Principal(tenant=tenant, agent=agent)
+    body = {
+        "text": "Ann's greyhound is called Pixel",
+        "data": {"name": "Pixel", "legs": 4},
+        "tags": ["dogs"],
+        "mentions": [{"name": "Ann"}],
+        "dedup_policy": "insert",
+    }
+    memory_store(principal=principal, data=body)
+    memory_store(principal=principal, data={**body, "text": "Ann's greyhound is named Pixel"})
+    with connection.cursor() as cursor:  # exact neighbours (see the threshold test above)
+        cursor.execute("SET LOCAL enable_indexscan = off")
+    agent.dedup_threshold = 0.0
+    prepared = memory_store_prepare(principal=principal, data=body)
+    statement = look_alike_statement(prepared, live=True)
+    raw = sorted(Memory.objects.raw(*statement), key=lambda m: (m.probe, m.pk, m.distance or 0))
+    with connection.cursor() as cursor:
+        cursor.execute(*statement)
+        loaded = _LOADER.load(cursor.fetchall())
+    loaded.sort(key=lambda m: (m.probe, m.pk, m.distance or 0))
+    assert len(loaded) == len(raw) >= 3  # the same text once, and two neighbours
+    fields = [f.attname for f in _FIELDS]
+    for ours, theirs in zip(loaded, raw, strict=True):
+        assert [getattr(ours, name) for name in fields] == [
+            getattr(theirs, name) for name in fields
+        ]
+        assert (ours.probe, ours.distance) == (theirs.probe, theirs.distance)
+        assert ours.data == {"name": "Pixel", "legs": 4} and ours.tags == ["dogs"]
+        assert not ours._state.adding and ours.get_deferred_fields() == theirs.get_deferred_fields()
