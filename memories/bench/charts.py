@@ -72,7 +72,8 @@ def latency_chart(results: dict[str, Any]) -> str | None:
 
 def throughput_chart(results: dict[str, Any]) -> str | None:
     """Requests per second of the mixed load, per embedder, with the target where there is one."""
-    load = results.get("load")
+    # A paired run (`--pair`) has two sides, not one rate: it is not drawn here.
+    load = {name: r for name, r in (results.get("load") or {}).items() if "operations" in r}
     if not load:
         return None
     embedders = sorted(load)

@@ -20,6 +20,8 @@ RESULTS = {
     "load": {
         "local": {"operations": {"all": {"req_per_s": 142.4, "p99": 150.0}}},
         "hashing": {"operations": {"all": {"req_per_s": 212.1}}},
+        # A paired run (bench --load --pair) has two sides, not one rate: it is not drawn.
+        "hashing/pair observability": {"pair": "observability", "sides": {}},
     },
 }
 
@@ -44,6 +46,7 @@ def test_charts_are_drawn_from_what_the_results_hold(tmp_path):
     throughput = drawn["bench-throughput.svg"]
     assert "local · req/s: 142" in throughput and "target 150 req/s (local)" in throughput
     assert "local: p99 150 ms" in throughput and "Run of 2026-11-26." in throughput
+    assert "pair" not in throughput
 
 
 def test_a_file_without_figures_is_refused(tmp_path):
