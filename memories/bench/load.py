@@ -353,12 +353,10 @@ def run_load_bench(
     ops = summarise(results, duration)
     # The requests of the timed window against the CPU spent from its start to the last
     # answer: what the code costs, whatever else the machine runs.
-    answered = sum(
-        len(r["latencies"][n]) + sum(r["errors"][n].values()) for r in results for n in MIX
-    )
+    count = answered(results)
 
     def per_request(ms: float) -> float | None:
-        return round(ms / answered, 2) if answered else None
+        return ms_per(ms, count)
 
     by_kind = {kind: per_request(spent.get(kind, 0.0)) for kind in KINDS}
     by_kind["clients"] = per_request(clients_ms)
@@ -389,6 +387,16 @@ def run_load_bench(
         },
         "postgres_settings": settings_now,
     }
+
+
+def answered(results: list[dict]) -> int:
+    """Requests the clients sent in the timed window, answered well or not."""
+    return sum(len(r["latencies"][n]) + sum(r["errors"][n].values()) for r in results for n in MIX)
+
+
+def ms_per(ms: float, requests: int) -> float | None:
+    """CPU ms per request, None without requests."""
+    return round(ms / requests, 2) if requests else None
 
 
 def _pids_of(sample: dict, kind: str) -> set[int]:

@@ -37,7 +37,9 @@ from memories.bench.load import (
     _ended_kind,
     _kind,
     _postmaster,
+    answered,
     drive,
+    ms_per,
     seed,
     serving,
     summarise,
@@ -126,11 +128,11 @@ def run_pair_bench(
             warmup=warmup,
             corpus=chosen,
         )
-        answered = dict.fromkeys(SIDES, 0)
+        sent = dict.fromkeys(SIDES, 0)
         for index, result in enumerate(got):
             results[side_of(index, round_)].append(result)
-            answered[side_of(index, round_)] += _answered([result])
-        ratios.append(round(answered["on"] / answered["off"], 3) if answered["off"] else None)
+            sent[side_of(index, round_)] += answered([result])
+        ratios.append(round(sent["on"] / sent["off"], 3) if sent["off"] else None)
         for kind, ms in used.items():
             spent[kind] = spent.get(kind, 0.0) + ms
     timed = duration * ROUNDS
@@ -140,7 +142,7 @@ def run_pair_bench(
         sides[side] = {
             "clients": len(mine) // ROUNDS,
             "operations": summarise(mine, timed),
-            "web_cpu_ms_per_request": _per(spent.get(f"{side} web", 0.0), _answered(mine)),
+            "web_cpu_ms_per_request": ms_per(spent.get(f"{side} web", 0.0), answered(mine)),
             "on": list(PAIRS[pair]) if side == "on" else [],
             "env": _shown(envs[side]),
         }
@@ -162,7 +164,7 @@ def run_pair_bench(
         "seeded_memories": clients * SEED_PER_AGENT,
         "machine_load_avg": [round(x, 2) for x in os.getloadavg()],
         "sides": sides,
-        "postgres_cpu_ms_per_request": _per(postgres, _answered(every)),
+        "postgres_cpu_ms_per_request": ms_per(postgres, answered(every)),
         "on_over_off": {
             "throughput": round(on / off, 3) if off else None,
             "web_cpu": round(web_on / web_off, 3) if web_off and web_on else None,
@@ -231,14 +233,6 @@ def _side_kind(root: str, pid: int, sample: cpu.ProcessCPU, root_pid: int) -> st
 def _shown(env: dict[str, str | None]) -> dict[str, str | None]:
     """A side's environment as recorded with its figures (the token is not)."""
     return {k: "set" if k == "MEMORYHUB_METRICS_TOKEN" and v else v for k, v in env.items()}
-
-
-def _answered(results: list[dict]) -> int:
-    return sum(len(r["latencies"][n]) + sum(r["errors"][n].values()) for r in results for n in MIX)
-
-
-def _per(ms: float, answered: int) -> float | None:
-    return round(ms / answered, 2) if answered else None
 
 
 def pair_table(result: dict, out) -> None:

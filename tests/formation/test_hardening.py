@@ -148,7 +148,7 @@ def test_the_log_filter_redacts_messages_arguments_and_tracebacks():
     assert (plain.msg, plain.args) == ("run %s done", (7,))  # untouched
 
 
-def test_a_record_naming_its_free_text_is_scanned_there_and_redacted_whole_on_a_find():
+def test_a_record_naming_its_free_text_is_redacted_whole_when_that_text_holds_a_secret():
     # The access log's line: only its route, tenant and agent are free text.
     fmt = "method=%s route=%s status=%d tenant=%s agent=%s"
 
