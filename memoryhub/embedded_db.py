@@ -77,6 +77,12 @@ def memory_settings(memory_bytes: int) -> dict[str, str]:
 
 # A test or bench server holds throwaway data: durability costs time and buys nothing there.
 THROWAWAY_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
+# What `bench --load --statements` reads: each statement's calls and execution and planning time
+# (pg_stat_statements, a contrib module the embedded build ships). Loaded at start only.
+STATEMENT_STATS_SETTINGS = {
+    "shared_preload_libraries": "pg_stat_statements",
+    "pg_stat_statements.track_planning": "on",
+}
 
 
 @dataclass(frozen=True)
@@ -182,10 +188,12 @@ def _release_dead_postmaster(pgdata: Path) -> None:
     logger.warning("postmaster %s is dead but not reaped yet: starting over it", info.pid)
 
 
-def _write_settings(pgdata: Path, throwaway: bool) -> None:
+def _write_settings(pgdata: Path, throwaway: bool, statement_stats: bool = False) -> None:
     wanted = {**SERVER_SETTINGS, **memory_settings(machine_memory_bytes())}
     if throwaway:
         wanted.update(THROWAWAY_SETTINGS)
+    if statement_stats:
+        wanted.update(STATEMENT_STATS_SETTINGS)
     conf = pgdata / "memoryhub.conf"
     body = "".join(f"{k} = '{v}'\n" for k, v in sorted(wanted.items()))
     if not conf.exists() or conf.read_text() != body:
@@ -197,8 +205,12 @@ def _write_settings(pgdata: Path, throwaway: bool) -> None:
         main_conf.write_text(text + "\n" + include)
 
 
-def ensure_server(data_dir: str | Path, *, throwaway: bool = False) -> EmbeddedServer:
-    """Return a running embedded server for `data_dir`, starting or recovering it if needed."""
+def ensure_server(
+    data_dir: str | Path, *, throwaway: bool = False, statement_stats: bool = False
+) -> EmbeddedServer:
+    """Return a running embedded server for `data_dir`, starting or recovering it if needed.
+    `statement_stats`: a server this call starts loads pg_stat_statements (one already running
+    keeps what it has)."""
     # The package keeps a lock file under the XDG runtime dir, which servers and CI lack;
     # platformdirs' fallback to /tmp is fine for us, so its warning is noise.
     warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
@@ -210,7 +222,12 @@ def ensure_server(data_dir: str | Path, *, throwaway: bool = False) -> EmbeddedS
     with _file_lock(data_dir / ".embedded-pg.lock"):
         info = running_info(pgdata)
         if info is None:
-            info = _start(pgdata, throwaway=throwaway, server_cls=PostgresServer)
+            info = _start(
+                pgdata,
+                throwaway=throwaway,
+                server_cls=PostgresServer,
+                statement_stats=statement_stats,
+            )
         server = EmbeddedServer(data_dir=data_dir, socket_dir=Path(info.socket_dir), port=info.port)
         _ensure_database(server)
     return server
@@ -221,7 +238,7 @@ START_ATTEMPTS = 50
 START_RETRY_SECONDS = 0.2
 
 
-def _start(pgdata: Path, *, throwaway: bool, server_cls):
+def _start(pgdata: Path, *, throwaway: bool, server_cls, statement_stats: bool = False):
     if not pgdata.exists():
         pgdata.mkdir(parents=False)
     # A postmaster killed with SIGKILL leaves its children for a moment; they exit on their own
@@ -230,7 +247,7 @@ def _start(pgdata: Path, *, throwaway: bool, server_cls):
     for attempt in range(START_ATTEMPTS):
         _release_dead_postmaster(pgdata)
         try:
-            server = _construct(server_cls, pgdata, throwaway)
+            server = _construct(server_cls, pgdata, throwaway, statement_stats)
             return server.get_postmaster_info()
         except (subprocess.CalledProcessError, subprocess.TimeoutExpired, AssertionError) as exc:
             last_error = exc
@@ -239,14 +256,14 @@ def _start(pgdata: Path, *, throwaway: bool, server_cls):
     raise RuntimeError(f"could not start the embedded PostgreSQL in {pgdata}: {last_error}")
 
 
-def _construct(server_cls, pgdata: Path, throwaway: bool):
+def _construct(server_cls, pgdata: Path, throwaway: bool, statement_stats: bool = False):
     # The package's constructor runs initdb when needed and then starts the server; the settings
     # file must exist before the start, so initialise first when the directory is new.
     if not (pgdata / "PG_VERSION").exists():
         server = server_cls.__new__(server_cls)
         _init_only(server, pgdata)
     if (pgdata / "postgresql.conf").exists():
-        _write_settings(pgdata, throwaway)
+        _write_settings(pgdata, throwaway, statement_stats)
     # cleanup_mode=None: leave the server running when this process exits.
     server = server_cls(pgdata, cleanup_mode=None)
     return server

@@ -35,7 +35,7 @@ from django.conf import settings
 from django.db import connection
 
 from accounts.services import agent_get_or_create, api_key_create, tenant_get_or_create
-from memories.bench import cpu, latency
+from memories.bench import cpu, latency, statements
 from memories.bench.corpus import CORPORA, Corpus
 from memories.bench.server import Progress, free_port, server_env
 from memories.embeddings import build_embedder
@@ -319,7 +319,10 @@ def run_load_bench(
     warmup=WARMUP,
     corpus: str = "synthetic",
     workers: int | None = None,
+    statement_stats: bool = False,
 ) -> dict:
+    """`statement_stats`: also where PostgreSQL's time went, statement by statement
+    (`memories.bench.statements`; the database must load pg_stat_statements)."""
     chosen = CORPORA[corpus]
     creds = seed(
         clients=clients, embedder_name=embedder, per_agent=SEED_PER_AGENT, out=out, corpus=chosen
@@ -335,6 +338,8 @@ def run_load_bench(
             samples["before"] = cpu.sample_kinds(roots, _kind)
             pre = (cpu.process_cpu(pid) for pid in client_pids)
             samples["clients"] = _clients_ms() + sum(c.own for c in pre if c is not None)
+            if statement_stats:
+                statements.reset()
 
         results, wall = drive(
             base_url,
@@ -347,13 +352,14 @@ def run_load_bench(
         )
         after = cpu.sample_kinds(roots, _kind)
         clients_ms = _clients_ms() - samples["clients"]
+        count = answered(results)
+        by_statement = statements.read(count) if statement_stats else None
         settings_now = _postgres_settings()
     before = samples["before"]
     spent = cpu.kinds_delta_ms(before, after, _ended_kind)
     ops = summarise(results, duration)
-    # The requests of the timed window against the CPU spent from its start to the last
-    # answer: what the code costs, whatever else the machine runs.
-    count = answered(results)
+    # The requests of the timed window (`count`) against the CPU spent from its start to the
+    # last answer: what the code costs, whatever else the machine runs.
 
     def per_request(ms: float) -> float | None:
         return ms_per(ms, count)
@@ -386,6 +392,7 @@ def run_load_bench(
             "closed": len(backends["before"] - backends["after"]),
         },
         "postgres_settings": settings_now,
+        **({"statements": by_statement} if by_statement else {}),
     }
 
 
@@ -441,4 +448,6 @@ def load_table(result: dict, out) -> None:
         f"{backends['closed']} closed during the run; "
         + ", ".join(f"{k} {v}" for k, v in result["postgres_settings"].items())
     )
+    if result.get("statements"):
+        statements.statements_table(result["statements"], out)
     out("")

@@ -27,18 +27,19 @@ DURABILITY = ("fsync", "synchronous_commit", "full_page_writes")
 
 @contextmanager
 def throwaway_database(
-    out: Callable[[str], None] = print, *, durable: bool = False
+    out: Callable[[str], None] = print, *, durable: bool = False, statement_stats: bool = False
 ) -> Iterator[Path]:
     """Start an embedded PostgreSQL in a temp dir, point this process at it, migrate it.
 
     `durable`: with PostgreSQL's settings as a real install has them (every commit flushed to
     disk, full-page writes), for figures that are timed; else without (faster, for what is only
-    counted, such as an evaluation's recall). On exit the server is stopped and the directory
+    counted, such as an evaluation's recall). `statement_stats`: with pg_stat_statements loaded
+    (`memories.bench.statements`). On exit the server is stopped and the directory
     removed; this process's `default` connection is pointed back where it was.
     """
     data_dir = Path(tempfile.mkdtemp(prefix="memoryhub-bench-"))
     started = time.monotonic()
-    server = ensure_server(data_dir, throwaway=not durable)
+    server = ensure_server(data_dir, throwaway=not durable, statement_stats=statement_stats)
     connection = connections["default"]
     saved_settings = dict(connection.settings_dict)
     saved_data_dir = settings.DATA_DIR

@@ -11,6 +11,7 @@ import json
 import random
 
 import pytest
+from django.core.management import CommandError, call_command
 from django.db import connection
 
 from memories.bench import cpu
@@ -124,13 +125,14 @@ def test_bench_load_runs_against_serve_and_writes_its_figures(tmp_path):
         "small-vocabulary",
         "--workers",
         "1",
+        "--statements",
         "--output",
         str(output),
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
     results = json.loads(output.read_text())
     assert results["latency"] == {"kept": True}  # the other figures stay
-    load = results["load"]["hashing/small-vocabulary/1 workers"]
+    load = results["load"]["hashing/small-vocabulary/1 workers/statements"]
     assert (load["clients"], load["duration_s"], load["embedder"]) == (2, 2.0, "hashing")
     assert (load["corpus"], load["workers"]) == ("small-vocabulary", 1)
     by_kind = load["cpu_ms_per_request"]
@@ -148,6 +150,21 @@ def test_bench_load_runs_against_serve_and_writes_its_figures(tmp_path):
     assert "corpus small-vocabulary, 1 web workers" in completed.stdout
     assert "CPU ms per request: web " in completed.stdout
     assert "search_hybrid" in completed.stdout
+    # --statements: PostgreSQL's time by statement over the timed window, the bench's own
+    # statements left out, texts normalised (no value a request sent).
+    by_statement = load["statements"]
+    assert by_statement["requests"] == load["operations"]["all"]["n"] > 0
+    assert by_statement["ms_per_request"] > 0 and by_statement["statements_per_request"] >= 2
+    top = by_statement["top"]
+    assert sum(row["share"] for row in top) == pytest.approx(1.0, abs=0.01)
+    queries = " ".join(row["query"] for row in top)
+    assert "kw_lex" in queries  # the hybrid ranking
+    assert 'INSERT INTO "memories_memory"' in queries  # a store
+    assert "pg_stat_statements" not in queries
+    assert "$1" in queries
+    ranking = next(row for row in top if "kw_lex" in row["query"])
+    assert ranking["calls_per_request"] > 0 and ranking["plan_ms_per_request"] > 0
+    assert "PostgreSQL time per request:" in completed.stdout
 
 
 @pytest.mark.slow
@@ -192,6 +209,11 @@ def test_bench_load_pair_runs_both_sides_at_once_and_writes_their_figures(tmp_pa
     )
     assert "round 2 of 2: on started first" in completed.stdout
     assert "on / off: throughput" in completed.stdout
+
+
+def test_statements_are_not_read_for_a_pair():
+    with pytest.raises(CommandError, match="not with --pair"):
+        call_command("bench", "--load", "--pair", "same", "--statements", "--clients", "2")
 
 
 def test_pair_sides_alternate_and_differ_only_in_what_the_pair_names():

@@ -113,6 +113,12 @@ class Command(BaseCommand):
             "metrics, access log and events off on one, and on the other the named ones "
             "(observability: all three; same: none, the pair's own noise) (bench/pair.py)",
         )
+        parser.add_argument(
+            "--statements",
+            action="store_true",
+            help="--load: also PostgreSQL's time per request statement by statement "
+            "(pg_stat_statements over the timed window; bench/statements.py)",
+        )
         parser.add_argument("--skip-latency", action="store_true")
         parser.add_argument("--skip-formation", action="store_true")
         parser.add_argument("--skip-locomo", action="store_true")
@@ -229,11 +235,17 @@ class Command(BaseCommand):
             raise CommandError("--workers must be positive")
         if opts["pair"] and (opts["clients"] < 2 or opts["clients"] % 2):
             raise CommandError("--pair splits the clients in two: give an even --clients")
+        if opts["statements"] and opts["pair"]:
+            raise CommandError("--statements reads one server's database: not with --pair")
         embedder = opts["embedder"]
         logging.getLogger("httpx").setLevel(logging.WARNING)
         run, table = (run_pair_bench, pair_table) if opts["pair"] else (run_load_bench, load_table)
         extra = {"pair": opts["pair"]} if opts["pair"] else {}
-        with throwaway_database(self.out, durable=True) as data_dir:
+        if opts["statements"]:
+            extra["statement_stats"] = True
+        with throwaway_database(
+            self.out, durable=True, statement_stats=opts["statements"]
+        ) as data_dir:
             result = run(
                 data_dir=data_dir,
                 clients=opts["clients"],
@@ -262,6 +274,8 @@ class Command(BaseCommand):
             name += f"/{opts['workers']} workers"
         if opts["pair"]:
             name += f"/pair {opts['pair']}"
+        if opts["statements"]:
+            name += "/statements"
         results.setdefault("load", {})[name] = result
         path.write_text(json.dumps(results, indent=2) + "\n")
         self.out(f"wrote the load figures to {path}")
