@@ -156,6 +156,21 @@ EOF
     local url="http://127.0.0.1:$MEM0_PORT"
     for _ in $(seq 600); do
         if "$MEM0_ENV/bin/python" -c "import urllib.request as u; u.urlopen('$url/openapi.json', timeout=2)" 2>/dev/null; then
+            # mem0 makes its table on the first insert, and concurrent first inserts race to
+            # make it (all but one fail): one memory added and deleted before any bench.
+            MEM0_URL=$url "$MEM0_ENV/bin/python" - <<'EOF'
+import json
+import os
+import urllib.request
+
+url, key = os.environ["MEM0_URL"], os.environ["ADMIN_API_KEY"]
+headers = {"X-API-Key": key, "Content-Type": "application/json"}
+body = {"messages": [{"role": "user", "content": "setup"}], "user_id": "setup", "infer": False}
+request = urllib.request.Request(f"{url}/memories", json.dumps(body).encode(), headers)
+added = json.load(urllib.request.urlopen(request, timeout=60))["results"][0]["id"]
+request = urllib.request.Request(f"{url}/memories/{added}", headers=headers, method="DELETE")
+urllib.request.urlopen(request, timeout=60).read()
+EOF
             echo "mem0 $("$MEM0_ENV/bin/pip" show mem0ai | sed -n 's/^Version: //p') up at $url" \
                 "(server/ at $(cut -c1-12 "$MEM0_SERVER/SOURCE" 2>/dev/null || echo '?'))"
             echo "run: python manage.py bench --versus-mem0 $url --mem0-key \"\$(cat $MEM0_DATA/admin-key)\""

@@ -1,6 +1,6 @@
 """Side by side with mem0 (`bench --versus-mem0 URL`, docs/benchmarks.md "Side by side with
 mem0"): the same LoCoMo workload against mem0's own REST server (its `server/main.py`, started
-beforehand: scripts/mem0-side-by-side.sh) and against MemoryHub's `serve`, interleaved.
+beforehand: memories/bench/mem0-side-by-side.sh) and against MemoryHub's `serve`, interleaved.
 
 MemoryHub runs on a throwaway durable database with `serve`'s defaults and the embedder under
 test (local: MiniLM), its query-vector cache off (mem0 has none). The workload:

@@ -134,7 +134,7 @@ class Command(BaseCommand):
             "--versus-mem0",
             metavar="URL",
             help="only the side-by-side with mem0's REST server at URL (started beforehand: "
-            "scripts/mem0-side-by-side.sh): all LoCoMo turns bulk-loaded, then --requests "
+            "memories/bench/mem0-side-by-side.sh): all LoCoMo turns bulk-loaded, then --requests "
             "(default 300) writes, hybrid and semantic searches, the two systems interleaved; "
             'its figures go under "versus_mem0" in --output (bench/versus.py)',
         )
