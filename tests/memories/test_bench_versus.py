@@ -10,6 +10,7 @@ recall on the questions asked. No timing assertions: the figures are the bench's
 from __future__ import annotations
 
 import json
+import socket
 
 import pytest
 
@@ -238,3 +239,18 @@ def test_faster_is_mem0s_time_over_memoryhubs_and_the_target_is_two_at_p50():
     assert _faster(figures) == {"p50": 2.5, "p95": 1.5, "target_met": True}
     figures["mem0"]["p50"] = 19.9
     assert _faster(figures)["target_met"] is False
+
+
+def test_a_connection_the_server_closed_while_idle_is_opened_again_and_the_request_sent():
+    with Mem0StandIn() as mem0:
+        side = Mem0Side(mem0.url, None, "tag", ["conv-a"])
+        timer = Timer(side)
+        try:
+            timer.send(side.write("first"))
+            # As uvicorn does with a keep-alive connection idle for 5 s: closed on its side.
+            timer.client.connection.sock.shutdown(socket.SHUT_RDWR)
+            ms, status, answer = timer.send(side.write("second"))
+        finally:
+            timer.close()
+    assert status == 200 and answer["results"][0]["memory"] == "second" and ms > 0
+    assert [r["body"]["messages"][0]["content"] for r in mem0.requests] == ["first", "second"]
