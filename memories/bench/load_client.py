@@ -33,14 +33,18 @@ class Client:
         self.connection: http.client.HTTPConnection | None = None
         self.body = b""  # the last response's body, read whole
 
-    def request(self, method: str, path: str, body: dict | None = None) -> int:
+    def request(
+        self, method: str, path: str, body: dict | None = None, headers: dict | None = None
+    ) -> int:
         """The response's status (its body read into `body`); a new connection after a
-        transport error."""
+        transport error. `headers` are added to (or replace) the client's own for this request
+        (another agent's key, another service's header)."""
         if self.connection is None:
             self.connection = http.client.HTTPConnection(self.host, self.port, timeout=60)
         payload = None if body is None else json.dumps(body).encode()
+        sent = self.headers if headers is None else self.headers | headers
         try:
-            self.connection.request(method, path, body=payload, headers=self.headers)
+            self.connection.request(method, path, body=payload, headers=sent)
             response = self.connection.getresponse()
             self.body = response.read()
             return response.status

@@ -103,14 +103,20 @@ def load(path: Path) -> list[Conversation]:
 CONCURRENCY = 4
 
 
+def turn_body(turn: Turn, *, metadata: bool) -> dict:
+    """The body of `POST /api/v1/memories` that stores a turn: archival, every turn kept (no
+    look-alike merging, so each turn's evidence id stays findable), with its metadata or not."""
+    body = {"text": turn.text, "category": "archival", "dedup_policy": "insert"}
+    return body | (turn.metadata if metadata else {})
+
+
 def store_conversation(
     client, conversation: Conversation, progress: Progress, *, metadata: bool
 ) -> dict[str, str]:
     """Store every turn (a few requests in flight); returns memory id → dia_id."""
 
     def post(turn: Turn):
-        body = {"text": turn.text, "category": "archival", "dedup_policy": "insert"}
-        return client.post("/api/v1/memories", json=body | (turn.metadata if metadata else {}))
+        return client.post("/api/v1/memories", json=turn_body(turn, metadata=metadata))
 
     dia_of: dict[str, str] = {}
     with ThreadPoolExecutor(CONCURRENCY) as pool:
@@ -123,6 +129,11 @@ def store_conversation(
             raise RuntimeError(f"LoCoMo store failed: {response.status_code} {response.text}")
         dia_of[response.json()["memory_id"]] = turn.dia_id
     return dia_of
+
+
+def evidence_recall(evidence: set[str], ranked: list[str | None], k: int) -> float:
+    """The share of a question's evidence turns among the first `k` ranked (their dia ids)."""
+    return len(evidence & set(ranked[:k])) / len(evidence)
 
 
 def score(client, conversation: Conversation, dia_of: dict[str, str], mode: str, sums, timings):
@@ -141,8 +152,7 @@ def score(client, conversation: Conversation, dia_of: dict[str, str], mode: str,
             raise RuntimeError(f"LoCoMo search failed: {response.status_code} {response.text}")
         ranked = [dia_of.get(hit["id"]) for hit in response.json()["memories"]]
         for k in KS:
-            found = question.evidence & set(ranked[:k])
-            sums[k] += len(found) / len(question.evidence)
+            sums[k] += evidence_recall(question.evidence, ranked, k)
 
 
 # Weights are fitted on the first half of the conversations and reported on the second too.

@@ -29,10 +29,27 @@ from memories.bench.locomo import KS, MODES, run_locomo
 from memories.bench.pair import PAIRS, pair_table, run_pair_bench
 from memories.bench.prune import run_prune_bench
 from memories.bench.server import ApiServer, durability, throwaway_database
+from memories.bench.versus import run_versus_bench, versus_table
 from memories.models import Memory
 
 SCALES = (10_000, 100_000, 1_000_000)
 DEFAULT_LOCOMO = settings.BASE_DIR.parent / "shared" / "datasets" / "locomo10.json"
+
+
+def read_results(path: Path) -> dict:
+    """The figures a results file holds (none when it is missing or not a JSON object): a
+    section's run is merged into them."""
+    try:
+        results = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return results if isinstance(results, dict) else {}
+
+
+def stamp(result: dict) -> None:
+    """When a section's run ended and on what machine."""
+    result["started_at"] = timezone.now().isoformat()
+    result["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version()}
 
 
 class Command(BaseCommand):
@@ -119,6 +136,17 @@ class Command(BaseCommand):
             help="--load: also PostgreSQL's time per request statement by statement "
             "(pg_stat_statements over the timed window; bench/statements.py)",
         )
+        parser.add_argument(
+            "--versus-mem0",
+            metavar="URL",
+            help="only the side-by-side with mem0's REST server at URL (started beforehand: "
+            "memories/bench/mem0-side-by-side.sh): all LoCoMo turns bulk-loaded, then --requests "
+            "(default 300) writes, hybrid and semantic searches, the two systems interleaved; "
+            'its figures go under "versus_mem0" in --output (bench/versus.py)',
+        )
+        parser.add_argument(
+            "--mem0-key", help="--versus-mem0: mem0's API key (its X-API-Key / ADMIN_API_KEY)"
+        )
         parser.add_argument("--skip-latency", action="store_true")
         parser.add_argument("--skip-formation", action="store_true")
         parser.add_argument("--skip-locomo", action="store_true")
@@ -129,6 +157,9 @@ class Command(BaseCommand):
             return
         if opts["load"]:
             self.load(opts)
+            return
+        if opts["versus_mem0"]:
+            self.versus_mem0(opts)
             return
         quick = opts["quick"]
         scale = 10_000 if quick else opts["scale"]
@@ -257,16 +288,10 @@ class Command(BaseCommand):
                 **extra,
             )
             result["postgres"] = durability()
-        result["started_at"] = timezone.now().isoformat()
-        result["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version()}
+        stamp(result)
         table(result, self.out)
         path = opts["output"]
-        try:
-            results = json.loads(path.read_text())
-        except (OSError, ValueError):
-            results = {}
-        if not isinstance(results, dict):
-            results = {}
+        results = read_results(path)
         name = embedder
         if opts["corpus"] != "synthetic":
             name += f"/{opts['corpus']}"
@@ -279,6 +304,41 @@ class Command(BaseCommand):
         results.setdefault("load", {})[name] = result
         path.write_text(json.dumps(results, indent=2) + "\n")
         self.out(f"wrote the load figures to {path}")
+
+    # --- side by side with mem0 (memories/bench/versus.py) ------------------------------------
+
+    def versus_mem0(self, opts: dict) -> None:
+        """The comparison alone; its figures go under "versus_mem0" in --output, next to
+        whatever figures the file already holds."""
+        requests = 300 if opts["requests"] is None else opts["requests"]
+        if requests < 1:
+            raise CommandError("--requests must be positive")
+        if opts["workers"] is not None and opts["workers"] < 1:
+            raise CommandError("--workers must be positive")
+        if not opts["locomo"].exists():
+            raise CommandError(f"LoCoMo dataset not found at {opts['locomo']} (use --locomo PATH)")
+        # MiniLM, as mem0 is given; `auto` would fall back to hashing without the model.
+        embedder = "local" if opts["embedder"] == "auto" else opts["embedder"]
+        logging.getLogger("httpx").setLevel(logging.WARNING)
+        with throwaway_database(self.out, durable=True) as data_dir:
+            result = run_versus_bench(
+                data_dir=data_dir,
+                mem0_url=opts["versus_mem0"],
+                mem0_key=opts["mem0_key"],
+                dataset=opts["locomo"],
+                requests=requests,
+                embedder=embedder,
+                workers=opts["workers"],
+                out=self.out,
+            )
+            result["postgres"] = durability()
+        stamp(result)
+        versus_table(result, self.out)
+        path = opts["output"]
+        results = read_results(path)
+        results["versus_mem0"] = result
+        path.write_text(json.dumps(results, indent=2) + "\n")
+        self.out(f"wrote the side-by-side figures to {path}")
 
     # --- latency ---------------------------------------------------------------------------
 
