@@ -290,27 +290,38 @@ class _InsertStatement:
 _INSERTS: dict[tuple[type[Model], bool, str], _InsertStatement] = {}
 
 
-def insert_instance(obj: Model, *, using: str = "default") -> None:
+def insert_instance(
+    obj: Model, *, using: str = "default", along: tuple[str, list] | None = None
+) -> None:
     """`obj.save(force_insert=True)` for a model without save signals or a parent, in one
     INSERT whose SQL the ORM wrote once per model: the values prepared per field as the ORM
     prepares them, and only an auto primary key read back. The ORM's save compiled the
     statement again on every call and read back the columns the database fills (a generated
-    `tsvector`, columns with a database default that the instance already holds)."""
+    `tsvector`, columns with a database default that the instance already holds).
+
+    `along`: a data-modifying statement (an INSERT, its parameters) written by the same round
+    trip, as a WITH of the INSERT (a revision's events: `revisions.revision_write`)."""
     key = (type(obj), obj.pk is None, using)
     statement = _INSERTS.get(key) or _InsertStatement(obj, using)
     values = [field.pre_save(obj, True) for field in statement.fields]
+    connection = connections[using]
     if any(hasattr(value, "resolve_expression") for value in values):
         # An expression (a database default, F()) is written into the SQL: the ORM's own save.
+        if along is not None:
+            with connection.cursor() as cursor:
+                cursor.execute(*along)
         obj.save(force_insert=True, using=using)
         return
     _INSERTS[key] = statement
-    connection = connections[using]
     params = [
         field.get_db_prep_save(value, connection=connection)
         for field, value in zip(statement.fields, values, strict=True)
     ]
+    sql = statement.sql
+    if along is not None:
+        sql, params = f"WITH along AS ({along[0]}) {sql}", [*along[1], *params]
     with connection.cursor() as cursor:
-        cursor.execute(statement.sql, params)
+        cursor.execute(sql, params)
         if statement.auto is not None:
             setattr(obj, statement.auto.attname, cursor.fetchone()[0])
     obj._state.adding = False

@@ -7,7 +7,7 @@ from typing import Any
 
 from memories.clock import resolve_now
 from memories.compiled import insert_instance
-from memories.events.record import memory_events_write
+from memories.events.record import memory_events_statement
 from memories.models import PUBLIC_FIELDS, Memory, MemoryRevision
 
 # What a revision's before/after snapshot records: the public fields but `id` (the revision
@@ -82,14 +82,15 @@ def revision_build(
 
 def revision_write(**kwargs) -> MemoryRevision:
     """Write one revision (call inside the transaction that made the change), and the change's
-    events with it (`memories.events.record`)."""
+    events with it (`memories.events.record`), in one statement."""
     revision = revision_build(**kwargs)
-    insert_instance(revision)
-    memory_events_write(
+    events = memory_events_statement(
         kwargs["memory"],
         change_type=revision.change_type,
         before=revision.before,
         after=revision.after,
         now=revision.created_at,
     )
+    # One round trip: the events' INSERT rides on the revision's as a data-modifying WITH.
+    insert_instance(revision, along=events)
     return revision

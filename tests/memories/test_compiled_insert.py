@@ -125,10 +125,14 @@ def test_a_store_reads_back_nothing_it_already_holds(tenant, agent):
         table: sql
         for sql in (q["sql"] for q in queries.captured_queries)
         for table in ("memories_memory", "memories_memoryrevision")
-        if sql.startswith(f'INSERT INTO "{table}"')
+        if f'INSERT INTO "{table}"' in sql
     }
     assert "RETURNING" not in inserts["memories_memory"]  # not the generated tsvector
     assert inserts["memories_memoryrevision"].endswith('RETURNING "memories_memoryrevision"."id"')
+    # The revision's events are written by the same statement.
+    assert inserts["memories_memoryrevision"].startswith(
+        "WITH along AS (INSERT INTO memories_event"
+    )
 
 
 @pytest.mark.django_db

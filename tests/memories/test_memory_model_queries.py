@@ -11,11 +11,11 @@ from accounts.principal import Principal
 from memories.retrieval.hydrate import memory_hydrate
 from memories.services.store import memory_store
 
-# savepoint, kind guard, SET LOCAL, look-alikes, cap lock, insert, revision, its event, cap
-# count, release
-PLAIN_STORE = 10
+# savepoint, kind guard, look-alikes, cap lock, insert, revision with its event (one statement),
+# cap count, release; the HNSW settings are the connection's (`memoryhub.hnsw`)
+PLAIN_STORE = 8
 # + the slot read and the insert's own savepoint (create); no cap check on an update
-SLOT_CREATE, SLOT_UPDATE = 13, 11
+SLOT_CREATE, SLOT_UPDATE = 11, 9
 
 
 @pytest.mark.django_db
