@@ -200,6 +200,15 @@ def run_ranking(
 ) -> list[tuple[str, float]]:
     """Runs `statement(exact)` (`ranking_sql`'s, or the same compiled once) as `ranked_ids`
     describes: the HNSW walk first, then the exact scan when the walk came back short."""
+    rows = run_ranking_rows(statement, has_vector=has_vector, depth=depth)
+    return [(row[0], float(row[1])) for row in rows]
+
+
+def run_ranking_rows(
+    statement: Callable[[bool], tuple[str, list]], *, has_vector: bool, depth: int
+) -> list[tuple]:
+    """`run_ranking`'s rows, best first, whole: id, relevance, score, then whatever columns
+    `statement` selects after `ranking_sql`'s (search's hit rows: `search._with_hit_rows`)."""
     # Filtered HNSW scans keep walking the graph until `depth` rows pass the filters: the
     # connection holds those settings from its start (`memoryhub.hnsw`); a transaction sets them
     # only where it needs others (a deeper candidate list) or where the connection lacks them.
@@ -221,7 +230,7 @@ def run_ranking(
                 cursor.execute(*statement(True))
                 rows = cursor.fetchall()
     rows.sort(key=lambda row: (-row[2], row[0]))
-    return [(row[0], float(row[1])) for row in rows]
+    return rows
 
 
 def ranking_sql(scope: QuerySet, args: RankingArgs, *, exact: bool) -> tuple[str, list]:
