@@ -11,10 +11,12 @@ from accounts.principal import Principal
 from memories.retrieval.hydrate import memory_hydrate
 from memories.services.store import memory_store
 
-# savepoint, kind guard, look-alikes, cap lock, insert, revision with its event (one statement),
-# cap count, release; the HNSW settings are the connection's (`memoryhub.hnsw`)
-PLAIN_STORE = 8
-# + the slot read and the insert's own savepoint (create); no cap check on an update
+# savepoint, kind guard with the cap lock (one statement), look-alikes, insert, revision with its
+# event (one statement), cap count, release; the HNSW settings are the connection's
+# (`memoryhub.hnsw`)
+PLAIN_STORE = 7
+# + the slot read and the insert's own savepoint (create), the cap lock its own statement; no
+# cap check on an update
 SLOT_CREATE, SLOT_UPDATE = 11, 9
 
 

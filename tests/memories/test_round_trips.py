@@ -25,7 +25,8 @@ KINDS = [
     ("RELEASE", "RELEASE SAVEPOINT"),
     ("SET LOCAL", "SET LOCAL"),
     ("key lookup", 'SELECT k."id"'),
-    ("kind guard", "SELECT memory_kind_guard("),
+    ("kind guard + cap lock", "SELECT v, pg_advisory_xact_lock("),
+    ("kind guard", "SELECT v FROM memory_kind_guard("),
     ("look-alikes", "(SELECT id, tenant_id"),
     ("cap lock", "SELECT pg_advisory_xact_lock("),
     ("memory INSERT", 'INSERT INTO "memories_memory" '),
@@ -77,9 +78,8 @@ def test_store_statements(seeded):
     assert kinds == [
         "key lookup",
         "BEGIN",
-        "kind guard",
+        "kind guard + cap lock",
         "look-alikes",
-        "cap lock",
         "memory INSERT",
         "revision + events",
         "cap count",
@@ -136,7 +136,7 @@ def test_without_session_settings_each_walk_sets_them(seeded, settings):
     store = _statements(
         lambda: seeded.post("/api/v1/memories", {"text": "Ann flies to Oslo."}, format="json")
     )
-    assert store[:5] == ["key lookup", "BEGIN", "kind guard", "SET LOCAL", "look-alikes"]
+    assert store[:5] == ["key lookup", "BEGIN", "kind guard + cap lock", "SET LOCAL", "look-alikes"]
 
 
 @pytest.mark.django_db
