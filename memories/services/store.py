@@ -26,7 +26,6 @@ from memories.clock import resolve_now
 from memories.compiled import (
     CompiledSQL,
     Slot,
-    insert_instance,
     principal_values,
     slot_principal,
 )
@@ -302,8 +301,8 @@ def _insert(
         ),
         **fields,
     )
-    insert_instance(memory)
     revision_write(
+        insert=True,  # the memory, its revision and its events: one statement
         memory=memory,
         actor=principal.actor,
         change_type=ChangeType.CREATE,
