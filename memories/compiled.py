@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -290,28 +290,59 @@ class _InsertStatement:
 _INSERTS: dict[tuple[type[Model], bool, str], _InsertStatement] = {}
 
 
-def insert_instance(obj: Model, *, using: str = "default") -> None:
-    """`obj.save(force_insert=True)` for a model without save signals or a parent, in one
-    INSERT whose SQL the ORM wrote once per model: the values prepared per field as the ORM
-    prepares them, and only an auto primary key read back. The ORM's save compiled the
-    statement again on every call and read back the columns the database fills (a generated
-    `tsvector`, columns with a database default that the instance already holds)."""
+def insert_sql(obj: Model, *, using: str = "default") -> tuple[str, list] | None:
+    """The INSERT `insert_instance` runs for `obj` (its SQL, its parameters), for a statement
+    that writes it along with another (`insert_instance(along=)`; `inserted(obj)` once it ran);
+    None when a value is an expression (a database default, F()), which the ORM's own save
+    writes into the SQL."""
     key = (type(obj), obj.pk is None, using)
     statement = _INSERTS.get(key) or _InsertStatement(obj, using)
     values = [field.pre_save(obj, True) for field in statement.fields]
     if any(hasattr(value, "resolve_expression") for value in values):
-        # An expression (a database default, F()) is written into the SQL: the ORM's own save.
-        obj.save(force_insert=True, using=using)
-        return
+        return None
     _INSERTS[key] = statement
     connection = connections[using]
     params = [
         field.get_db_prep_save(value, connection=connection)
         for field, value in zip(statement.fields, values, strict=True)
     ]
-    with connection.cursor() as cursor:
-        cursor.execute(statement.sql, params)
-        if statement.auto is not None:
-            setattr(obj, statement.auto.attname, cursor.fetchone()[0])
+    return statement.sql, params
+
+
+def inserted(obj: Model, *, using: str = "default") -> None:
+    """`obj` is a row of the database now (what `save` marks)."""
     obj._state.adding = False
     obj._state.db = using
+
+
+def insert_instance(
+    obj: Model, *, using: str = "default", along: Sequence[tuple[str, list]] = ()
+) -> None:
+    """`obj.save(force_insert=True)` for a model without save signals or a parent, in one
+    INSERT whose SQL the ORM wrote once per model: the values prepared per field as the ORM
+    prepares them, and only an auto primary key read back. The ORM's save compiled the
+    statement again on every call and read back the columns the database fills (a generated
+    `tsvector`, columns with a database default that the instance already holds).
+
+    `along`: data-modifying statements (INSERTs, with their parameters) written by the same
+    round trip, as WITHs of this INSERT (a new memory and its revision's events:
+    `revisions.revision_write`)."""
+    statement = insert_sql(obj, using=using)
+    connection = connections[using]
+    if statement is None:
+        with connection.cursor() as cursor:
+            for part in along:
+                cursor.execute(*part)
+        obj.save(force_insert=True, using=using)
+        return
+    sql, params = statement
+    if along:
+        parts = ", ".join(f"along{index} AS ({part})" for index, (part, _) in enumerate(along))
+        sql = f"WITH {parts} {sql}"
+        params = [value for _, part_params in along for value in part_params] + params
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        auto = _INSERTS[(type(obj), True, using)].auto if obj.pk is None else None
+        if auto is not None:
+            setattr(obj, auto.attname, cursor.fetchone()[0])
+    inserted(obj, using=using)

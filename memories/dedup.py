@@ -10,6 +10,7 @@ it of stored memories (the review queue and a memory's detail page).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 from django.db import connection, transaction
@@ -19,6 +20,7 @@ from accounts.models import Agent
 from memories.compiled import RowLoader
 from memories.embeddings import vector_literal
 from memories.models import VECTOR_FIELDS, Memory
+from memoryhub import hnsw
 
 NEAR_LIMIT = 5  # duplicates reported per probe, unless the caller asks for fewer
 
@@ -126,9 +128,13 @@ def run_near_duplicates(
     total = sum(counts)
     exact: list[list[Memory]] = [[] for _ in range(total)]
     near: list[list[Memory]] = [[] for _ in range(total)]
-    # Let HNSW keep scanning past filtered-out rows (pgvector ≥ 0.8) for this transaction.
-    with transaction.atomic(savepoint=False), connection.cursor() as cursor:
-        cursor.execute("SET LOCAL hnsw.iterative_scan = 'relaxed_order'")
+    # HNSW keeps scanning past filtered-out rows (pgvector ≥ 0.8): a setting the connection
+    # holds from its start, or this transaction sets (`memoryhub.hnsw`).
+    local = hnsw.local_settings_sql(hnsw.EF_SEARCH)
+    block = transaction.atomic(savepoint=False) if local else nullcontext()
+    with block, connection.cursor() as cursor:
+        if local:
+            cursor.execute(local)
         cursor.execute(*statement)
         fetched = cursor.fetchall()
     # Usually none: a store's look-alikes are the exception.

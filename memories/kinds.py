@@ -164,16 +164,21 @@ def kind_lock_name(tenant_id: int, kind: str) -> str:
     return f"kind:{tenant_id}:{kind}"
 
 
-def kind_guard(tenant: Tenant, kind: str) -> Registry:
+def kind_guard(tenant: Tenant, kind: str, *, then_lock: str | None = None) -> Registry:
     """Inside a write's transaction: hold `kind`'s lock shared (a registry change holds it
     exclusively) and return the registry as it is now. One statement: a function that takes
     the lock and then reads the tenant's `kinds_version` (a volatile function's query sees what
-    committed while it waited; the statement's own snapshot would not)."""
+    committed while it waited; the statement's own snapshot would not).
+
+    `then_lock`: the name of a transaction-level advisory lock the same statement takes next,
+    after the kind's (a store's cap lock, `eviction.cap_lock_name`): one round trip less."""
+    sql, params = "SELECT v FROM memory_kind_guard(%s, hashtextextended(%s, 0)) AS v", []
+    if then_lock is not None:
+        # In the target list: evaluated for the function's row, so after the kind's lock.
+        sql = sql.replace("SELECT v", "SELECT v, pg_advisory_xact_lock(hashtextextended(%s, 0))")
+        params.append(then_lock)
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT memory_kind_guard(%s, hashtextextended(%s, 0))",
-            [tenant.pk, kind_lock_name(tenant.pk, kind)],
-        )
+        cursor.execute(sql, [*params, tenant.pk, kind_lock_name(tenant.pk, kind)])
         version = cursor.fetchone()[0]
     if version != tenant.kinds_version:
         tenant.kinds_version = version

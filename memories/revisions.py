@@ -6,8 +6,8 @@ from datetime import datetime
 from typing import Any
 
 from memories.clock import resolve_now
-from memories.compiled import insert_instance
-from memories.events.record import memory_events_write
+from memories.compiled import insert_instance, insert_sql, inserted
+from memories.events.record import memory_events_statement
 from memories.models import PUBLIC_FIELDS, Memory, MemoryRevision
 
 # What a revision's before/after snapshot records: the public fields but `id` (the revision
@@ -80,16 +80,28 @@ def revision_build(
     )
 
 
-def revision_write(**kwargs) -> MemoryRevision:
+def revision_write(*, insert: bool = False, **kwargs) -> MemoryRevision:
     """Write one revision (call inside the transaction that made the change), and the change's
-    events with it (`memories.events.record`)."""
+    events with it (`memories.events.record`), in one statement. `insert`: the memory is new
+    (a store's create), and the same statement inserts it."""
+    memory = kwargs["memory"]
     revision = revision_build(**kwargs)
-    insert_instance(revision)
-    memory_events_write(
-        kwargs["memory"],
+    row = insert_sql(memory) if insert else None
+    if insert and row is None:  # a value only the ORM's own save writes
+        insert_instance(memory)
+    along = [row] if row is not None else []
+    events = memory_events_statement(
+        memory,
         change_type=revision.change_type,
         before=revision.before,
         after=revision.after,
         now=revision.created_at,
     )
+    if events is not None:
+        along.append(events)
+    # One round trip: the memory's and the events' INSERTs ride on the revision's, as
+    # data-modifying WITHs (no foreign key between them to order: each is checked by none).
+    insert_instance(revision, along=along)
+    if row is not None:
+        inserted(memory)
     return revision

@@ -7,6 +7,7 @@ import sys
 from datetime import timedelta
 from pathlib import Path
 
+from memoryhub import hnsw
 from memoryhub.env import env_bool, env_choice, env_float, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -160,6 +161,14 @@ if env_bool("MEMORYHUB_DB_PREPARE", default=True):
     # index (its operator class compares bigint with bigint only), so a keyword search would
     # read the whole tenant's matches instead of the agent's.
     psycopg.adapters.register_dumper(int, Int8Dumper)
+# pgvector's HNSW scan settings (iterative scans, the candidate list) from each connection's
+# start, so a search or a store need not set them per transaction (memoryhub/hnsw.py). Off
+# (MEMORYHUB_DB_SESSION_SETTINGS=0) behind a transaction-mode pooler, which refuses or drops
+# startup options: every HNSW walk then sets them locally, as before.
+MEMORYHUB_DB_SESSION_SETTINGS = env_bool("MEMORYHUB_DB_SESSION_SETTINGS", default=True)
+if MEMORYHUB_DB_SESSION_SETTINGS:
+    _options = DATABASES["default"]["OPTIONS"].get("options", "")
+    DATABASES["default"]["OPTIONS"]["options"] = f"{_options} {hnsw.startup_options()}".strip()
 # Every test run gets its own database on the shared test server.
 DATABASES["default"]["TEST"] = {
     "NAME": env_str("MEMORYHUB_TEST_DB", f"test_memoryhub_{os.getpid()}"),

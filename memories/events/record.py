@@ -1,7 +1,8 @@
 """Events are written where the change is, in its transaction (SPEC §14).
 
 Every change to a memory writes exactly one revision (`memories.revisions`), so the memory's
-events are written with it: `revision_write` calls `memory_events_write`, and the jobs' SQL
+events are written with it: `revision_write` runs `memory_events_statement`'s INSERT in the
+revision's own statement (a data-modifying WITH), and the jobs' SQL
 batches that insert revisions insert the events in the same statement (`insert_events_sql`).
 Every write path — services, console actions, formation, erasure, imports, prune and
 retention — therefore writes them without a call of its own. A change writes:
@@ -104,15 +105,24 @@ def events_insert(events: list[Event]) -> None:
     """Insert `events` in one statement. Written out rather than `bulk_create`, whose compiling
     costs more than the insert on every write; tests/events/test_record.py holds the rows it
     writes equal to `bulk_create`'s."""
+    statement = events_insert_statement(events)
+    if statement is not None:
+        with connection.cursor() as cursor:
+            cursor.execute(*statement)
+
+
+def events_insert_statement(events: list[Event]) -> tuple[str, list] | None:
+    """The INSERT of `events_insert` (None when there is nothing to write), for a caller that
+    runs it inside a statement of its own (`revisions.revision_write`: a data-modifying WITH of
+    the revision's INSERT); the tenants' after-commit nudges are registered here."""
     if not events or settings.MEMORYHUB_BENCH_NO_EVENTS:
-        return
+        return None
     for tenant_id in {event.tenant_id for event in events}:
         after_commit(tenant_id)
     params: list[Any] = []
     for event in events:
         params.extend(_row(event))
-    with connection.cursor() as cursor:
-        cursor.execute(_INSERT + ", ".join([_ROW] * len(events)), params)
+    return _INSERT + ", ".join([_ROW] * len(events)), params
 
 
 def memory_events(
@@ -154,13 +164,14 @@ def memory_event(
     )
 
 
-def memory_events_write(memory: Memory, **change) -> None:
-    """Write the events of one change (inside its transaction); `change` as `memory_events`."""
-    events_insert(memory_events(memory, **change))
+def memory_events_statement(memory: Memory, **change) -> tuple[str, list] | None:
+    """The INSERT of the events of one change (`change` as `memory_events`), for the statement
+    that writes its revision (`revisions.revision_write`) to run as well."""
+    return events_insert_statement(memory_events(memory, **change))
 
 
 def memory_events_write_many(changes: Iterable[tuple[Memory, dict]]) -> None:
-    """`memory_events_write` for several changes in one statement (an import's batch)."""
+    """The events of several changes in one statement (an import's batch)."""
     events: list[Event] = []
     for memory, change in changes:
         events.extend(memory_events(memory, **change))

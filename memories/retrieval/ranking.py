@@ -23,6 +23,7 @@ memories (`memories.retrieval.search.search_scope`), the console its tenant-wide
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +35,7 @@ from pgvector.django import CosineDistance
 from memories.embeddings import vector_literal
 from memories.models import Memory
 from memories.retrieval import context
-from memoryhub import tracing
+from memoryhub import hnsw, tracing
 
 # Candidates taken from each list before fusing (at least the requested limit).
 DEPTH = 40
@@ -48,9 +49,6 @@ def common_matches(depth: int) -> int:
     the candidates it takes (`depth`), not by how many memories hold a query's words."""
     return int(COMMON_MATCHES_PER_CANDIDATE * depth)
 
-
-# Candidates visited by the HNSW scan; iterative scans go further when filters drop rows.
-EF_SEARCH = 100
 
 # The OR tsquery, built inside PostgreSQL from the query text: every lexeme of
 # to_tsvector('english', q) (so stop words are gone and words are stemmed), quoted, joined by |.
@@ -202,13 +200,23 @@ def run_ranking(
 ) -> list[tuple[str, float]]:
     """Runs `statement(exact)` (`ranking_sql`'s, or the same compiled once) as `ranked_ids`
     describes: the HNSW walk first, then the exact scan when the walk came back short."""
-    with tracing.span("rank", depth=depth), transaction.atomic(), connection.cursor() as cursor:
-        if has_vector:
-            # Filtered HNSW scans keep walking the graph until `depth` rows pass the filters.
-            cursor.execute(
-                "SET LOCAL hnsw.iterative_scan = relaxed_order; "
-                f"SET LOCAL hnsw.ef_search = {int(max(EF_SEARCH, depth))}"
-            )
+    rows = run_ranking_rows(statement, has_vector=has_vector, depth=depth)
+    return [(row[0], float(row[1])) for row in rows]
+
+
+def run_ranking_rows(
+    statement: Callable[[bool], tuple[str, list]], *, has_vector: bool, depth: int
+) -> list[tuple]:
+    """`run_ranking`'s rows, best first, whole: id, relevance, score, then whatever columns
+    `statement` selects after `ranking_sql`'s (search's hit rows: `search._with_hit_rows`)."""
+    # Filtered HNSW scans keep walking the graph until `depth` rows pass the filters: the
+    # connection holds those settings from its start (`memoryhub.hnsw`); a transaction sets them
+    # only where it needs others (a deeper candidate list) or where the connection lacks them.
+    local = hnsw.local_settings_sql(depth) if has_vector else None
+    block = transaction.atomic() if local else nullcontext()
+    with tracing.span("rank", depth=depth), block, connection.cursor() as cursor:
+        if local:
+            cursor.execute(local)
         cursor.execute(*statement(False))
         rows = cursor.fetchall()
         if has_vector:
@@ -222,7 +230,7 @@ def run_ranking(
                 cursor.execute(*statement(True))
                 rows = cursor.fetchall()
     rows.sort(key=lambda row: (-row[2], row[0]))
-    return [(row[0], float(row[1])) for row in rows]
+    return rows
 
 
 def ranking_sql(scope: QuerySet, args: RankingArgs, *, exact: bool) -> tuple[str, list]:

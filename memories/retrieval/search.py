@@ -22,6 +22,7 @@ from memories.clock import resolve_now
 from memories.compiled import (
     CompiledQuery,
     CompiledSQL,
+    RowLoader,
     Slot,
     principal_values,
     slot_principal,
@@ -30,7 +31,13 @@ from memories.embeddings import get_embedder
 from memories.models import PUBLIC_FIELDS, Category, Memory, MemoryRevision
 from memories.retrieval.formats import search_hit_json
 from memories.retrieval.params import SearchParams, parse_search
-from memories.retrieval.ranking import TSQUERY_SQL, RankingArgs, ranking_sql, run_ranking
+from memories.retrieval.ranking import (
+    TSQUERY_SQL,
+    RankingArgs,
+    ranking_sql,
+    run_ranking,
+    run_ranking_rows,
+)
 from memories.serialization import iso
 from memories.visibility import reads_from_ids, visible_memories
 
@@ -137,6 +144,19 @@ def ranked_search(
 ) -> list[tuple[str, float]]:
     """`ranked_ids` of `params.query` over `search_scope(principal, params, now)`: what search
     and hydrate's archival match rank, through `search_statement`."""
+    statement, depth = _ranking(principal, params, now, vector=vector, model=model)
+    return run_ranking(statement, has_vector=vector is not None, depth=depth)
+
+
+def _ranking(
+    principal: Principal,
+    params: SearchParams,
+    now: datetime,
+    *,
+    vector: list[float] | None,
+    model: str | None,
+) -> tuple[Callable[[bool], tuple[str, list]], int]:
+    """`search_statement` of the request's `RankingArgs`, and its depth."""
     args = RankingArgs.of(
         query=params.query,
         vector=vector,
@@ -145,11 +165,27 @@ def ranked_search(
         min_score=params.min_score,
         model=model,
     )
-    return run_ranking(
-        search_statement(principal, params, now, args),
+    return search_statement(principal, params, now, args), args.depth
+
+
+def _ranked_hits(
+    principal: Principal,
+    params: SearchParams,
+    now: datetime,
+    *,
+    vector: list[float] | None,
+    model: str | None,
+) -> tuple[list[tuple[str, float]], dict[str, Memory]]:
+    """`ranked_search`, and the ranked memories' rows (their response fields) read by the same
+    statement: a search's hits cost no round trip of their own."""
+    statement, depth = _ranking(principal, params, now, vector=vector, model=model)
+    rows = run_ranking_rows(
+        _with_hit_rows(principal.tenant.pk, statement),
         has_vector=vector is not None,
-        depth=args.depth,
+        depth=depth,
     )
+    memories = _HIT_LOADER.load([row[3:] for row in rows])
+    return [(row[0], float(row[1])) for row in rows], {m.pk: m for m in memories}
 
 
 def search_statement(
@@ -209,6 +245,29 @@ def _compiled_fetch(count: int) -> CompiledQuery:
     )
 
 
+# The same fields, read with the ranking (`_with_hit_rows`), in the model's order.
+_HIT_FIELDS = [f for f in Memory._meta.concrete_fields if f.attname in RESPONSE_FIELDS]
+_HIT_LOADER = RowLoader(Memory, _HIT_FIELDS, [])
+_HIT_SQL = (
+    "WITH ranked AS MATERIALIZED ({ranking}) SELECT r.id, r.relevance, r.score, "
+    + ", ".join(f"m.{field.column}" for field in _HIT_FIELDS)
+    + f" FROM ranked r LEFT JOIN {Memory._meta.db_table} m ON m.tenant_id = %s AND m.id = r.id"
+)
+
+
+def _with_hit_rows(
+    tenant_id: int, statement: Callable[[bool], tuple[str, list]]
+) -> Callable[[bool], tuple[str, list]]:
+    """The ranking statement, each ranked memory's response fields after its id, relevance and
+    score (the HNSW walk's count row, id NULL, has none)."""
+
+    def build(exact: bool) -> tuple[str, list]:
+        sql, params = statement(exact)
+        return _HIT_SQL.format(ranking=sql), [*params, tenant_id]
+
+    return build
+
+
 def _fetch(tenant_id: int, ids: list[str]) -> dict[str, Memory]:
     """The hits' rows (their response fields only), by id."""
     ids = list(dict.fromkeys(ids))
@@ -265,7 +324,7 @@ def memory_search(*, principal: Principal, data: dict, now: datetime | None = No
     if params.mode in ("semantic", "hybrid"):
         embedder = get_embedder()
         vector, model = embedder.embed([params.query])[0], embedder.model_name
-    ranked = ranked_search(principal, params, now, vector=vector, model=model)
+    ranked, rows = _ranked_hits(principal, params, now, vector=vector, model=model)
     history = []
     if params.include_history:
         scope = search_scope(principal, params, now)
@@ -274,8 +333,9 @@ def memory_search(*, principal: Principal, data: dict, now: datetime | None = No
             for revision, score in _history_hits(principal, scope, params, params.limit)
             if params.min_score is None or score >= params.min_score
         ]
-    ids = [mid for mid, _ in ranked] + [r.memory_id for r, _ in history]
-    rows = _fetch(principal.tenant.pk, ids)
+    rows.update(
+        _fetch(principal.tenant.pk, [r.memory_id for r, _ in history if r.memory_id not in rows])
+    )
     slugs = _owner_slugs(principal, rows.values())
     agent = principal.agent
     hits = [

@@ -26,7 +26,6 @@ from memories.clock import resolve_now
 from memories.compiled import (
     CompiledSQL,
     Slot,
-    insert_instance,
     principal_values,
     slot_principal,
 )
@@ -35,7 +34,7 @@ from memories.embeddings import vector_literal
 from memories.models import ChangeType, Memory, ReviewReason, ReviewState, Scope, Status
 from memories.revisions import revision_write, snapshot
 from memories.services.common import MAX_RETRIES
-from memories.services.eviction import cap_lock, evict_over_cap, owner_cap
+from memories.services.eviction import cap_lock, cap_lock_name, evict_over_cap, owner_cap
 from memories.services.lifecycle import expire
 from memories.services.writes import change, embedding_for
 from memories.visibility import formation_q, reads_from_ids, user_q, visible_memories, visible_q
@@ -166,7 +165,10 @@ def _store_write(prepared: PreparedStore) -> StoreResult:
         return StoreResult(
             memory=None, created=False, message="Out of scope", action=SKIPPED, out_of_scope=True
         )
-    single = _kind_single(prepared)
+    # A plain store (no key, not a single kind's) usually inserts: its cap lock is taken with
+    # the kind's, in one statement (`kinds.kind_guard`), and not again by `_insert`.
+    cap_locked = not inp.key and not inp.kind_single
+    single = _kind_single(prepared, cap_lock=cap_locked)
     dedup = not inp.key and not single and inp.dedup_policy != "insert"
     corrected, near = _look_alikes(prepared, live=dedup)
     if corrected and prepared.formation is not None:
@@ -190,7 +192,7 @@ def _store_write(prepared: PreparedStore) -> StoreResult:
             near_duplicates=near,
             previously_corrected=corrected,
         )
-    memory = _insert(prepared, near=bool(near), single=False)
+    memory = _insert(prepared, near=bool(near), single=False, cap_locked=cap_locked)
     return StoreResult(
         memory=memory,
         created=True,
@@ -201,11 +203,15 @@ def _store_write(prepared: PreparedStore) -> StoreResult:
     )
 
 
-def _kind_single(prepared: PreparedStore) -> bool:
+def _kind_single(prepared: PreparedStore, *, cap_lock: bool) -> bool:
     """The kind's cardinality, under the kind's lock (`kinds.kind_guard`): a registry change that
-    committed since the store was validated is applied to it (its schema checked again)."""
+    committed since the store was validated is applied to it (its schema checked again). With
+    `cap_lock`, the owner's cap lock is taken next by the same statement."""
     inp = prepared.inp
-    registry = kinds.kind_guard(prepared.principal.tenant, inp.kind)
+    tenant = prepared.principal.tenant
+    owner = prepared.owner.pk if prepared.owner is not None else None
+    lock = cap_lock_name(tenant.pk, owner, prepared.user_subject) if cap_lock else None
+    registry = kinds.kind_guard(tenant, inp.kind, then_lock=lock)
     if registry.version == inp.kinds_version:
         return inp.kind_single
     rule = registry.rule(inp.kind)
@@ -262,11 +268,13 @@ def _review_reason(prepared: PreparedStore, *, near: bool) -> str:
     return ReviewReason.NEAR_DUPLICATE if near else ""
 
 
-def _insert(prepared: PreparedStore, *, near: bool, single: bool) -> Memory:
+def _insert(
+    prepared: PreparedStore, *, near: bool, single: bool, cap_locked: bool = False
+) -> Memory:
     principal, inp, now = prepared.principal, prepared.inp, prepared.now
     _check_quota(prepared)
-    # Before the insert touches the counter row.
-    cap_lock(principal.tenant, prepared.owner, prepared.user_subject)
+    if not cap_locked:  # before the insert touches the counter row
+        cap_lock(principal.tenant, prepared.owner, prepared.user_subject)
     reason = _review_reason(prepared, near=near)
     review = ReviewState.PENDING if reason else ReviewState.NONE
     fields = _store_fields(prepared)
@@ -293,8 +301,8 @@ def _insert(prepared: PreparedStore, *, near: bool, single: bool) -> Memory:
         ),
         **fields,
     )
-    insert_instance(memory)
     revision_write(
+        insert=True,  # the memory, its revision and its events: one statement
         memory=memory,
         actor=principal.actor,
         change_type=ChangeType.CREATE,

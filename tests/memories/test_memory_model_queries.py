@@ -11,11 +11,13 @@ from accounts.principal import Principal
 from memories.retrieval.hydrate import memory_hydrate
 from memories.services.store import memory_store
 
-# savepoint, kind guard, SET LOCAL, look-alikes, cap lock, insert, revision, its event, cap
-# count, release
-PLAIN_STORE = 10
-# + the slot read and the insert's own savepoint (create); no cap check on an update
-SLOT_CREATE, SLOT_UPDATE = 13, 11
+# savepoint, kind guard with the cap lock (one statement), look-alikes, the memory with its
+# revision and its event (one statement), cap count, release; the HNSW settings are the
+# connection's (`memoryhub.hnsw`)
+PLAIN_STORE = 6
+# + the slot read and the insert's own savepoint (create), the cap lock its own statement; an
+# update: its savepoint, UPDATE, revision with its event, release, and no cap check
+SLOT_CREATE, SLOT_UPDATE = 10, 9
 
 
 @pytest.mark.django_db

@@ -1,0 +1,36 @@
+"""pgvector's HNSW scan settings, held by every connection from its start.
+
+Every statement that walks an HNSW index (search's ranking, a store's look-alikes) wants
+iterative scans (`relaxed_order`: a selective tenant/agent/subject filter still yields its rows)
+and a candidate list of `EF_SEARCH`. They used to be set per transaction (`SET LOCAL`), which
+cost every search a BEGIN, a SET and a COMMIT around its one statement and every store one
+statement more (docs/performance.md, "Where a request's CPU goes"). They are now startup
+options of the connection (`-c name=value`: no round trip at all), and the code sets them
+locally only where it needs another value (a search deeper than `EF_SEARCH`) or where the
+connection does not carry them (`MEMORYHUB_DB_SESSION_SETTINGS=0`: behind a transaction-mode
+pooler, which refuses or drops startup options).
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+
+ITERATIVE_SCAN = "relaxed_order"
+# Candidates visited by the HNSW scan; iterative scans go further when filters drop rows.
+EF_SEARCH = 100
+
+
+def startup_options() -> str:
+    """libpq's `options` that give a new connection these settings."""
+    return f"-c hnsw.iterative_scan={ITERATIVE_SCAN} -c hnsw.ef_search={EF_SEARCH}"
+
+
+def local_settings_sql(ef_search: int) -> str | None:
+    """The `SET LOCAL`s a transaction must run before an HNSW walk of `ef_search` candidates;
+    None when the connection already holds those settings from its start."""
+    ef_search = max(EF_SEARCH, int(ef_search))
+    if settings.MEMORYHUB_DB_SESSION_SETTINGS and ef_search == EF_SEARCH:
+        return None
+    return (
+        f"SET LOCAL hnsw.iterative_scan = {ITERATIVE_SCAN}; SET LOCAL hnsw.ef_search = {ef_search}"
+    )

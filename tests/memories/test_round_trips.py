@@ -1,0 +1,158 @@
+"""The statements (each a round trip to PostgreSQL, and its parse/plan/execute) of the three
+requests of the mixed load, pinned as a request runs them (issue #32, docs/performance.md
+"Where a request's CPU goes"): a store, a store that updates by key, a hybrid search. The
+HNSW scan settings are each connection's from its start (`memoryhub.hnsw`), and a revision's
+events ride on its INSERT."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from accounts.principal import Principal
+from memories.retrieval.ranking import DEPTH
+from memories.services.store import memory_store
+from memoryhub import hnsw
+
+# What each statement is, by how it starts.
+KINDS = [
+    ("BEGIN", "BEGIN"),
+    ("COMMIT", "COMMIT"),
+    ("SAVEPOINT", "SAVEPOINT"),
+    ("RELEASE", "RELEASE SAVEPOINT"),
+    ("SET LOCAL", "SET LOCAL"),
+    ("key lookup", 'SELECT k."id"'),
+    ("kind guard + cap lock", "SELECT v, pg_advisory_xact_lock("),
+    ("kind guard", "SELECT v FROM memory_kind_guard("),
+    ("look-alikes", "(SELECT id, tenant_id"),
+    ("cap lock", "SELECT pg_advisory_xact_lock("),
+    ("memory + revision + events", 'WITH along0 AS (INSERT INTO "memories_memory" '),
+    ("revision + events", "WITH along0 AS (INSERT INTO memories_event"),
+    ("cap count", "SELECT active FROM memories_ownercount"),
+    ("slot read", 'SELECT "memories_memory"."id", "memories_memory"."tenant_id"'),
+    ("UPDATE", 'UPDATE "memories_memory" SET "category"'),
+    ("ranking with its hit rows", "WITH ranked AS MATERIALIZED (WITH kw_lex AS MATERIALIZED"),
+]
+
+
+def _kinds(captured) -> list[str]:
+    out = []
+    for query in captured:
+        sql = re.sub(r"\s+", " ", query["sql"]).strip()
+        out.append(next((name for name, start in KINDS if sql.startswith(start)), sql[:60]))
+    return out
+
+
+@pytest.fixture
+def seeded(settings, api_client, tenant, agent):
+    settings.MEMORYHUB_ACCESS_BUMP = "off"  # deferred in a server: off the request path
+    # More vectors than a search's depth: the HNSW walk is not followed by the exact scan that
+    # a scope smaller than the depth gets (`ranking.run_ranking`).
+    me = Principal(tenant=tenant, agent=agent)
+    for i in range(DEPTH + 5):
+        memory_store(
+            principal=me, data={"text": f"Seeded fact number {i}.", "dedup_policy": "insert"}
+        )
+    for i in range(3):  # warms the registry's cache and the compiled statements
+        api_client.post("/api/v1/memories", {"text": f"Warm-up fact {i}."}, format="json")
+        api_client.post("/api/v1/search", {"query": "fact", "mode": "hybrid"}, format="json")
+    api_client.post("/api/v1/memories", {"text": "Plan A", "key": "plan"}, format="json")
+    return api_client
+
+
+def _statements(request) -> list[str]:
+    with CaptureQueriesContext(connection) as ctx:
+        response = request()
+    assert response.status_code in (200, 201), response.content
+    return _kinds(ctx.captured_queries)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_store_statements(seeded):
+    kinds = _statements(
+        lambda: seeded.post("/api/v1/memories", {"text": "Bob flies to Rome."}, format="json")
+    )
+    assert kinds == [
+        "key lookup",
+        "BEGIN",
+        "kind guard + cap lock",
+        "look-alikes",
+        "memory + revision + events",
+        "cap count",
+        "COMMIT",
+    ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_keyed_update_statements(seeded):
+    kinds = _statements(
+        lambda: seeded.post("/api/v1/memories", {"text": "Plan B", "key": "plan"}, format="json")
+    )
+    assert kinds == [
+        "key lookup",
+        "BEGIN",
+        "kind guard",
+        "look-alikes",
+        "slot read",
+        "SAVEPOINT",
+        "UPDATE",
+        "revision + events",
+        "RELEASE",
+        "COMMIT",
+    ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_hybrid_search_statements(seeded):
+    kinds = _statements(
+        lambda: seeded.post(
+            "/api/v1/search", {"query": "Warm-up fact", "mode": "hybrid"}, format="json"
+        )
+    )
+    assert kinds == ["key lookup", "ranking with its hit rows"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_without_session_settings_each_walk_sets_them(seeded, settings):
+    """Behind a transaction-mode pooler (`MEMORYHUB_DB_SESSION_SETTINGS=0`) the connection holds
+    no settings of ours: every HNSW walk sets them for its transaction, as before."""
+    settings.MEMORYHUB_DB_SESSION_SETTINGS = False
+    search = _statements(
+        lambda: seeded.post(
+            "/api/v1/search", {"query": "Warm-up fact", "mode": "hybrid"}, format="json"
+        )
+    )
+    assert search == [
+        "key lookup",
+        "BEGIN",
+        "SET LOCAL",
+        "ranking with its hit rows",
+        "COMMIT",
+    ]
+    store = _statements(
+        lambda: seeded.post("/api/v1/memories", {"text": "Ann flies to Oslo."}, format="json")
+    )
+    assert store[:5] == ["key lookup", "BEGIN", "kind guard + cap lock", "SET LOCAL", "look-alikes"]
+
+
+@pytest.mark.django_db
+def test_connections_hold_the_hnsw_settings():
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT '[1,2]'::vector")  # pgvector's library loaded
+        cursor.execute("SHOW hnsw.iterative_scan")
+        assert cursor.fetchone()[0] == hnsw.ITERATIVE_SCAN
+        cursor.execute("SHOW hnsw.ef_search")
+        assert int(cursor.fetchone()[0]) == hnsw.EF_SEARCH
+
+
+def test_a_deeper_walk_sets_its_own_candidate_list(settings):
+    settings.MEMORYHUB_DB_SESSION_SETTINGS = True
+    assert hnsw.local_settings_sql(40) is None
+    assert hnsw.local_settings_sql(hnsw.EF_SEARCH) is None
+    assert "hnsw.ef_search = 150" in hnsw.local_settings_sql(150)
+    settings.MEMORYHUB_DB_SESSION_SETTINGS = False
+    assert "hnsw.iterative_scan = relaxed_order" in hnsw.local_settings_sql(40)
+    assert "hnsw.ef_search = 100" in hnsw.local_settings_sql(40)
