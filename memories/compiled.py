@@ -290,11 +290,9 @@ class _InsertStatement:
 _INSERTS: dict[tuple[type[Model], bool, str], _InsertStatement] = {}
 
 
-def insert_sql(obj: Model, *, using: str = "default") -> tuple[str, list] | None:
-    """The INSERT `insert_instance` runs for `obj` (its SQL, its parameters), for a statement
-    that writes it along with another (`insert_instance(along=)`; `inserted(obj)` once it ran);
-    None when a value is an expression (a database default, F()), which the ORM's own save
-    writes into the SQL."""
+def _prepared(obj: Model, using: str) -> tuple[_InsertStatement, list] | None:
+    """`obj`'s INSERT statement (compiled once per model) and its parameters; None when a value
+    is an expression (a database default, F()), which the ORM's own save writes into the SQL."""
     key = (type(obj), obj.pk is None, using)
     statement = _INSERTS.get(key) or _InsertStatement(obj, using)
     values = [field.pre_save(obj, True) for field in statement.fields]
@@ -306,7 +304,15 @@ def insert_sql(obj: Model, *, using: str = "default") -> tuple[str, list] | None
         field.get_db_prep_save(value, connection=connection)
         for field, value in zip(statement.fields, values, strict=True)
     ]
-    return statement.sql, params
+    return statement, params
+
+
+def insert_sql(obj: Model, *, using: str = "default") -> tuple[str, list] | None:
+    """The INSERT `insert_instance` runs for `obj` (its SQL, its parameters), for a statement
+    that writes it along with another (`insert_instance(along=)`; `inserted(obj)` once it ran);
+    None when the ORM's own save must write it (`_prepared`)."""
+    prepared = _prepared(obj, using)
+    return None if prepared is None else (prepared[0].sql, prepared[1])
 
 
 def inserted(obj: Model, *, using: str = "default") -> None:
@@ -327,22 +333,22 @@ def insert_instance(
     `along`: data-modifying statements (INSERTs, with their parameters) written by the same
     round trip, as WITHs of this INSERT (a new memory and its revision's events:
     `revisions.revision_write`)."""
-    statement = insert_sql(obj, using=using)
+    prepared = _prepared(obj, using)
     connection = connections[using]
-    if statement is None:
+    if prepared is None:
         with connection.cursor() as cursor:
             for part in along:
                 cursor.execute(*part)
         obj.save(force_insert=True, using=using)
         return
-    sql, params = statement
+    statement, params = prepared
+    sql = statement.sql
     if along:
         parts = ", ".join(f"along{index} AS ({part})" for index, (part, _) in enumerate(along))
         sql = f"WITH {parts} {sql}"
         params = [value for _, part_params in along for value in part_params] + params
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        auto = _INSERTS[(type(obj), True, using)].auto if obj.pk is None else None
-        if auto is not None:
-            setattr(obj, auto.attname, cursor.fetchone()[0])
+        if statement.auto is not None:
+            setattr(obj, statement.auto.attname, cursor.fetchone()[0])
     inserted(obj, using=using)

@@ -10,10 +10,9 @@ it of stored memories (the review queue and a memory's detail page).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass
 
-from django.db import connection, transaction
+from django.db import connection
 from django.db.models import QuerySet
 
 from accounts.models import Agent
@@ -130,11 +129,7 @@ def run_near_duplicates(
     near: list[list[Memory]] = [[] for _ in range(total)]
     # HNSW keeps scanning past filtered-out rows (pgvector ≥ 0.8): a setting the connection
     # holds from its start, or this transaction sets (`memoryhub.hnsw`).
-    local = hnsw.local_settings_sql(hnsw.EF_SEARCH)
-    block = transaction.atomic(savepoint=False) if local else nullcontext()
-    with block, connection.cursor() as cursor:
-        if local:
-            cursor.execute(local)
+    with hnsw.scan_settings(hnsw.EF_SEARCH, savepoint=False), connection.cursor() as cursor:
         cursor.execute(*statement)
         fetched = cursor.fetchall()
     # Usually none: a store's look-alikes are the exception.

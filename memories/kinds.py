@@ -172,13 +172,14 @@ def kind_guard(tenant: Tenant, kind: str, *, then_lock: str | None = None) -> Re
 
     `then_lock`: the name of a transaction-level advisory lock the same statement takes next,
     after the kind's (a store's cap lock, `eviction.cap_lock_name`): one round trip less."""
-    sql, params = "SELECT v FROM memory_kind_guard(%s, hashtextextended(%s, 0)) AS v", []
-    if then_lock is not None:
-        # In the target list: evaluated for the function's row, so after the kind's lock.
-        sql = sql.replace("SELECT v", "SELECT v, pg_advisory_xact_lock(hashtextextended(%s, 0))")
-        params.append(then_lock)
+    # The cap lock in the target list: evaluated for the function's row, so after the kind's lock.
+    then = ", pg_advisory_xact_lock(hashtextextended(%s, 0))" if then_lock is not None else ""
+    params = [then_lock] if then_lock is not None else []
     with connection.cursor() as cursor:
-        cursor.execute(sql, [*params, tenant.pk, kind_lock_name(tenant.pk, kind)])
+        cursor.execute(
+            f"SELECT v{then} FROM memory_kind_guard(%s, hashtextextended(%s, 0)) AS v",
+            [*params, tenant.pk, kind_lock_name(tenant.pk, kind)],
+        )
         version = cursor.fetchone()[0]
     if version != tenant.kinds_version:
         tenant.kinds_version = version

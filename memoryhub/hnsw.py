@@ -13,7 +13,11 @@ pooler, which refuses or drops startup options).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from django.conf import settings
+from django.db import connection, transaction
 
 ITERATIVE_SCAN = "relaxed_order"
 # Candidates visited by the HNSW scan; iterative scans go further when filters drop rows.
@@ -34,3 +38,16 @@ def local_settings_sql(ef_search: int) -> str | None:
     return (
         f"SET LOCAL hnsw.iterative_scan = {ITERATIVE_SCAN}; SET LOCAL hnsw.ef_search = {ef_search}"
     )
+
+
+@contextmanager
+def scan_settings(ef_search: int, *, savepoint: bool = True) -> Iterator[None]:
+    """A block whose HNSW walks of `ef_search` candidates have these settings: the connection's
+    own, or `local_settings_sql`'s, set inside a transaction around the block."""
+    local = local_settings_sql(ef_search)
+    if local is None:
+        yield
+        return
+    with transaction.atomic(savepoint=savepoint), connection.cursor() as cursor:
+        cursor.execute(local)
+        yield

@@ -230,7 +230,7 @@ def run_versus(
         texts = [turn.text for _, turn in round_robin([c.turns for c in conversations])]
         if not texts:
             raise ValueError("the dataset has no turns")
-        writes = [f"{texts[i % len(texts)]}" for i in range(warmup + requests)]
+        writes = [texts[i % len(texts)] for i in range(warmup + requests)]
         phases["write"], _ = _sequential(
             "write", sides, single, lambda side, i: side.write(writes[i]), requests, warmup, out
         )

@@ -27,7 +27,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import connection
 from django.db.models import BooleanField, ExpressionWrapper, FloatField, QuerySet, Value
 from django.db.models.expressions import RawSQL
 from pgvector.django import CosineDistance
@@ -212,11 +212,8 @@ def run_ranking_rows(
     # Filtered HNSW scans keep walking the graph until `depth` rows pass the filters: the
     # connection holds those settings from its start (`memoryhub.hnsw`); a transaction sets them
     # only where it needs others (a deeper candidate list) or where the connection lacks them.
-    local = hnsw.local_settings_sql(depth) if has_vector else None
-    block = transaction.atomic() if local else nullcontext()
-    with tracing.span("rank", depth=depth), block, connection.cursor() as cursor:
-        if local:
-            cursor.execute(local)
+    walk = hnsw.scan_settings(depth) if has_vector else nullcontext()
+    with tracing.span("rank", depth=depth), walk, connection.cursor() as cursor:
         cursor.execute(*statement(False))
         rows = cursor.fetchall()
         if has_vector:

@@ -46,6 +46,11 @@ def read_results(path: Path) -> dict:
     return results if isinstance(results, dict) else {}
 
 
+def write_results(path: Path, results: dict) -> None:
+    """The results file, whole (`read_results`'s figures with a section's run merged in)."""
+    path.write_text(json.dumps(results, indent=2) + "\n")
+
+
 def stamp(result: dict) -> None:
     """When a section's run ended and on what machine."""
     result["started_at"] = timezone.now().isoformat()
@@ -234,7 +239,7 @@ class Command(BaseCommand):
                     data_dir, locomo_path, opts["embedder"], conversations, questions
                 )
         results["meta"]["seconds"] = round(time.monotonic() - started, 1)
-        opts["output"].write_text(json.dumps(results, indent=2) + "\n")
+        write_results(opts["output"], results)
         self.out(f"wrote {opts['output']} ({results['meta']['seconds']}s)")
 
     def out(self, line: str) -> None:
@@ -302,7 +307,7 @@ class Command(BaseCommand):
         if opts["statements"]:
             name += "/statements"
         results.setdefault("load", {})[name] = result
-        path.write_text(json.dumps(results, indent=2) + "\n")
+        write_results(path, results)
         self.out(f"wrote the load figures to {path}")
 
     # --- side by side with mem0 (memories/bench/versus.py) ------------------------------------
@@ -337,7 +342,7 @@ class Command(BaseCommand):
         path = opts["output"]
         results = read_results(path)
         results["versus_mem0"] = result
-        path.write_text(json.dumps(results, indent=2) + "\n")
+        write_results(path, results)
         self.out(f"wrote the side-by-side figures to {path}")
 
     # --- latency ---------------------------------------------------------------------------
