@@ -320,13 +320,19 @@ def run_load_bench(
     corpus: str = "synthetic",
     workers: int | None = None,
     statement_stats: bool = False,
+    agents: int | None = None,
 ) -> dict:
     """`statement_stats`: also where PostgreSQL's time went, statement by statement
-    (`memories.bench.statements`; the database must load pg_stat_statements)."""
+    (`memories.bench.statements`; the database must load pg_stat_statements).
+    `agents`: how many agents are seeded (default one per client); client i works as agent
+    i mod `agents`. A fixed number keeps the database the same size whatever the clients, so
+    that runs with different `--workers` (and clients) compare the code, not the data."""
     chosen = CORPORA[corpus]
-    creds = seed(
-        clients=clients, embedder_name=embedder, per_agent=SEED_PER_AGENT, out=out, corpus=chosen
+    agents = agents or clients
+    seeded = seed(
+        clients=agents, embedder_name=embedder, per_agent=SEED_PER_AGENT, out=out, corpus=chosen
     )
+    creds = [seeded[index % agents] for index in range(clients)]
     with serving(data_dir, embedder=embedder, out=out, workers=workers) as (base_url, serve_pid):
         roots = {"serve": [serve_pid], "postgres": _postmaster(data_dir)}
         samples: dict = {}
@@ -376,7 +382,8 @@ def run_load_bench(
         "corpus": corpus,
         "workers": workers or default_workers(),
         "mix_percent": MIX,
-        "seeded_memories": clients * SEED_PER_AGENT,
+        "agents": agents,
+        "seeded_memories": agents * SEED_PER_AGENT,
         "machine_load_avg": [round(x, 2) for x in os.getloadavg()],
         "operations": ops,
         "warmup_requests": sum(r.get("warmup_requests", 0) for r in results),
@@ -423,7 +430,8 @@ def load_table(result: dict, out) -> None:
     out("")
     workers = result.get("workers")
     out(
-        f"mixed load: {result['clients']} clients, {result['duration_s']:g}s, embedder "
+        f"mixed load: {result['clients']} clients on {result.get('agents', result['clients'])} "
+        f"agents, {result['duration_s']:g}s, embedder "
         f"{result['embedder']}, corpus {result.get('corpus', 'synthetic')}, {workers} web "
         f"workers (load average after: {result['machine_load_avg'][0]})"
     )

@@ -125,6 +125,8 @@ def test_bench_load_runs_against_serve_and_writes_its_figures(tmp_path):
         "small-vocabulary",
         "--workers",
         "1",
+        "--agents",
+        "1",
         "--statements",
         "--output",
         str(output),
@@ -132,8 +134,10 @@ def test_bench_load_runs_against_serve_and_writes_its_figures(tmp_path):
     assert completed.returncode == 0, completed.stderr[-3000:]
     results = json.loads(output.read_text())
     assert results["latency"] == {"kept": True}  # the other figures stay
-    load = results["load"]["hashing/small-vocabulary/1 workers/statements"]
+    load = results["load"]["hashing/small-vocabulary/1 workers/1 agents/statements"]
     assert (load["clients"], load["duration_s"], load["embedder"]) == (2, 2.0, "hashing")
+    # --agents 1: one agent seeded, both clients working as it (without errors, below).
+    assert (load["agents"], load["seeded_memories"]) == (1, 500)
     assert (load["corpus"], load["workers"]) == ("small-vocabulary", 1)
     by_kind = load["cpu_ms_per_request"]
     assert set(by_kind) == {*KINDS, "clients"}
@@ -146,7 +150,7 @@ def test_bench_load_runs_against_serve_and_writes_its_figures(tmp_path):
         row = load["operations"][op]
         assert row["n"] > 0 and row["p50"] > 0 and row["req_per_s"] > 0, op
         assert row["errors"] == 0, (op, row["error_kinds"])
-    assert "mixed load: 2 clients" in completed.stdout
+    assert "mixed load: 2 clients on 1 agents" in completed.stdout
     assert "corpus small-vocabulary, 1 web workers" in completed.stdout
     assert "CPU ms per request: web " in completed.stdout
     assert "search_hybrid" in completed.stdout
@@ -214,6 +218,13 @@ def test_bench_load_pair_runs_both_sides_at_once_and_writes_their_figures(tmp_pa
 def test_statements_are_not_read_for_a_pair():
     with pytest.raises(CommandError, match="not with --pair"):
         call_command("bench", "--load", "--pair", "same", "--statements", "--clients", "2")
+
+
+def test_agents_must_be_positive_and_not_with_a_pair():
+    with pytest.raises(CommandError, match="--agents must be positive"):
+        call_command("bench", "--load", "--agents", "0")
+    with pytest.raises(CommandError, match="not with --pair"):
+        call_command("bench", "--load", "--pair", "same", "--agents", "2", "--clients", "2")
 
 
 def test_pair_sides_alternate_and_differ_only_in_what_the_pair_names():

@@ -129,6 +129,12 @@ class Command(BaseCommand):
             "--workers", type=int, help="--load: web processes for `serve` (default: its own)"
         )
         parser.add_argument(
+            "--agents",
+            type=int,
+            help="--load: agents seeded (500 memories each; default one per client), the "
+            "clients spread over them; fix it to compare runs with different --workers/--clients",
+        )
+        parser.add_argument(
             "--pair",
             choices=sorted(PAIRS),
             help="--load: two servers on one database at once, the clients split between them; "
@@ -273,12 +279,18 @@ class Command(BaseCommand):
             raise CommandError("--pair splits the clients in two: give an even --clients")
         if opts["statements"] and opts["pair"]:
             raise CommandError("--statements reads one server's database: not with --pair")
+        if opts["agents"] is not None and opts["agents"] < 1:
+            raise CommandError("--agents must be positive")
+        if opts["agents"] is not None and opts["pair"]:
+            raise CommandError("--agents: not with --pair (each client is its own agent there)")
         embedder = opts["embedder"]
         logging.getLogger("httpx").setLevel(logging.WARNING)
         run, table = (run_pair_bench, pair_table) if opts["pair"] else (run_load_bench, load_table)
         extra = {"pair": opts["pair"]} if opts["pair"] else {}
         if opts["statements"]:
             extra["statement_stats"] = True
+        if opts["agents"] is not None:
+            extra["agents"] = opts["agents"]
         with throwaway_database(
             self.out, durable=True, statement_stats=opts["statements"]
         ) as data_dir:
@@ -302,6 +314,8 @@ class Command(BaseCommand):
             name += f"/{opts['corpus']}"
         if opts["workers"] is not None:
             name += f"/{opts['workers']} workers"
+        if opts["agents"] is not None:
+            name += f"/{opts['agents']} agents"
         if opts["pair"]:
             name += f"/pair {opts['pair']}"
         if opts["statements"]:
