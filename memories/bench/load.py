@@ -52,14 +52,15 @@ POSTGRES_SETTINGS = ("max_connections", "shared_buffers", "jit", "huge_pages", "
 
 
 def seed(
-    *, clients: int, embedder_name: str, per_agent: int, out, corpus: Corpus = CORPORA["synthetic"]
+    *, agents: int, embedder_name: str, per_agent: int, out, corpus: Corpus = CORPORA["synthetic"]
 ) -> list[dict]:
-    """One agent, key and seeded memories per client; returns each client's credentials."""
+    """`agents` agents, each with a key and `per_agent` seeded memories; returns each agent's
+    credentials (`spread` hands them to the clients)."""
     tenant = tenant_get_or_create(slug="load")
     embedder = build_embedder(embedder_name)
-    progress = Progress(f"seeding {clients} agents ({embedder.model_name})", clients * per_agent)
+    progress = Progress(f"seeding {agents} agents ({embedder.model_name})", agents * per_agent)
     creds = []
-    for index in range(clients):
+    for index in range(agents):
         agent = agent_get_or_create(tenant=tenant, slug=f"load-{index}")
         agent.entry_cap = 10_000_000  # eviction is not what this measures
         agent.save(update_fields=["entry_cap"])
@@ -77,8 +78,13 @@ def seed(
     progress.close()
     with connection.cursor() as cursor:
         cursor.execute("VACUUM ANALYZE memories_memory")
-    out(f"seeded {clients * per_agent} memories with {embedder.model_name}")
+    out(f"seeded {agents * per_agent} memories with {embedder.model_name}")
     return creds
+
+
+def spread(creds: list[dict], clients: int) -> list[dict]:
+    """Each client's credentials: client i works as agent i mod the agents seeded."""
+    return [creds[index % len(creds)] for index in range(clients)]
 
 
 @contextmanager
@@ -330,9 +336,9 @@ def run_load_bench(
     chosen = CORPORA[corpus]
     agents = agents or clients
     seeded = seed(
-        clients=agents, embedder_name=embedder, per_agent=SEED_PER_AGENT, out=out, corpus=chosen
+        agents=agents, embedder_name=embedder, per_agent=SEED_PER_AGENT, out=out, corpus=chosen
     )
-    creds = [seeded[index % agents] for index in range(clients)]
+    creds = spread(seeded, clients)
     with serving(data_dir, embedder=embedder, out=out, workers=workers) as (base_url, serve_pid):
         roots = {"serve": [serve_pid], "postgres": _postmaster(data_dir)}
         samples: dict = {}
@@ -430,7 +436,7 @@ def load_table(result: dict, out) -> None:
     out("")
     workers = result.get("workers")
     out(
-        f"mixed load: {result['clients']} clients on {result.get('agents', result['clients'])} "
+        f"mixed load: {result['clients']} clients on {result['agents']} "
         f"agents, {result['duration_s']:g}s, embedder "
         f"{result['embedder']}, corpus {result.get('corpus', 'synthetic')}, {workers} web "
         f"workers (load average after: {result['machine_load_avg'][0]})"

@@ -105,7 +105,7 @@ def run_pair_bench(
     agents a side serves favours one side."""
     chosen = CORPORA[corpus]
     creds = seed(
-        clients=clients, embedder_name=embedder, per_agent=SEED_PER_AGENT, out=out, corpus=chosen
+        agents=clients, embedder_name=embedder, per_agent=SEED_PER_AGENT, out=out, corpus=chosen
     )
     envs = {side: side_env(side, pair) for side in SIDES}
     workers = pair_workers(workers)

@@ -238,7 +238,7 @@ def run_versus(
         if not asked:
             raise ValueError("the dataset has no questions with evidence")
         chosen = [asked[i % len(asked)] for i in range(warmup + requests)]
-        recall: dict[str, dict] = {}
+        recall: dict[str, dict] = {name: {} for name in SYSTEMS}  # system → mode → R@k
         for mode in ("hybrid", "semantic"):
             phase = f"search_{mode}"
             phases[phase], answers = _sequential(
@@ -250,10 +250,8 @@ def run_versus(
                 warmup,
                 out,
             )
-            recall[mode] = {
-                name: _recall(sides[name], answers[name], chosen[warmup:], ids[name])
-                for name in SYSTEMS
-            }
+            for name in SYSTEMS:
+                recall[name][mode] = _recall(sides[name], answers[name], chosen[warmup:], ids[name])
     finally:
         for timers in stripes.values():
             for timer in timers:
@@ -273,8 +271,7 @@ def run_versus(
         "recall": {
             "questions": len(questions),
             "distinct_questions": len({(c, q.question) for c, q in questions}),
-            "memoryhub": {mode: recall[mode]["memoryhub"] for mode in recall},
-            "mem0": {mode: recall[mode]["mem0"] for mode in recall},
+            **recall,
         },
         "machine_load_avg": [round(x, 2) for x in os.getloadavg()],
     }

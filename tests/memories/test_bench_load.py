@@ -16,7 +16,7 @@ from django.db import connection
 
 from memories.bench import cpu
 from memories.bench.corpus import CORPORA, WORDS
-from memories.bench.load import KINDS, MIX, _ended_kind, _kind, summarise
+from memories.bench.load import KINDS, MIX, _ended_kind, _kind, spread, summarise
 from memories.bench.pair import PAIRS, side_env, side_of
 from tests.support.bench import run_bench
 
@@ -218,6 +218,12 @@ def test_bench_load_pair_runs_both_sides_at_once_and_writes_their_figures(tmp_pa
 def test_statements_are_not_read_for_a_pair():
     with pytest.raises(CommandError, match="not with --pair"):
         call_command("bench", "--load", "--pair", "same", "--statements", "--clients", "2")
+
+
+def test_clients_are_spread_over_the_agents_seeded_in_turn():
+    a, b = {"key": "a"}, {"key": "b"}
+    assert spread([a, b], 5) == [a, b, a, b, a]  # fewer agents than clients: shared
+    assert spread([a, b], 1) == [a]  # more: the others only hold data
 
 
 def test_agents_must_be_positive_and_not_with_a_pair():
