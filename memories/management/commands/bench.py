@@ -227,7 +227,6 @@ class Command(BaseCommand):
                     requests,
                     ingest_batches=None if opts["skip_formation"] else ingest_batches,
                 )
-                self.latency_table(results["latency"])
             if prune_scale:
                 # --quick times 100 stores each side (the same count as its other operations).
                 results["prune"] = self.prune(prune_scale, samples=requests)
@@ -405,6 +404,8 @@ class Command(BaseCommand):
                         requests=requests,
                     ),
                 }
+                # Each scale's figures as soon as they are measured: a 1M run takes minutes more.
+                self.latency_table({str(scale): out[str(scale)]})
             ingest = None
             if ingest_batches:
                 ingest = run_ingest_bench(
