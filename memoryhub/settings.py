@@ -147,7 +147,9 @@ if env_bool("MEMORYHUB_DB_POOL", default=not TESTING and not _QCLUSTER):
 # Server-side parameter binding, and statements run 5 times on a connection are prepared there
 # (psycopg's prepare_threshold): PostgreSQL then parses and plans a simple statement once (the
 # API-key lookup planned for 0.3 ms and ran for 0.06). Statements whose best plan depends on
-# the values (the search ranking) keep custom plans: PostgreSQL's plan_cache_mode=auto decides.
+# the values (the search ranking over a large scope) keep custom plans: PostgreSQL's
+# plan_cache_mode=auto decides; a small scope's exact ranking asks for its generic plan
+# (memories/retrieval/ranking.py, `generic_plan`).
 # Off (MEMORYHUB_DB_PREPARE=0) behind a transaction-mode pooler that cannot keep prepared
 # statements (PgBouncer before 1.21).
 if env_bool("MEMORYHUB_DB_PREPARE", default=True):

@@ -7,11 +7,13 @@ candidates because every search starts from `visible_memories` (`search_scope`).
 from __future__ import annotations
 
 import copy
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
 
+from django.db import connection
 from django.db.models import BooleanField, QuerySet
 from django.db.models.expressions import RawSQL
 
@@ -37,6 +39,7 @@ from memories.retrieval.ranking import (
     ranking_sql,
     run_ranking,
     run_ranking_rows,
+    sql_with_params,
 )
 from memories.serialization import iso
 from memories.visibility import reads_from_ids, visible_memories
@@ -98,13 +101,29 @@ class _Shape:
     categories: int
     kind: bool
 
+    def scope(self) -> _ScopeShape:
+        return _ScopeShape(
+            subject=self.subject,
+            shared=self.shared,
+            thread=self.thread,
+            categories=self.categories,
+            kind=self.kind,
+        )
 
-@lru_cache(maxsize=256)
-def _compiled_ranking(shape: _Shape, exact: bool) -> CompiledSQL:
-    """The ranking statement over `search_scope` for one shape, compiled once per process
-    (`memories.compiled`): building the scope's and the ranking's querysets cost about 2 ms a
-    search, a third of what the statement itself takes at 10k memories."""
-    slots = Slot()
+
+@dataclass(frozen=True)
+class _ScopeShape:
+    """What makes two searches' scopes (`search_scope`) differ in more than their values."""
+
+    subject: bool
+    shared: int
+    thread: bool
+    categories: int
+    kind: bool
+
+
+def _slot_scope(slots: Slot, shape: _ScopeShape) -> QuerySet:
+    """`search_scope` with `slots` for the principal, the filters and `now`."""
     principal = slot_principal(slots, shared=shape.shared)
     params = SearchParams(
         query="",
@@ -114,6 +133,19 @@ def _compiled_ranking(shape: _Shape, exact: bool) -> CompiledSQL:
         thread_id=slots.text("thread") if shape.thread else None,
         include_shared=shape.shared > 0,
     )
+    return search_scope(principal, params, slots.time("now"))
+
+
+@lru_cache(maxsize=256)
+def _compiled_ranking(shape: _Shape, exact: bool) -> CompiledSQL:
+    """The ranking statement over `search_scope` for one shape, compiled once per process
+    (`memories.compiled`): building the scope's and the ranking's querysets cost about 2 ms a
+    search, a third of what the statement itself takes at 10k memories.
+
+    The exact statement (no HNSW walk, `ranked_search`'s for a small scope) has the shape's
+    constants written in (`inline`), so that one generic plan serves it: its plan does not
+    depend on the request's values, and planning it took a third of its time (4 of 12 ms)."""
+    slots = Slot()
     args = RankingArgs(
         query="" if shape.mode == "semantic" else slots.text("query"),
         vector=None if shape.mode == "keyword" else slots.text("vector"),
@@ -126,12 +158,53 @@ def _compiled_ranking(shape: _Shape, exact: bool) -> CompiledSQL:
         if shape.dates
         else None,
     )
-    scope = search_scope(principal, params, slots.time("now"))
-    # Not `inline`: PostgreSQL plans the ranking for each request's values (a custom plan, ~1
-    # ms). A generic plan, forced, ran as fast for an agent with many memories but walked the
-    # HNSW graph where a selective filter wants an exact scan: at 1M memories a search with a
-    # `subject_id` took 137 / 465 ms p50 / p95 against 67 / 90, with `categories` 30 against 12.
-    return CompiledSQL(*ranking_sql(scope, args, exact=exact), slots)
+    scope = _slot_scope(slots, shape.scope())
+    # The HNSW statement is not `inline`: PostgreSQL plans it for each request's values (a
+    # custom plan). A generic plan, forced, ran as fast for an agent with many memories but
+    # walked the HNSW graph where a selective filter wants an exact scan: at 1M memories a
+    # search with a `subject_id` took 137 / 465 ms p50 / p95 against 67 / 90, with `categories`
+    # 30 against 12.
+    return CompiledSQL(*ranking_sql(scope, args, exact=exact), slots, inline=exact)
+
+
+# A scope of at most this many memories is ranked by the exact statement at once, with its
+# generic plan: an exact scan of that many vectors costs less than the planning of the HNSW
+# statement it replaces. (0: always the HNSW statement first.)
+EXACT_SCOPE = 2_000
+# How long a process trusts a scope's size, in seconds. A size out of date costs time, never
+# results: both statements rank the same scope, the exact one completely.
+SCOPE_SIZE_TTL = 60.0
+_SCOPE_SIZES_KEPT = 10_000
+_scope_sizes: dict[tuple, tuple[bool, float]] = {}
+
+
+@lru_cache(maxsize=256)
+def _compiled_scope_size(shape: _ScopeShape) -> CompiledSQL:
+    """The scope's size up to `EXACT_SCOPE + 1` (a count that stops reading there)."""
+    slots = Slot()
+    sql, params = sql_with_params(_slot_scope(slots, shape).values("id")[: EXACT_SCOPE + 1])
+    return CompiledSQL(f"SELECT count(*) FROM ({sql}) s", params, slots, inline=True)
+
+
+def small_scope(shape: _ScopeShape, values: dict) -> bool:
+    """Whether the scope these values bind holds `EXACT_SCOPE` memories at most: measured by
+    one count, then taken from this process's memory for `SCOPE_SIZE_TTL` seconds."""
+    if EXACT_SCOPE <= 0:
+        return False
+    count = _compiled_scope_size(shape)
+    # The scope is what the count binds: tenant, agent, shared agents, filters (not `now`).
+    key = (shape, *(values[name] for _, name in count.positions if name != "now"))
+    now = time.monotonic()
+    known = _scope_sizes.get(key)
+    if known is not None and known[1] > now:
+        return known[0]
+    with connection.cursor() as cursor:
+        cursor.execute(*count.bind(**values))
+        small = cursor.fetchone()[0] <= EXACT_SCOPE
+    if len(_scope_sizes) >= _SCOPE_SIZES_KEPT:
+        _scope_sizes.clear()
+    _scope_sizes[key] = (small, now + SCOPE_SIZE_TTL)
+    return small
 
 
 def ranked_search(
@@ -144,8 +217,8 @@ def ranked_search(
 ) -> list[tuple[str, float]]:
     """`ranked_ids` of `params.query` over `search_scope(principal, params, now)`: what search
     and hydrate's archival match rank, through `search_statement`."""
-    statement, depth = _ranking(principal, params, now, vector=vector, model=model)
-    return run_ranking(statement, has_vector=vector is not None, depth=depth)
+    statement, depth, exact = _ranking(principal, params, now, vector=vector, model=model)
+    return run_ranking(statement, has_vector=vector is not None, depth=depth, exact=exact)
 
 
 def _ranking(
@@ -155,8 +228,9 @@ def _ranking(
     *,
     vector: list[float] | None,
     model: str | None,
-) -> tuple[Callable[[bool], tuple[str, list]], int]:
-    """`search_statement` of the request's `RankingArgs`, and its depth."""
+) -> tuple[Callable[[bool], tuple[str, list]], int, bool]:
+    """`search_statement` of the request's `RankingArgs`, its depth, and whether to run the
+    exact statement at once (`small_scope`)."""
     args = RankingArgs.of(
         query=params.query,
         vector=vector,
@@ -165,7 +239,9 @@ def _ranking(
         min_score=params.min_score,
         model=model,
     )
-    return search_statement(principal, params, now, args), args.depth
+    compiled = _shape_and_values(principal, params, now, args)
+    small = compiled is not None and small_scope(compiled[0].scope(), compiled[1])
+    return _statement(principal, params, now, args, compiled), args.depth, small
 
 
 def _ranked_hits(
@@ -178,11 +254,12 @@ def _ranked_hits(
 ) -> tuple[list[tuple[str, float]], dict[str, Memory]]:
     """`ranked_search`, and the ranked memories' rows (their response fields) read by the same
     statement: a search's hits cost no round trip of their own."""
-    statement, depth = _ranking(principal, params, now, vector=vector, model=model)
+    statement, depth, exact = _ranking(principal, params, now, vector=vector, model=model)
     rows = run_ranking_rows(
         _with_hit_rows(principal.tenant.pk, statement),
         has_vector=vector is not None,
         depth=depth,
+        exact=exact,
     )
     memories = _HIT_LOADER.load([row[3:] for row in rows])
     return [(row[0], float(row[1])) for row in rows], {m.pk: m for m in memories}
@@ -195,9 +272,31 @@ def search_statement(
     statement compiled once for the request's shape. A request with `tags` or `key_prefix`
     (values the ORM rewrites on their way to SQL: an array, an escaped LIKE pattern) has its
     statement built for it."""
-    if params.tags or params.key_prefix:
+    compiled = _shape_and_values(principal, params, now, args)
+    return _statement(principal, params, now, args, compiled)
+
+
+def _statement(
+    principal: Principal,
+    params: SearchParams,
+    now: datetime,
+    args: RankingArgs,
+    compiled: tuple[_Shape, dict] | None,
+) -> Callable[[bool], tuple[str, list]]:
+    if compiled is None:
         scope = search_scope(principal, params, now)
         return lambda exact: ranking_sql(scope, args, exact=exact)
+    shape, values = compiled
+    return lambda exact: _compiled_ranking(shape, exact).bind(**values)
+
+
+def _shape_and_values(
+    principal: Principal, params: SearchParams, now: datetime, args: RankingArgs
+) -> tuple[_Shape, dict] | None:
+    """The compiled statement's shape for this request and the values of its slots; None for
+    a request with `tags` or `key_prefix` (`search_statement`)."""
+    if params.tags or params.key_prefix:
+        return None
     shared = reads_from_ids(principal.agent) if params.include_shared else []
     shape = _Shape(
         mode=args.mode,
@@ -225,7 +324,7 @@ def search_statement(
         **{f"category{i}": name for i, name in enumerate(params.categories)},
         **dict(zip(("years", "months", "days"), args.dates or (), strict=False)),
     }
-    return lambda exact: _compiled_ranking(shape, exact).bind(**values)
+    return shape, values
 
 
 # What the hits read: the public fields' columns (`agent` is its id here), never the embedding or

@@ -13,6 +13,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from accounts.principal import Principal
+from memories.retrieval import search
 from memories.retrieval.ranking import DEPTH
 from memories.services.store import memory_store
 from memoryhub import hnsw
@@ -35,6 +36,7 @@ KINDS = [
     ("slot read", 'SELECT "memories_memory"."id", "memories_memory"."tenant_id"'),
     ("UPDATE", 'UPDATE "memories_memory" SET "category"'),
     ("ranking with its hit rows", "WITH ranked AS MATERIALIZED (WITH kw_lex AS MATERIALIZED"),
+    ("scope size", "SELECT count(*) FROM (SELECT"),
 ]
 
 
@@ -107,25 +109,40 @@ def test_keyed_update_statements(seeded):
 
 @pytest.mark.django_db(transaction=True)
 def test_hybrid_search_statements(seeded):
+    """A small scope (`search.EXACT_SCOPE`, its size known from the warm-up's count): the exact
+    statement with its generic plan, set for its transaction."""
     kinds = _statements(
         lambda: seeded.post(
             "/api/v1/search", {"query": "Warm-up fact", "mode": "hybrid"}, format="json"
         )
     )
-    assert kinds == ["key lookup", "ranking with its hit rows"]
+    assert kinds == ["key lookup", "BEGIN", "SET LOCAL", "ranking with its hit rows", "COMMIT"]
 
 
 @pytest.mark.django_db(transaction=True)
-def test_without_session_settings_each_walk_sets_them(seeded, settings):
+def test_hybrid_search_statements_over_a_large_scope(seeded, monkeypatch):
+    """A scope larger than `search.EXACT_SCOPE`: the HNSW statement, planned for the request."""
+    monkeypatch.setattr(search, "EXACT_SCOPE", DEPTH)
+    search._scope_sizes.clear()
+    body = {"query": "Warm-up fact", "mode": "hybrid"}
+    first = _statements(lambda: seeded.post("/api/v1/search", body, format="json"))
+    assert first == ["key lookup", "scope size", "ranking with its hit rows"]
+    again = _statements(lambda: seeded.post("/api/v1/search", body, format="json"))
+    assert again == ["key lookup", "ranking with its hit rows"]  # the size is remembered
+
+
+@pytest.mark.django_db(transaction=True)
+def test_without_session_settings_each_walk_sets_them(seeded, settings, monkeypatch):
     """Behind a transaction-mode pooler (`MEMORYHUB_DB_SESSION_SETTINGS=0`) the connection holds
     no settings of ours: every HNSW walk sets them for its transaction, as before."""
     settings.MEMORYHUB_DB_SESSION_SETTINGS = False
-    search = _statements(
+    monkeypatch.setattr(search, "EXACT_SCOPE", 0)  # the HNSW walk, whatever the scope's size
+    searched = _statements(
         lambda: seeded.post(
             "/api/v1/search", {"query": "Warm-up fact", "mode": "hybrid"}, format="json"
         )
     )
-    assert search == [
+    assert searched == [
         "key lookup",
         "BEGIN",
         "SET LOCAL",
