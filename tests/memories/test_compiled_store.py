@@ -9,6 +9,7 @@ from django.db import connection
 from accounts.principal import Principal
 from memories.dedup import _FIELDS, _LOADER, NEAR_LIMIT, near_duplicates_sql
 from memories.models import Memory
+from memories.retrieval import search
 from memories.services.store import (
     Formation,
     _look_alikes,
@@ -92,13 +93,17 @@ def _plans(fragment: str) -> tuple[int, int]:
 
 
 @pytest.mark.django_db
-def test_a_warm_connection_stores_and_recalls_without_planning_again(api_client, tenant, agent):
+def test_a_warm_connection_stores_and_recalls_without_planning_again(
+    api_client, tenant, agent, monkeypatch
+):
     """The look-alike search of every store and the recall by key are prepared statements
     whose constants are literals: after PostgreSQL's first few custom plans, each execution
     reuses one generic plan (the look-alike one cost more to plan than to run). With their
     statuses, categories and limits as parameters, a table of some size with statistics made
-    PostgreSQL plan every execution anew. The search ranking and hydrate's pools still are
-    planned for each request's values (their best plan depends on them)."""
+    PostgreSQL plan every execution anew. The search ranking over a large scope and hydrate's
+    pools still are planned for each request's values (their best plan depends on them); a
+    small scope's exact ranking has a generic plan (tests/memories/test_exact_scope.py)."""
+    monkeypatch.setattr(search, "EXACT_SCOPE", 0)  # every scope large: the HNSW statement
     seed_synthetic(tenant, [agent, make_agent(tenant, "crowd")], 1500)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE memories_memory")
