@@ -179,28 +179,29 @@ _scope_sizes: dict[tuple, tuple[bool, float]] = {}
 
 
 @lru_cache(maxsize=256)
-def _compiled_scope_size(shape: _ScopeShape) -> CompiledSQL:
-    """The scope's size up to `EXACT_SCOPE + 1` (a count that stops reading there)."""
+def _compiled_scope_size(shape: _ScopeShape, bound: int) -> CompiledSQL:
+    """The scope's size up to `bound + 1` (a count that stops reading there)."""
     slots = Slot()
-    sql, params = sql_with_params(_slot_scope(slots, shape).values("id")[: EXACT_SCOPE + 1])
+    sql, params = sql_with_params(_slot_scope(slots, shape).values("id")[: bound + 1])
     return CompiledSQL(f"SELECT count(*) FROM ({sql}) s", params, slots, inline=True)
 
 
 def small_scope(shape: _ScopeShape, values: dict) -> bool:
     """Whether the scope these values bind holds `EXACT_SCOPE` memories at most: measured by
     one count, then taken from this process's memory for `SCOPE_SIZE_TTL` seconds."""
-    if EXACT_SCOPE <= 0:
+    bound = EXACT_SCOPE
+    if bound <= 0:
         return False
-    count = _compiled_scope_size(shape)
+    count = _compiled_scope_size(shape, bound)
     # The scope is what the count binds: tenant, agent, shared agents, filters (not `now`).
-    key = (shape, *(values[name] for _, name in count.positions if name != "now"))
+    key = (shape, bound, *(values[name] for _, name in count.positions if name != "now"))
     now = time.monotonic()
     known = _scope_sizes.get(key)
     if known is not None and known[1] > now:
         return known[0]
     with connection.cursor() as cursor:
         cursor.execute(*count.bind(**values))
-        small = cursor.fetchone()[0] <= EXACT_SCOPE
+        small = cursor.fetchone()[0] <= bound
     if len(_scope_sizes) >= _SCOPE_SIZES_KEPT:
         _scope_sizes.clear()
     _scope_sizes[key] = (small, now + SCOPE_SIZE_TTL)

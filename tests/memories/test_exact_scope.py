@@ -159,3 +159,15 @@ def test_the_size_is_the_scope_of_the_request(tenant, me, monkeypatch):
         assert _exact(me, categories=["preference"])
         assert not _exact(me, categories=["core"])  # the same shape, another scope: all 30
     assert len(search._scope_sizes) == 5
+
+
+@pytest.mark.django_db
+def test_the_count_reads_past_whatever_bound_is_set(me, monkeypatch):
+    """The count stops one row past the bound it was compiled for: with another bound it is
+    compiled again, or a 30-memory scope would count as 21 and pass for small under 25."""
+    monkeypatch.setattr(search, "EXACT_SCOPE", 20)
+    assert not _exact(me)
+    monkeypatch.setattr(search, "EXACT_SCOPE", 25)
+    assert not _exact(me)
+    monkeypatch.setattr(search, "EXACT_SCOPE", 30)
+    assert _exact(me)
