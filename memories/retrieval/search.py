@@ -87,31 +87,6 @@ def _owner_slugs(principal: Principal, memories) -> dict[int, str]:
 
 
 @dataclass(frozen=True)
-class _Shape:
-    """What makes two searches' statements differ in more than their values."""
-
-    mode: str
-    depth: int
-    min_score: bool
-    model: bool
-    dates: bool
-    subject: bool
-    shared: int
-    thread: bool
-    categories: int
-    kind: bool
-
-    def scope(self) -> _ScopeShape:
-        return _ScopeShape(
-            subject=self.subject,
-            shared=self.shared,
-            thread=self.thread,
-            categories=self.categories,
-            kind=self.kind,
-        )
-
-
-@dataclass(frozen=True)
 class _ScopeShape:
     """What makes two searches' scopes (`search_scope`) differ in more than their values."""
 
@@ -120,6 +95,18 @@ class _ScopeShape:
     thread: bool
     categories: int
     kind: bool
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """What makes two searches' statements differ in more than their values."""
+
+    mode: str
+    depth: int
+    min_score: bool
+    model: bool
+    dates: bool
+    scope: _ScopeShape
 
 
 def _slot_scope(slots: Slot, shape: _ScopeShape) -> QuerySet:
@@ -158,7 +145,7 @@ def _compiled_ranking(shape: _Shape, exact: bool) -> CompiledSQL:
         if shape.dates
         else None,
     )
-    scope = _slot_scope(slots, shape.scope())
+    scope = _slot_scope(slots, shape.scope)
     # The HNSW statement is not `inline`: PostgreSQL plans it for each request's values (a
     # custom plan). A generic plan, forced, ran as fast for an agent with many memories but
     # walked the HNSW graph where a selective filter wants an exact scan: at 1M memories a
@@ -241,7 +228,7 @@ def _ranking(
         model=model,
     )
     compiled = _shape_and_values(principal, params, now, args)
-    small = compiled is not None and small_scope(compiled[0].scope(), compiled[1])
+    small = compiled is not None and small_scope(compiled[0].scope, compiled[1])
     return _statement(principal, params, now, args, compiled), args.depth, small
 
 
@@ -305,11 +292,13 @@ def _shape_and_values(
         min_score=args.min_score is not None,
         model=args.model is not None,
         dates=args.dates is not None,
-        subject=bool(params.subject_id),
-        shared=len(shared),
-        thread=bool(params.thread_id),
-        categories=len(params.categories),
-        kind=bool(params.kind),
+        scope=_ScopeShape(
+            subject=bool(params.subject_id),
+            shared=len(shared),
+            thread=bool(params.thread_id),
+            categories=len(params.categories),
+            kind=bool(params.kind),
+        ),
     )
     values = {
         **principal_values(principal, shared),

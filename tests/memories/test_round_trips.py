@@ -24,6 +24,7 @@ KINDS = [
     ("COMMIT", "COMMIT"),
     ("SAVEPOINT", "SAVEPOINT"),
     ("RELEASE", "RELEASE SAVEPOINT"),
+    ("plan mode", "SET LOCAL plan_cache_mode = force_generic_plan"),
     ("SET LOCAL", "SET LOCAL"),
     ("key lookup", 'SELECT k."id"'),
     ("kind guard + cap lock", "SELECT v, pg_advisory_xact_lock("),
@@ -116,7 +117,7 @@ def test_hybrid_search_statements(seeded):
             "/api/v1/search", {"query": "Warm-up fact", "mode": "hybrid"}, format="json"
         )
     )
-    assert kinds == ["key lookup", "BEGIN", "SET LOCAL", "ranking with its hit rows", "COMMIT"]
+    assert kinds == ["key lookup", "BEGIN", "plan mode", "ranking with its hit rows", "COMMIT"]
 
 
 @pytest.mark.django_db(transaction=True)
