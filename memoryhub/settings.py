@@ -91,9 +91,18 @@ TEMPLATES = [
 MEMORYHUB_WEB_WORKERS = max(1, env_int("WEB_CONCURRENCY", 1))
 MEMORYHUB_DB_CONNECTIONS = env_int("MEMORYHUB_DB_CONNECTIONS", 160)
 _CONNECTIONS_PER_WORKER = max(4, MEMORYHUB_DB_CONNECTIONS // MEMORYHUB_WEB_WORKERS)
+# Threads per web process that run a large scope's hybrid search's semantic branch beside its
+# keyword branch, each on a connection of its own (memories/retrieval/ranking.py,
+# `run_branches`); a search that finds them busy runs both in one statement. 0: never.
+MEMORYHUB_SEARCH_BRANCH_THREADS = env_int(
+    "MEMORYHUB_SEARCH_BRANCH_THREADS", 2 if _CONNECTIONS_PER_WORKER >= 8 else 0
+)
 # Threads that run Django requests and MCP tool calls in each web process (memoryhub/web_pool.py):
 # 16, or fewer where the process's share of connections is smaller (each thread may hold one).
-MEMORYHUB_WEB_THREADS = env_int("MEMORYHUB_WEB_THREADS", min(16, _CONNECTIONS_PER_WORKER - 2))
+MEMORYHUB_WEB_THREADS = env_int(
+    "MEMORYHUB_WEB_THREADS",
+    min(16, _CONNECTIONS_PER_WORKER - 2 - MEMORYHUB_SEARCH_BRANCH_THREADS),
+)
 
 # --- Database -------------------------------------------------------------------------------
 # DATABASE_URL when set; otherwise the embedded PostgreSQL 18 + pgvector under MEMORYHUB_DATA_DIR.
@@ -135,9 +144,11 @@ if env_bool("MEMORYHUB_DB_POOL", default=not TESTING and not _QCLUSTER):
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = False
     DATABASES["default"]["OPTIONS"]["pool"] = {
         "min_size": 2,
-        # Every web thread (memoryhub/web_pool.py) can hold a connection, plus the outage
-        # watcher's and a spare.
-        "max_size": env_int("MEMORYHUB_DB_POOL_SIZE", MEMORYHUB_WEB_THREADS + 2),
+        # Every web thread (memoryhub/web_pool.py) and search branch thread can hold a
+        # connection, plus the outage watcher's and a spare.
+        "max_size": env_int(
+            "MEMORYHUB_DB_POOL_SIZE", MEMORYHUB_WEB_THREADS + MEMORYHUB_SEARCH_BRANCH_THREADS + 2
+        ),
         # The longest a request waits for a connection: the pool is as large as the threads
         # that use it, so waiting means the database is not giving connections (503).
         "timeout": env_float("MEMORYHUB_DB_POOL_TIMEOUT", 2.0),

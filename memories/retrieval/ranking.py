@@ -22,11 +22,15 @@ memories (`memories.retrieval.search.search_scope`), the console its tenant-wide
 
 from __future__ import annotations
 
+import contextvars
+import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.db.backends.utils import CursorWrapper
 from django.db.models import BooleanField, ExpressionWrapper, FloatField, QuerySet, Value
@@ -246,6 +250,92 @@ def run_ranking_rows(
     return rows
 
 
+# The threads (per process) that run a hybrid ranking's semantic branch beside its keyword one
+# (`run_branches`), each on a connection of its own from the pool; `branch_slots` is taken
+# without waiting, so a search that finds them all busy runs its one statement instead.
+_branch_executor: ThreadPoolExecutor | None = None
+_branch_slots: threading.BoundedSemaphore | None = None
+_branch_lock = threading.Lock()
+
+
+def branches_allowed() -> bool:
+    """Whether a search may run its branches on two connections: with branch threads, outside a
+    transaction (another connection would not see its uncommitted writes), and with the
+    connection pool (without it, each branch would open and close a connection)."""
+    return (
+        settings.MEMORYHUB_SEARCH_BRANCH_THREADS > 0
+        and not connection.in_atomic_block
+        and "pool" in connection.settings_dict["OPTIONS"]
+    )
+
+
+def _branch_pool() -> tuple[ThreadPoolExecutor, threading.BoundedSemaphore]:
+    global _branch_executor, _branch_slots
+    with _branch_lock:
+        if _branch_executor is None or _branch_slots is None:
+            threads = settings.MEMORYHUB_SEARCH_BRANCH_THREADS
+            _branch_slots = threading.BoundedSemaphore(threads)
+            _branch_executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="branch")
+        return _branch_executor, _branch_slots
+
+
+def run_branches(
+    keyword: Callable[[], tuple[str, list]],
+    semantic: Callable[[bool], tuple[str, list]],
+    fuse: Callable[[list[tuple], list[tuple]], tuple[str, list]],
+    *,
+    depth: int,
+) -> list[tuple] | None:
+    """A hybrid ranking in three statements: its semantic branch (`semantic(exact)`, the HNSW
+    walk, and the exact scan where the walk came back short) on a branch thread while this one
+    runs the keyword branch (`keyword()`), then `fuse(keyword rows, semantic rows)`: the rows of
+    `run_ranking_rows`, best first. Over a large scope each branch costs milliseconds, and on
+    two connections PostgreSQL runs them at once. None where no branch thread is free."""
+    executor, slots = _branch_pool()
+    if not slots.acquire(blocking=False):
+        return None
+    try:
+        # In the request's context, so that the branch's span is the search's child (database
+        # connections are per thread, not per context).
+        future = executor.submit(contextvars.copy_context().run, _semantic_rows, semantic, depth)
+    except BaseException:
+        slots.release()
+        raise
+    future.add_done_callback(lambda _: slots.release())
+    try:
+        with tracing.span("rank.keyword", depth=depth), connection.cursor() as cursor:
+            cursor.execute(*keyword())
+            keyword_rows = cursor.fetchall()
+    except BaseException:
+        wait([future])
+        raise
+    semantic_rows = future.result()
+    with tracing.span("rank.fuse", depth=depth), connection.cursor() as cursor:
+        cursor.execute(*fuse(keyword_rows, semantic_rows))
+        rows = cursor.fetchall()
+    rows.sort(key=lambda row: (-row[2], row[0]))
+    return rows
+
+
+def _semantic_rows(statement: Callable[[bool], tuple[str, list]], depth: int) -> list[tuple]:
+    """On a branch thread: the semantic branch's rows (`run_ranking_rows`'s walk, then the exact
+    scan where the walk came back short); the thread's connection goes back to the pool."""
+    try:
+        with (
+            tracing.span("rank.semantic", depth=depth),
+            hnsw.scan_settings(depth),
+            connection.cursor() as cursor,
+        ):
+            cursor.execute(*statement(False))
+            rows = cursor.fetchall()
+            if len(rows) < depth:
+                cursor.execute(*statement(True))
+                rows = cursor.fetchall()
+        return rows
+    finally:
+        connection.close()
+
+
 @contextmanager
 def generic_plan() -> Iterator[CursorWrapper]:
     """A cursor whose prepared statements run their generic plan: planned once per connection,
@@ -266,9 +356,24 @@ def generic_plan() -> Iterator[CursorWrapper]:
             cursor.execute("SET LOCAL plan_cache_mode TO DEFAULT")
 
 
-def ranking_sql(scope: QuerySet, args: RankingArgs, *, exact: bool) -> tuple[str, list]:
-    """The ranking statement over `scope` (its SQL and parameters)."""
+# The query's lexemes (stop words dropped, stemmed), each with its tsquery and its tsquery at
+# weight A: `kw_lex`, in lexeme order.
+KW_LEX_SQL = (
+    "kw_lex AS MATERIALIZED (SELECT DISTINCT lexeme, quote_literal(lexeme)::tsquery AS q, "
+    "(quote_literal(lexeme) || ':A')::tsquery AS qa "
+    "FROM unnest(to_tsvector('english'::regconfig, %s)) ORDER BY lexeme)"
+)
+
+
+def ranking_sql(
+    scope: QuerySet, args: RankingArgs, *, exact: bool, part: str | None = None
+) -> tuple[str, list]:
+    """The ranking statement over `scope` (its SQL and parameters); with `part`, one branch of
+    a hybrid ranking alone (`BRANCH_SQL`), for `fusion_sql` to mix."""
     query, vector, mode, depth, model = args.query, args.vector, args.mode, args.depth, args.model
+    if part is not None:
+        assert mode == "hybrid" and part in BRANCH_SQL
+        mode = part
     parts: list[str] = []
     params: list[Any] = []
     if mode in ("keyword", "hybrid"):
@@ -281,9 +386,7 @@ def ranking_sql(scope: QuerySet, args: RankingArgs, *, exact: bool) -> tuple[str
         cap = common_matches(depth)
         sql, p = _keyword_sets(scope, cap)
         parts.append(
-            "kw_lex AS MATERIALIZED (SELECT DISTINCT lexeme, quote_literal(lexeme)::tsquery AS q, "
-            "(quote_literal(lexeme) || ':A')::tsquery AS qa "
-            "FROM unnest(to_tsvector('english'::regconfig, %s)) ORDER BY lexeme), "
+            f"{KW_LEX_SQL}, "
             # Each lexeme's matches in the scope, `cap` at most: a lexeme with that many is
             # common (its IDF near zero), and its matches are not all read.
             "kw_sets AS MATERIALIZED (SELECT l.lexeme, s.id, s.search_vector, s.has_context "
@@ -328,18 +431,15 @@ def ranking_sql(scope: QuerySet, args: RankingArgs, *, exact: bool) -> tuple[str
         parts.append(f"sem AS MATERIALIZED ({sql})")
         params.extend(p)
 
+    if part is not None:
+        return f"WITH {', '.join(parts)} {BRANCH_SQL[part]}", params
     if mode == "keyword":
         select = "SELECT id, kw_score / (kw_score + 3.0) AS score FROM kw"
     elif mode == "semantic":
         select = "SELECT id, LEAST(1, GREATEST(0, 1 - sem_dist)) AS score FROM sem"
     else:
         select = _hybrid(args, parts, params)
-    ranked = f"SELECT id, LEAST(score, 1.0) AS relevance, score FROM ({select}) fused"
-    if args.min_score is not None:
-        ranked += " WHERE LEAST(score, 1.0) >= %s"
-        params.append(args.min_score)
-    ranked += " ORDER BY score DESC, id LIMIT %s"
-    params.append(args.limit)
+    ranked = _ranked(select, args, params)
     if vector is None or exact:
         return f"WITH {', '.join(parts)} {ranked}", params
     # A first row (id NULL) counts what the HNSW scan returned, so the caller can tell an
@@ -350,6 +450,61 @@ def ranking_sql(scope: QuerySet, args: RankingArgs, *, exact: bool) -> tuple[str
         f"FROM sem) UNION ALL ({ranked})"
     )
     return sql, params
+
+
+def _ranked(select: str, args: RankingArgs, params: list[Any]) -> str:
+    """The ranked rows (id, relevance, score) of `select`'s (id, score), best first."""
+    ranked = f"SELECT id, LEAST(score, 1.0) AS relevance, score FROM ({select}) fused"
+    if args.min_score is not None:
+        ranked += " WHERE LEAST(score, 1.0) >= %s"
+        params.append(args.min_score)
+    ranked += " ORDER BY score DESC, id LIMIT %s"
+    params.append(args.limit)
+    return ranked
+
+
+# A hybrid ranking's branches as statements of their own (`ranking_sql(part=...)`), for a large
+# scope where each costs milliseconds: run at once on two connections, then mixed by
+# `fusion_sql`. The keyword branch returns its candidates (id, score) and, id NULL, each
+# lexeme's document frequency (df, lexeme, memories ranked); the semantic one its candidates.
+BRANCH_SQL = {
+    "keyword": (
+        "SELECT id, kw_score, NULL::text AS lexeme, NULL::float8 AS n FROM kw "
+        "UNION ALL SELECT NULL, df, lexeme, n FROM kw_df"
+    ),
+    "semantic": "SELECT id, sem_dist FROM sem",
+}
+
+
+def fusion_sql(
+    args: RankingArgs, keyword_rows: list[tuple], semantic_rows: list[tuple]
+) -> tuple[str, list]:
+    """The hybrid ranking of the candidates the branches found (`BRANCH_SQL`'s rows): the same
+    statement as `ranking_sql`'s past its branches, reading them from arrays. A semantic
+    candidate the keyword branch did not return is scored by the same formula `_hybrid` gives
+    one its bounded read left out, from the same document frequencies."""
+    candidates = [row for row in keyword_rows if row[0] is not None]
+    frequencies = [row for row in keyword_rows if row[0] is None]
+    parts = [
+        KW_LEX_SQL,
+        "kw_df AS (SELECT lexeme, df, %s::float8 AS n "
+        "FROM unnest(%s::text[], %s::float8[]) AS d(lexeme, df))",
+        "kw AS MATERIALIZED (SELECT id, kw_score "
+        "FROM unnest(%s::varchar[], %s::float8[]) AS k(id, kw_score))",
+        "kw_full AS (SELECT id, kw_score FROM kw)",
+        "sem AS (SELECT id FROM unnest(%s::varchar[]) AS s(id))",
+    ]
+    params: list[Any] = [
+        args.query,
+        frequencies[0][3] if frequencies else 0.0,
+        [row[2] for row in frequencies],
+        [row[1] for row in frequencies],
+        [row[0] for row in candidates],
+        [row[1] for row in candidates],
+        [row[0] for row in semantic_rows],
+    ]
+    ranked = _ranked(_hybrid(args, parts, params), args, params)
+    return f"WITH {', '.join(parts)} {ranked}", params
 
 
 def _hybrid(args: RankingArgs, parts: list[str], params: list[Any]) -> str:
@@ -384,7 +539,10 @@ def _hybrid(args: RankingArgs, parts: list[str], params: list[Any]) -> str:
         f"+ {TS_RANK_WEIGHT!r} * {keyword_rank_sql('m.search_vector')} "
         "FROM kw_lex l JOIN kw_df d ON d.lexeme = l.lexeme WHERE m.search_vector @@ l.q), 0) "
         "AS kws "
-        f"FROM cand c JOIN {table} m ON m.id = c.id) scored), "
+        # OFFSET 0 keeps this subquery a step of its own: pulled up into `based`, its `kws`
+        # (and with it that scoring subquery and the detoasting of each search_vector) was
+        # computed three times a candidate, once for each use (docs/performance.md).
+        f"FROM cand c JOIN {table} m ON m.id = c.id OFFSET 0) scored), "
         "qv AS (SELECT to_tsvector('simple'::regconfig, %s) AS v)"
     )
     params.extend([args.model] if args.model else [])

@@ -36,13 +36,20 @@ from memories.retrieval.params import SearchParams, parse_search
 from memories.retrieval.ranking import (
     TSQUERY_SQL,
     RankingArgs,
+    branches_allowed,
+    fusion_sql,
     ranking_sql,
+    run_branches,
     run_ranking,
     run_ranking_rows,
     sql_with_params,
 )
 from memories.serialization import iso
 from memories.visibility import reads_from_ids, visible_memories
+
+# `(exact, part=None) -> (sql, params)`: a search's ranking statement (`ranking_sql`'s, a branch
+# of it with `part`).
+Statement = Callable[..., tuple[str, list]]
 
 
 def search_scope(principal: Principal, params: SearchParams, now: datetime) -> QuerySet:
@@ -124,7 +131,7 @@ def _slot_scope(slots: Slot, shape: _ScopeShape) -> QuerySet:
 
 
 @lru_cache(maxsize=256)
-def _compiled_ranking(shape: _Shape, exact: bool) -> CompiledSQL:
+def _compiled_ranking(shape: _Shape, exact: bool, part: str | None = None) -> CompiledSQL:
     """The ranking statement over `search_scope` for one shape, compiled once per process
     (`memories.compiled`): building the scope's and the ranking's querysets cost about 2 ms a
     search, a third of what the statement itself takes at 10k memories.
@@ -151,7 +158,17 @@ def _compiled_ranking(shape: _Shape, exact: bool) -> CompiledSQL:
     # walked the HNSW graph where a selective filter wants an exact scan: at 1M memories a
     # search with a `subject_id` took 137 / 465 ms p50 / p95 against 67 / 90, with `categories`
     # 30 against 12.
-    return CompiledSQL(*ranking_sql(scope, args, exact=exact), slots, inline=exact)
+    # A branch alone (`part`) leaves out the slots of the other branch and of the mixing.
+    optional = frozenset() if part is None else frozenset(_ARG_SLOTS)
+    return CompiledSQL(
+        *ranking_sql(scope, args, exact=exact, part=part),
+        slots,
+        inline=exact,
+        optional=optional,
+    )
+
+
+_ARG_SLOTS = ("query", "vector", "limit", "min_score", "model", "years", "months", "days")
 
 
 # A scope of at most this many memories is ranked by the exact statement at once, with its
@@ -205,8 +222,10 @@ def ranked_search(
 ) -> list[tuple[str, float]]:
     """`ranked_ids` of `params.query` over `search_scope(principal, params, now)`: what search
     and hydrate's archival match rank, through `search_statement`."""
-    statement, depth, exact = _ranking(principal, params, now, vector=vector, model=model)
-    return run_ranking(statement, has_vector=vector is not None, depth=depth, exact=exact)
+    statement, args, small = _ranking(principal, params, now, vector=vector, model=model)
+    return run_ranking(
+        statement, has_vector=vector is not None, depth=args.depth, exact=small is True
+    )
 
 
 def _ranking(
@@ -216,9 +235,10 @@ def _ranking(
     *,
     vector: list[float] | None,
     model: str | None,
-) -> tuple[Callable[[bool], tuple[str, list]], int, bool]:
-    """`search_statement` of the request's `RankingArgs`, its depth, and whether to run the
-    exact statement at once (`small_scope`)."""
+) -> tuple[Statement, RankingArgs, bool | None]:
+    """`search_statement` of the request's `RankingArgs`, those, and whether the scope is small
+    (`small_scope`: the exact statement at once); None where its size is not counted (a request
+    with `tags` or `key_prefix`)."""
     args = RankingArgs.of(
         query=params.query,
         vector=vector,
@@ -228,8 +248,8 @@ def _ranking(
         model=model,
     )
     compiled = _shape_and_values(principal, params, now, args)
-    small = compiled is not None and small_scope(compiled[0].scope, compiled[1])
-    return _statement(principal, params, now, args, compiled), args.depth, small
+    small = None if compiled is None else small_scope(compiled[0].scope, compiled[1])
+    return _statement(principal, params, now, args, compiled), args, small
 
 
 def _ranked_hits(
@@ -242,24 +262,35 @@ def _ranked_hits(
 ) -> tuple[list[tuple[str, float]], dict[str, Memory]]:
     """`ranked_search`, and the ranked memories' rows (their response fields) read by the same
     statement: a search's hits cost no round trip of their own."""
-    statement, depth, exact = _ranking(principal, params, now, vector=vector, model=model)
-    rows = run_ranking_rows(
-        _with_hit_rows(principal.tenant.pk, statement),
-        has_vector=vector is not None,
-        depth=depth,
-        exact=exact,
-    )
+    statement, args, small = _ranking(principal, params, now, vector=vector, model=model)
+    tenant_id = principal.tenant.pk
+    rows = None
+    if args.mode == "hybrid" and small is False and branches_allowed():
+        # A large scope: its branches at once on two connections, then mixed.
+        rows = run_branches(
+            lambda: statement(False, "keyword"),
+            lambda exact: statement(exact, "semantic"),
+            lambda keyword, semantic: _hit_rows(tenant_id, fusion_sql(args, keyword, semantic)),
+            depth=args.depth,
+        )
+    if rows is None:
+        rows = run_ranking_rows(
+            _with_hit_rows(tenant_id, statement),
+            has_vector=vector is not None,
+            depth=args.depth,
+            exact=small is True,
+        )
     memories = _HIT_LOADER.load([row[3:] for row in rows])
     return [(row[0], float(row[1])) for row in rows], {m.pk: m for m in memories}
 
 
 def search_statement(
     principal: Principal, params: SearchParams, now: datetime, args: RankingArgs
-) -> Callable[[bool], tuple[str, list]]:
-    """`exact -> ranking_sql(search_scope(principal, params, now), args, exact=exact)`, from the
-    statement compiled once for the request's shape. A request with `tags` or `key_prefix`
-    (values the ORM rewrites on their way to SQL: an array, an escaped LIKE pattern) has its
-    statement built for it."""
+) -> Statement:
+    """`exact, part=None -> ranking_sql(search_scope(principal, params, now), args, exact=exact,
+    part=part)`, from the statement compiled once for the request's shape. A request with
+    `tags` or `key_prefix` (values the ORM rewrites on their way to SQL: an array, an escaped
+    LIKE pattern) has its statement built for it."""
     compiled = _shape_and_values(principal, params, now, args)
     return _statement(principal, params, now, args, compiled)
 
@@ -270,12 +301,12 @@ def _statement(
     now: datetime,
     args: RankingArgs,
     compiled: tuple[_Shape, dict] | None,
-) -> Callable[[bool], tuple[str, list]]:
+) -> Statement:
     if compiled is None:
         scope = search_scope(principal, params, now)
-        return lambda exact: ranking_sql(scope, args, exact=exact)
+        return lambda exact, part=None: ranking_sql(scope, args, exact=exact, part=part)
     shape, values = compiled
-    return lambda exact: _compiled_ranking(shape, exact).bind(**values)
+    return lambda exact, part=None: _compiled_ranking(shape, exact, part).bind(**values)
 
 
 def _shape_and_values(
@@ -344,17 +375,15 @@ _HIT_SQL = (
 )
 
 
-def _with_hit_rows(
-    tenant_id: int, statement: Callable[[bool], tuple[str, list]]
-) -> Callable[[bool], tuple[str, list]]:
+def _with_hit_rows(tenant_id: int, statement: Statement) -> Callable[[bool], tuple[str, list]]:
     """The ranking statement, each ranked memory's response fields after its id, relevance and
     score (the HNSW walk's count row, id NULL, has none)."""
+    return lambda exact: _hit_rows(tenant_id, statement(exact))
 
-    def build(exact: bool) -> tuple[str, list]:
-        sql, params = statement(exact)
-        return _HIT_SQL.format(ranking=sql), [*params, tenant_id]
 
-    return build
+def _hit_rows(tenant_id: int, ranking: tuple[str, list]) -> tuple[str, list]:
+    sql, params = ranking
+    return _HIT_SQL.format(ranking=sql), [*params, tenant_id]
 
 
 def _fetch(tenant_id: int, ids: list[str]) -> dict[str, Memory]:

@@ -38,20 +38,29 @@ def test_serve_runs_one_web_process_per_core_unless_told(monkeypatch, tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("workers", "threads", "pool"), [(None, 16, 18), ("8", 16, 18), ("16", 8, 10), ("64", 2, 4)]
+    ("workers", "threads", "branches", "pool"),
+    [(None, 16, 2, 20), ("8", 16, 2, 20), ("16", 6, 2, 10), ("64", 2, 0, 4)],
 )
-def test_web_processes_share_postgresql_connections_by_their_number(workers, threads, pool):
-    """16 threads and 18 connections a process, or less once the processes together would
-    hold more than MEMORYHUB_DB_CONNECTIONS (160)."""
+def test_web_processes_share_postgresql_connections_by_their_number(
+    workers, threads, branches, pool
+):
+    """16 request threads, 2 search branch threads and 20 connections a process, or less once
+    the processes together would hold more than MEMORYHUB_DB_CONNECTIONS (160)."""
     env = dict(os.environ, MEMORYHUB_DB_POOL="1")
-    for name in ("MEMORYHUB_WEB_THREADS", "MEMORYHUB_DB_POOL_SIZE", "MEMORYHUB_DB_CONNECTIONS"):
+    for name in (
+        "MEMORYHUB_WEB_THREADS",
+        "MEMORYHUB_SEARCH_BRANCH_THREADS",
+        "MEMORYHUB_DB_POOL_SIZE",
+        "MEMORYHUB_DB_CONNECTIONS",
+    ):
         env.pop(name, None)
     env.pop("WEB_CONCURRENCY", None)
     if workers:
         env["WEB_CONCURRENCY"] = workers
     code = (
         "import django; django.setup(); from django.conf import settings as s; "
-        "print(s.MEMORYHUB_WEB_THREADS, s.DATABASES['default']['OPTIONS']['pool']['max_size'])"
+        "print(s.MEMORYHUB_WEB_THREADS, s.MEMORYHUB_SEARCH_BRANCH_THREADS, "
+        "s.DATABASES['default']['OPTIONS']['pool']['max_size'])"
     )
     out = subprocess.run(
         [sys.executable, "-c", code],
@@ -61,7 +70,7 @@ def test_web_processes_share_postgresql_connections_by_their_number(workers, thr
         text=True,
         check=True,
     ).stdout.split()
-    assert out == [str(threads), str(pool)]
+    assert out == [str(threads), str(branches), str(pool)]
 
 
 @pytest.mark.django_db(transaction=True)  # a reused pool thread may hold a connection
