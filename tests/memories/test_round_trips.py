@@ -38,6 +38,7 @@ KINDS = [
     ("UPDATE", 'UPDATE "memories_memory" SET "category"'),
     ("ranking with its hit rows", "WITH ranked AS MATERIALIZED (WITH kw_lex AS MATERIALIZED"),
     ("scope size", "SELECT count(*) FROM (SELECT"),
+    ("keyword branch", "WITH kw_lex AS MATERIALIZED"),
 ]
 
 
@@ -130,6 +131,28 @@ def test_hybrid_search_statements_over_a_large_scope(seeded, monkeypatch):
     assert first == ["key lookup", "scope size", "ranking with its hit rows"]
     again = _statements(lambda: seeded.post("/api/v1/search", body, format="json"))
     assert again == ["key lookup", "ranking with its hit rows"]  # the size is remembered
+
+
+@pytest.mark.django_db(transaction=True)
+def test_hybrid_search_statements_with_its_branches_at_once(seeded, monkeypatch):
+    """A large scope where the branches may run apart (a server's pool and branch threads): on
+    the request's connection the keyword branch, then the mixing with its hit rows; the HNSW
+    walk runs on a branch thread's connection meanwhile."""
+    monkeypatch.setattr(search, "EXACT_SCOPE", DEPTH)
+    monkeypatch.setattr(search, "branches_allowed", lambda: True)
+    search._scope_sizes.clear()
+    body = {"query": "Warm-up fact", "mode": "hybrid"}
+    first = _statements(lambda: seeded.post("/api/v1/search", body, format="json"))
+    assert first == ["key lookup", "scope size", "keyword branch", "ranking with its hit rows"]
+    with CaptureQueriesContext(connection) as ctx:
+        assert seeded.post("/api/v1/search", body, format="json").status_code == 200
+    assert _kinds(ctx.captured_queries) == [
+        "key lookup",
+        "keyword branch",
+        "ranking with its hit rows",
+    ]
+    mixing = ctx.captured_queries[-1]["sql"]
+    assert "kw_sets" not in mixing and "AS k(id, kw_score)" in mixing
 
 
 @pytest.mark.django_db(transaction=True)
