@@ -251,11 +251,10 @@ def run_ranking_rows(
 
 
 # The threads (per process) that run a hybrid ranking's semantic branch beside its keyword one
-# (`run_branches`), each on a connection of its own from the pool; `branch_slots` is taken
+# (`run_branches`), each on a connection of its own from the pool, and their slots, taken
 # without waiting, so a search that finds them all busy runs its one statement instead.
-_branch_executor: ThreadPoolExecutor | None = None
-_branch_slots: threading.BoundedSemaphore | None = None
-_branch_lock = threading.Lock()
+_branches: tuple[ThreadPoolExecutor, threading.BoundedSemaphore] | None = None
+_branches_lock = threading.Lock()
 
 
 def branches_allowed() -> bool:
@@ -270,13 +269,15 @@ def branches_allowed() -> bool:
 
 
 def _branch_pool() -> tuple[ThreadPoolExecutor, threading.BoundedSemaphore]:
-    global _branch_executor, _branch_slots
-    with _branch_lock:
-        if _branch_executor is None or _branch_slots is None:
+    global _branches
+    with _branches_lock:
+        if _branches is None:
             threads = settings.MEMORYHUB_SEARCH_BRANCH_THREADS
-            _branch_slots = threading.BoundedSemaphore(threads)
-            _branch_executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="branch")
-        return _branch_executor, _branch_slots
+            _branches = (
+                ThreadPoolExecutor(max_workers=threads, thread_name_prefix="branch"),
+                threading.BoundedSemaphore(threads),
+            )
+        return _branches
 
 
 def run_branches(

@@ -140,6 +140,8 @@ def _compiled_ranking(shape: _Shape, exact: bool, part: str | None = None) -> Co
     constants written in (`inline`), so that one generic plan serves it: its plan does not
     depend on the request's values, and planning it took a third of its time (4 of 12 ms)."""
     slots = Slot()
+    scope = _slot_scope(slots, shape.scope)
+    scope_slots = frozenset(slots.names.values())
     args = RankingArgs(
         query="" if shape.mode == "semantic" else slots.text("query"),
         vector=None if shape.mode == "keyword" else slots.text("vector"),
@@ -152,23 +154,20 @@ def _compiled_ranking(shape: _Shape, exact: bool, part: str | None = None) -> Co
         if shape.dates
         else None,
     )
-    scope = _slot_scope(slots, shape.scope)
     # The HNSW statement is not `inline`: PostgreSQL plans it for each request's values (a
     # custom plan). A generic plan, forced, ran as fast for an agent with many memories but
     # walked the HNSW graph where a selective filter wants an exact scan: at 1M memories a
     # search with a `subject_id` took 137 / 465 ms p50 / p95 against 67 / 90, with `categories`
     # 30 against 12.
-    # A branch alone (`part`) leaves out the slots of the other branch and of the mixing.
-    optional = frozenset() if part is None else frozenset(_ARG_SLOTS)
+    # A branch alone (`part`) holds the scope's slots, not all of the request's: the other
+    # branch's and the mixing's are left out.
+    optional = frozenset() if part is None else frozenset(slots.names.values()) - scope_slots
     return CompiledSQL(
         *ranking_sql(scope, args, exact=exact, part=part),
         slots,
         inline=exact,
         optional=optional,
     )
-
-
-_ARG_SLOTS = ("query", "vector", "limit", "min_score", "model", "years", "months", "days")
 
 
 # A scope of at most this many memories is ranked by the exact statement at once, with its
