@@ -101,7 +101,13 @@ def _lock(tenant_id: int, digest: str) -> None:
         )
 
 
-def _find(tenant: Tenant, digest: str, request_hash: str, now: datetime) -> Outcome | None:
+def _find(
+    tenant: Tenant,
+    digest: str,
+    request_hash: str,
+    now: datetime,
+    unseal: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+) -> Outcome | None:
     record = (
         IdempotencyRecord.objects.for_tenant(tenant)
         .filter(key_digest=digest, created_at__gt=now - RETENTION)
@@ -116,6 +122,8 @@ def _find(tenant: Tenant, digest: str, request_hash: str, now: datetime) -> Outc
     body = record.response_body
     if isinstance(body, str):
         body = json.loads(body)
+    if unseal is not None:
+        body = unseal(body)
     return Outcome(status=record.response_status, body=body, replayed=True)
 
 
@@ -128,6 +136,8 @@ def respond(
     action: Callable[[Prepared], tuple[int, dict[str, Any]]],
     prepare: Callable[[], Prepared] | None = None,
     now: datetime | None = None,
+    seal: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    unseal: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> Outcome:
     """Answer an agent POST, once per (tenant, `key`): `action(prepare())` → (status, body).
 
@@ -138,6 +148,9 @@ def respond(
     records its response. The same key with another request (another body, operation or API
     key) raises IDEMPOTENCY_MISMATCH. Without a key it is `action(prepare())`
     (`action(None)` when there is no `prepare`).
+
+    `seal` turns the response into what is stored, `unseal` back into what a replay answers: a
+    response holding a secret (a new webhook's signing secret) is kept encrypted.
 
     Every such operation is a write: the scope is checked first, so a key without it learns
     nothing from the header, not even whether it is well-formed.
@@ -150,13 +163,13 @@ def respond(
     tenant = principal.tenant
     digest = key_digest(tenant.pk, key)
     request_hash = fingerprint(principal=principal, operation=operation, payload=payload)
-    early = _find(tenant, digest, request_hash, now)
+    early = _find(tenant, digest, request_hash, now, unseal)
     if early is not None:
         return early
     prepared = prepare() if prepare else None
     with transaction.atomic():
         _lock(tenant.pk, digest)
-        found = _find(tenant, digest, request_hash, now)
+        found = _find(tenant, digest, request_hash, now, unseal)
         if found is not None:
             return found
         status, body = action(prepared)
@@ -167,7 +180,9 @@ def respond(
             key_digest=digest,
             request_hash=request_hash,
             response_status=status,
-            response_body=json.dumps(body, ensure_ascii=False, separators=(",", ":")),
+            response_body=json.dumps(
+                seal(body) if seal else body, ensure_ascii=False, separators=(",", ":")
+            ),
             created_at=now,
         )
         return Outcome(status=status, body=body)

@@ -7,7 +7,7 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 
 from memories.api import event_schema, schema
-from memories.api.views import AgentAPIView, query_subject
+from memories.api.views import AgentAPIView, idempotent_response, query_subject
 from memories.events.feed import events_page
 from memories.webhooks import endpoints
 
@@ -58,25 +58,39 @@ class WebhooksView(AgentAPIView):
             'signed as `MemoryHub-Signature: t=<unix>,v1=<hex HMAC-SHA256 of "t.body">`.'
         ),
         summary="Add a webhook",
+        parameters=[schema.IDEMPOTENCY_PARAM],
         request=event_schema.WebhookCreateSerializer,
         responses={201: event_schema.WebhookCreatedResponseSerializer, **schema.WRITE_ERRORS},
     )
     def post(self, request):
         request.user.require_scope("admin")
         data = request.data if isinstance(request.data, dict) else {}
-        created = endpoints.webhook_create(
-            tenant=request.user.tenant,
-            url=data.get("url"),
-            events=data.get("events"),
-            description=data.get("description", ""),
-            actor=request.user.actor,
+
+        def action(_):
+            created = endpoints.webhook_create(
+                tenant=request.user.tenant,
+                url=data.get("url"),
+                events=data.get("events"),
+                description=data.get("description", ""),
+                actor=request.user.actor,
+            )
+            body = {
+                "ok": True,
+                "webhook": endpoints.webhook_json(created.endpoint),
+                "secret": created.secret,
+            }
+            return 201, body
+
+        # A retry with the same Idempotency-Key gets the same endpoint and secret, never a
+        # second endpoint; the kept response holds the secret encrypted, as the endpoint does.
+        return idempotent_response(
+            request,
+            "webhook_create",
+            data,
+            action,
+            seal=endpoints.seal_secret,
+            unseal=endpoints.unseal_secret,
         )
-        body = {
-            "ok": True,
-            "webhook": endpoints.webhook_json(created.endpoint),
-            "secret": created.secret,
-        }
-        return Response(body, status=201)
 
 
 class WebhookDetailView(AgentAPIView):

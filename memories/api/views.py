@@ -41,8 +41,10 @@ def idempotent_response(
     payload: Any,
     action: Callable[[Any], tuple[int, dict]],
     prepare: Callable[[], Any] | None = None,
+    **sealing: Callable[[dict], dict],
 ) -> Response:
-    """Answer a POST through `idempotency.respond` with the request's `Idempotency-Key`."""
+    """Answer a POST through `idempotency.respond` with the request's `Idempotency-Key`
+    (`sealing`: its `seal` and `unseal`)."""
     outcome = idempotency.respond(
         principal=request.user,
         operation=operation,
@@ -50,6 +52,7 @@ def idempotent_response(
         key=request.headers.get("Idempotency-Key"),
         action=action,
         prepare=prepare,
+        **sealing,
     )
     return Response(outcome.body, status=outcome.status)
 

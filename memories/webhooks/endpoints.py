@@ -29,6 +29,16 @@ class Created:
     secret: str  # shown once
 
 
+def seal_secret(body: dict[str, Any]) -> dict[str, Any]:
+    """A create's response as its idempotency record keeps it: the secret encrypted, as the
+    endpoint keeps it (`unseal_secret` gives the replay back the secret)."""
+    return {**body, "secret": signing.encrypt(body["secret"])}
+
+
+def unseal_secret(body: dict[str, Any]) -> dict[str, Any]:
+    return {**body, "secret": signing.decrypt(body["secret"])}
+
+
 def clean_events(value: Any) -> list[str]:
     if value is None or value == "":
         return []

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from accounts.principal import Principal
-from memories.models import DeliveryState, WebhookDelivery, WebhookEndpoint
+from memories.models import DeliveryState, IdempotencyRecord, WebhookDelivery, WebhookEndpoint
 from memories.services.changes import memory_update
 from memories.services.store import memory_store
 from memories.webhooks import addresses, delivery, endpoints, signing
@@ -262,6 +262,35 @@ def test_the_rest_api_needs_admin_shows_the_secret_once_and_isolates_tenants(
     assert outsider.get("/api/v1/webhooks").json()["webhooks"] == []
     assert admin.delete(f"/api/v1/webhooks/{hook['id']}").json() == {"ok": True, "deleted": True}
     assert admin.delete(f"/api/v1/webhooks/{hook['id']}").status_code == 404
+
+
+@pytest.mark.django_db
+def test_a_create_retried_with_its_idempotency_key_replays_the_endpoint_and_its_secret(
+    receiver, tenant, agent, key_client
+):
+    """SPEC §4's Idempotency-Key on this POST too: a client's retry (the TypeScript client
+    sends one key on every attempt) must not make a second endpoint whose secret nobody saw."""
+    admin = key_client(agent, scopes=["admin"])
+    body = {"url": receiver.url, "events": ["memory.created"], "description": "ops"}
+    headers = {"HTTP_IDEMPOTENCY_KEY": "hook-1"}
+    first = admin.post("/api/v1/webhooks", body, format="json", **headers)
+    assert first.status_code == 201, first.content
+    again = admin.post("/api/v1/webhooks", body, format="json", **headers)
+    assert (again.status_code, again.content) == (201, first.content)
+    assert WebhookEndpoint.objects.count() == 1
+    secret = first.json()["secret"]
+    # The kept response holds the secret as the endpoint does: encrypted, never in clear.
+    kept = IdempotencyRecord.objects.get(tenant=tenant).response_body
+    assert secret not in kept and json.loads(kept)["webhook"] == first.json()["webhook"]
+    # The replayed secret is the endpoint's: deliveries are signed with it.
+    assert signing.decrypt(WebhookEndpoint.objects.get().secret_encrypted) == secret
+    other = admin.post(
+        "/api/v1/webhooks", {**body, "description": "other"}, format="json", **headers
+    )
+    assert other.status_code == 422 and other.json()["error"]["code"] == "IDEMPOTENCY_MISMATCH"
+    plain = admin.post("/api/v1/webhooks", body, format="json")  # no key: a new endpoint
+    assert plain.status_code == 201 and plain.json()["secret"] != secret
+    assert WebhookEndpoint.objects.count() == 2
 
 
 @pytest.mark.django_db
