@@ -13,8 +13,8 @@ from functools import cache
 from typing import Any
 
 from drf_spectacular.generators import SchemaGenerator
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -40,6 +40,23 @@ def endpoints() -> tuple[dict[str, str], ...]:
     )
 
 
+class ApiIndexEndpointSerializer(serializers.Serializer):
+    method = serializers.CharField(help_text="GET, POST, PUT, PATCH or DELETE.")
+    path = serializers.CharField(help_text="The path template, e.g. /api/v1/memories/{memory_id}.")
+    summary = serializers.CharField()
+
+
+class ApiIndexResponseSerializer(serializers.Serializer):
+    ok = serializers.BooleanField()
+    name = serializers.CharField()
+    version = serializers.CharField()
+    authentication = serializers.CharField(help_text="How to authenticate.")
+    docs = serializers.URLField(help_text="The browsable API docs.")
+    schema = serializers.URLField(help_text="The OpenAPI schema.")
+    mcp = serializers.URLField(help_text="The MCP endpoint (streamable HTTP).")
+    endpoints = ApiIndexEndpointSerializer(many=True)
+
+
 class ApiIndexView(APIView):
     """This index: the endpoints of the agent API, its docs, and how to authenticate."""
 
@@ -49,7 +66,7 @@ class ApiIndexView(APIView):
     @extend_schema(
         operation_id="api_index",
         summary="This index of the API (no key needed)",
-        responses={200: OpenApiTypes.OBJECT},
+        responses={200: ApiIndexResponseSerializer},
     )
     def get(self, request: Request) -> Response:
         return Response(

@@ -336,7 +336,7 @@ export class MemoryHub {
   /** The API's table of contents (`GET /api/v1/`, no key needed): every endpoint with its
    * method and summary, and where the docs, the OpenAPI schema and MCP are. */
   async apiIndex(options?: RequestOptions): Promise<ApiIndex> {
-    return (await this.#transport.send("api_index", {}, options)) as unknown as ApiIndex;
+    return this.#transport.send("api_index", {}, options);
   }
 
   /** The key's tenant, agent, scopes and bound subject. */

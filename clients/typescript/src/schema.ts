@@ -7,6 +7,29 @@
 
 export type ActionEnum = "created" | "updated" | "replaced" | "skipped";
 
+export interface ApiIndexEndpoint {
+  /** GET, POST, PUT, PATCH or DELETE. */
+  method: string;
+  /** The path template, e.g. /api/v1/memories/{memory_id}. */
+  path: string;
+  summary: string;
+}
+
+export interface ApiIndexResponse {
+  ok: boolean;
+  name: string;
+  version: string;
+  /** How to authenticate. */
+  authentication: string;
+  /** The browsable API docs. */
+  docs: string;
+  /** The OpenAPI schema. */
+  schema: string;
+  /** The MCP endpoint (streamable HTTP). */
+  mcp: string;
+  endpoints: ApiIndexEndpoint[];
+}
+
 export interface ArchivalMatch {
   /** `mem_` + ULID */
   id: string;
@@ -814,7 +837,7 @@ export interface Operations {
     path: "/api/v1/";
     query: ApiIndexQuery;
     body: never;
-    response: Record<string, unknown>;
+    response: ApiIndexResponse;
   };
   events_list: {
     method: "GET";

@@ -1,8 +1,7 @@
 /**
  * The public request and result types, named for what they are and built from the generated
- * `schema.ts` (the OpenAPI schema), so they follow the API field for field; the one exception,
- * `ApiIndex`, says why. Field names are the REST names (snake_case), as the OpenAI and Stripe
- * Node SDKs keep theirs.
+ * `schema.ts` (the OpenAPI schema), so they follow the API field for field. Field names are the
+ * REST names (snake_case), as the OpenAI and Stripe Node SDKs keep theirs.
  */
 
 import type * as S from "./schema.js";
@@ -132,24 +131,7 @@ export type WebhookDeleted = S.WebhookDeletedResponse;
 // --- the index ---------------------------------------------------------------------------------
 
 /** One operation in `apiIndex()`'s table of contents. */
-export interface ApiEndpoint {
-  method: string;
-  /** The path template, e.g. `/api/v1/memories/{memory_id}`. */
-  path: string;
-  summary: string;
-}
-
-/** `apiIndex()`'s answer (`GET /api/v1/`, no key needed). Written here, not generated: the
- * schema declares this answer only as an object; test/client.test.ts holds it to the server. */
-export interface ApiIndex {
-  ok: boolean;
-  name: string;
-  version: string;
-  /** How to authenticate. */
-  authentication: string;
-  /** URLs of the browsable docs, the OpenAPI schema and the MCP endpoint. */
-  docs: string;
-  schema: string;
-  mcp: string;
-  endpoints: ApiEndpoint[];
-}
+export type ApiEndpoint = S.ApiIndexEndpoint;
+/** `apiIndex()`'s answer (`GET /api/v1/`, no key needed): the endpoints, how to authenticate,
+ * and the URLs of the docs, the OpenAPI schema and the MCP endpoint. */
+export type ApiIndex = S.ApiIndexResponse;
