@@ -3,14 +3,15 @@
 Every Django view is synchronous, and Django's own ASGI handler runs each request through
 `sync_to_async` in a new thread of its own (a fresh executor per request): ~4 ms of overhead
 per request on a small machine, more than a whole recall by key. So Django runs as a WSGI app
-in a fixed pool of threads (`a2wsgi`, what uvicorn's `--interface wsgi` uses; the pool is
-memoryhub/web_pool.py's, shared with the MCP tools), `MEMORYHUB_WEB_THREADS` of them. Streamed responses
-(markdown and JSONL exports) stream chunk by chunk with backpressure.
-
-WSGI knows a request body's length only from `Content-Length`; a chunked body (no length) would
-reach Django empty. Such a body is read here first, up to `MEMORYHUB_MAX_BODY_BYTES` (413
-beyond, as for a declared length; a conversation's messages may be larger: `body_limit`),
-and handed on with its length.
+in a fixed pool of threads (the pool is memoryhub/web_pool.py's, shared with the MCP tools),
+`MEMORYHUB_WEB_THREADS` of them. The request body is read here first, whole, up to
+`MEMORYHUB_MAX_BODY_BYTES` (413 beyond; a conversation's messages may be larger:
+`body_limit`); a chunked body (no length, which WSGI would hand Django as empty) is given its
+length. Django's answer is made in a pool thread and sent from here in one piece with its
+length: one hand-over from the thread to the event loop a request, where `a2wsgi` (what
+uvicorn's `--interface wsgi` uses) made one per ASGI message. Streamed responses (markdown and
+JSONL exports) stream chunk by chunk with backpressure. A body declared longer than its limit
+goes to Django unread (through `a2wsgi`), and Django's middleware answers the 413.
 
 The MCP app's lifespan (its session manager) runs with the server's; Django has no lifespan
 handler, so lifespan events go to the MCP app, after `settle_worker` has run at start-up: each
@@ -31,7 +32,10 @@ refusal MCP fixes the status of (403), which has no envelope code: it gets a JSO
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import gc
+import io
 import json
 import logging
 import os
@@ -39,6 +43,7 @@ import time
 from urllib.parse import urlsplit
 
 from a2wsgi import WSGIMiddleware
+from a2wsgi.wsgi import build_environ
 from django.core.wsgi import get_wsgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memoryhub.settings")
@@ -134,19 +139,98 @@ def _replaying(body: bytes, receive):
 
 
 async def django_application(scope, receive, send):
-    """Django behind the thread pool, with chunked request bodies given their length."""
-    headers = scope.get("headers", [])
-    if scope["type"] != "http" or any(name == b"content-length" for name, _ in headers):
+    """Django in the thread pool, its request body read whole first (a chunked one given its
+    length), its answer sent once Django has made it (`_buffered`). A body declared longer than
+    the path accepts goes to Django unread, as before: its middleware answers 413."""
+    if scope["type"] != "http":
         await django_wsgi_pool(scope, receive, send)
         return
-    if not any(name == b"transfer-encoding" for name, _ in headers):
-        await django_wsgi_pool(scope, receive, send)  # no body at all
+    headers = scope.get("headers", [])
+    limit = body_limit(scope.get("path", ""))
+    declared = next((value for name, value in headers if name == b"content-length"), None)
+    if declared is not None:
+        if not declared.isdigit() or int(declared) > limit:
+            await django_wsgi_pool(scope, receive, send)
+            return
+        body = await _body_or_refuse(receive, send, limit) if int(declared) else b""
+    elif any(name == b"transfer-encoding" for name, _ in headers):
+        body = await _body_or_refuse(receive, send, limit)
+        if body is not None:
+            scope = {**scope, "headers": [*headers, (b"content-length", b"%d" % len(body))]}
+    else:
+        body = b""  # no body at all
+    if body is None:  # answered (413), or the client went away
         return
-    body = await _body_or_refuse(receive, send, body_limit(scope.get("path", "")))
-    if body is None:
+    await _buffered(scope, body, send)
+
+
+# Statuses whose answer has no body, and so no Content-Length of ours.
+_NO_BODY = frozenset({204, 304})
+
+
+async def _buffered(scope, body: bytes, send) -> None:
+    """Django's answer to a request whose body is read: made in one of the pool's threads, then
+    sent from here in one piece with its Content-Length. One hand-over from the thread to the
+    event loop a request; a2wsgi's responder made one per message (the start, each chunk, the
+    end), each waking the loop and the thread, about a tenth of a web process's CPU under load.
+
+    A streamed answer (exports) is sent from the thread as it is made, a chunk at a time and
+    waiting for each (backpressure), as a2wsgi does. The request runs start to end (`close`
+    included: Django's `request_finished` closes the thread's database connections) in that one
+    thread."""
+    loop = asyncio.get_running_loop()
+    environ = build_environ(scope, io.BytesIO(body))
+    context = contextvars.copy_context()
+    answer = await loop.run_in_executor(
+        django_wsgi_pool.executor, context.run, _call_django, environ, loop, send
+    )
+    if answer is None:  # streamed
         return
-    scope = {**scope, "headers": [*headers, (b"content-length", b"%d" % len(body))]}
-    await django_wsgi_pool(scope, _replaying(body, receive), send)
+    status, headers, chunks = answer
+    content = b"".join(chunks)
+    if status not in _NO_BODY and not any(name == b"content-length" for name, _ in headers):
+        headers.append((b"content-length", b"%d" % len(content)))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": content})
+
+
+def _call_django(environ, loop, send):
+    """Runs in a pool thread: Django's answer as (status, headers, body chunks), or None once a
+    streamed answer has been sent from here."""
+    started: list = []
+    chunks: list[bytes] = []
+
+    def start_response(status, response_headers, exc_info=None):
+        if exc_info is not None and started and started[0] is None:
+            raise exc_info[1].with_traceback(exc_info[2])  # headers already sent
+        started[:] = [
+            int(status.split(" ", 1)[0]),
+            [
+                (n.strip().encode("latin1").lower(), v.strip().encode("latin1"))
+                for n, v in response_headers
+            ],
+        ]
+        return chunks.append
+
+    def sent(message) -> None:
+        asyncio.run_coroutine_threadsafe(send(message), loop).result()
+
+    response = django_wsgi(environ, start_response)
+    try:
+        if not getattr(response, "streaming", False):
+            chunks.extend(response)
+            return started[0], started[1], chunks
+        sent({"type": "http.response.start", "status": started[0], "headers": started[1]})
+        started[0] = None
+        for chunk in chunks:
+            sent({"type": "http.response.body", "body": chunk, "more_body": True})
+        for chunk in response:
+            if chunk:
+                sent({"type": "http.response.body", "body": chunk, "more_body": True})
+        sent({"type": "http.response.body", "body": b""})
+        return None
+    finally:
+        getattr(response, "close", lambda: None)()
 
 
 def _allowed_hosts() -> list[str]:

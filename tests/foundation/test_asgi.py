@@ -14,10 +14,12 @@ from memoryhub.asgi import application
 from tests.factories import asgi_http_scope, asgi_lifespan, make_agent, make_key, make_tenant
 
 
-def _post(path: str, chunks: list[bytes], headers: list[tuple[bytes, bytes]]):
+def _exchange(path: str, chunks: list[bytes], headers: list[tuple[bytes, bytes]], *, last=True):
+    """The ASGI messages the app sends for a POST whose body comes in `chunks` (`last`: the
+    final chunk says so; else the client goes away after them)."""
     scope = asgi_http_scope("POST", path, headers)
     pending = [
-        {"type": "http.request", "body": chunk, "more_body": i < len(chunks) - 1}
+        {"type": "http.request", "body": chunk, "more_body": not last or i < len(chunks) - 1}
         for i, chunk in enumerate(chunks)
     ]
     sent = []
@@ -29,7 +31,11 @@ def _post(path: str, chunks: list[bytes], headers: list[tuple[bytes, bytes]]):
         sent.append(message)
 
     asyncio.run(application(scope, receive, send))
-    start, *bodies = sent
+    return sent
+
+
+def _post(path: str, chunks: list[bytes], headers: list[tuple[bytes, bytes]]):
+    start, *bodies = _exchange(path, chunks, headers)
     return start["status"], json.loads(b"".join(m.get("body", b"") for m in bodies))
 
 
@@ -71,6 +77,50 @@ def test_a_chunked_body_over_the_limit_is_413(raw_key, settings):
     )
     assert status == 413
     assert answer["error"]["code"] == "PAYLOAD_TOO_LARGE"
+    assert not Memory.objects.exists()
+
+
+def test_an_answer_is_sent_whole_with_its_length(raw_key):
+    """Django's answer leaves in one body message, with a Content-Length that matches it (made
+    in the pool's thread, handed to the event loop once)."""
+    body = json.dumps({"text": "Answered in one piece."}).encode()
+    headers = [
+        (b"authorization", f"Bearer {raw_key}".encode()),
+        (b"content-type", b"application/json"),
+        (b"content-length", b"%d" % len(body)),
+    ]
+    start, *bodies = _exchange("/api/v1/memories", [body[:7], body[7:]], headers)
+    assert start["status"] == 201
+    assert len(bodies) == 1 and not bodies[0].get("more_body", False)
+    length = dict(start["headers"])[b"content-length"]
+    assert int(length) == len(bodies[0]["body"])
+    assert json.loads(bodies[0]["body"])["memory_id"].startswith("mem_")
+
+
+def test_a_declared_body_over_the_limit_is_413_unread(raw_key, settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    status, answer = _post(
+        "/api/v1/memories",
+        [b'{"text": "' + b"x" * 1200 + b'"}'],
+        [
+            (b"authorization", f"Bearer {raw_key}".encode()),
+            (b"content-type", b"application/json"),
+            (b"content-length", b"1212"),
+        ],
+    )
+    assert status == 413
+    assert answer["error"]["code"] == "PAYLOAD_TOO_LARGE"
+    assert not Memory.objects.exists()
+
+
+def test_a_client_gone_before_its_body_ends_reaches_no_view(raw_key):
+    body = json.dumps({"text": "Never finished."}).encode()
+    headers = [
+        (b"authorization", f"Bearer {raw_key}".encode()),
+        (b"content-type", b"application/json"),
+        (b"content-length", b"%d" % len(body)),
+    ]
+    assert _exchange("/api/v1/memories", [body[:5]], headers, last=False) == []
     assert not Memory.objects.exists()
 
 
