@@ -36,6 +36,7 @@ import asyncio
 import contextvars
 import gc
 import io
+import itertools
 import json
 import logging
 import os
@@ -197,18 +198,17 @@ async def _buffered(scope, body: bytes, send) -> None:
 def _call_django(environ, loop, send):
     """Runs in a pool thread: Django's answer as (status, headers, body chunks), or None once a
     streamed answer has been sent from here."""
-    started: list = []
-    chunks: list[bytes] = []
+    status, headers, chunks = 500, [], []
+    headers_sent = False
 
-    def start_response(status, response_headers, exc_info=None):
-        if exc_info is not None and started and started[0] is None:
-            raise exc_info[1].with_traceback(exc_info[2])  # headers already sent
-        started[:] = [
-            int(status.split(" ", 1)[0]),
-            [
-                (n.strip().encode("latin1").lower(), v.strip().encode("latin1"))
-                for n, v in response_headers
-            ],
+    def start_response(status_line, response_headers, exc_info=None):
+        nonlocal status, headers
+        if exc_info is not None and headers_sent:
+            raise exc_info[1].with_traceback(exc_info[2])
+        status = int(status_line.split(" ", 1)[0])
+        headers = [
+            (name.strip().encode("latin1").lower(), value.strip().encode("latin1"))
+            for name, value in response_headers
         ]
         return chunks.append
 
@@ -219,12 +219,10 @@ def _call_django(environ, loop, send):
     try:
         if not getattr(response, "streaming", False):
             chunks.extend(response)
-            return started[0], started[1], chunks
-        sent({"type": "http.response.start", "status": started[0], "headers": started[1]})
-        started[0] = None
-        for chunk in chunks:
-            sent({"type": "http.response.body", "body": chunk, "more_body": True})
-        for chunk in response:
+            return status, headers, chunks
+        sent({"type": "http.response.start", "status": status, "headers": headers})
+        headers_sent = True
+        for chunk in itertools.chain(chunks, response):  # write()'s first, then the stream's
             if chunk:
                 sent({"type": "http.response.body", "body": chunk, "more_body": True})
         sent({"type": "http.response.body", "body": b""})

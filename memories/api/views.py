@@ -41,10 +41,10 @@ def idempotent_response(
     payload: Any,
     action: Callable[[Any], tuple[int, dict]],
     prepare: Callable[[], Any] | None = None,
-    **sealing: Callable[[dict], dict],
+    seal: Callable[[dict], dict] | None = None,
+    unseal: Callable[[dict], dict] | None = None,
 ) -> Response:
-    """Answer a POST through `idempotency.respond` with the request's `Idempotency-Key`
-    (`sealing`: its `seal` and `unseal`)."""
+    """Answer a POST through `idempotency.respond` with the request's `Idempotency-Key`."""
     outcome = idempotency.respond(
         principal=request.user,
         operation=operation,
@@ -52,7 +52,8 @@ def idempotent_response(
         key=request.headers.get("Idempotency-Key"),
         action=action,
         prepare=prepare,
-        **sealing,
+        seal=seal,
+        unseal=unseal,
     )
     return Response(outcome.body, status=outcome.status)
 

@@ -227,8 +227,7 @@ def run_ranking_rows(
         with tracing.span("rank", depth=depth, exact=True), generic_plan() as cursor:
             cursor.execute(*statement(True))
             rows = cursor.fetchall()
-        rows.sort(key=lambda row: (-row[2], row[0]))
-        return rows
+        return _best_first(rows)
     # Filtered HNSW scans keep walking the graph until `depth` rows pass the filters: the
     # connection holds those settings from its start (`memoryhub.hnsw`); a transaction sets them
     # only where it needs others (a deeper candidate list) or where the connection lacks them.
@@ -246,6 +245,12 @@ def run_ranking_rows(
                 # both cases and always complete.
                 cursor.execute(*statement(True))
                 rows = cursor.fetchall()
+    return _best_first(rows)
+
+
+def _best_first(rows: list[tuple]) -> list[tuple]:
+    """Ranked rows (id, relevance, score, …) best first, ties by id: the ranking's own order,
+    which a statement wrapping it (search's hit rows, a join) need not keep."""
     rows.sort(key=lambda row: (-row[2], row[0]))
     return rows
 
@@ -314,8 +319,7 @@ def run_branches(
     with tracing.span("rank.fuse", depth=depth), connection.cursor() as cursor:
         cursor.execute(*fuse(keyword_rows, semantic_rows))
         rows = cursor.fetchall()
-    rows.sort(key=lambda row: (-row[2], row[0]))
-    return rows
+    return _best_first(rows)
 
 
 def _semantic_rows(statement: Callable[[bool], tuple[str, list]], depth: int) -> list[tuple]:
