@@ -6,6 +6,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # The packaged MiniLM exported to ONNX once, at install (memories/onnx_minilm.py).
 ONNX_MODEL := $(VENV)/share/memoryhub/all-MiniLM-L6-v2.onnx
+# Its 8-bit copy (MEMORYHUB_EMBEDDER_PRECISION=int8), quantized from it.
+ONNX_INT8 := $(VENV)/share/memoryhub/all-MiniLM-L6-v2-int8.onnx
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 PYTEST_ARGS ?=
@@ -28,12 +30,15 @@ $(STAMP): pyproject.toml clients/python/pyproject.toml
 $(ONNX_MODEL): $(STAMP)
 	$(BIN)/python -m memories.onnx_minilm export
 
+$(ONNX_INT8): $(ONNX_MODEL)
+	$(BIN)/python -m memories.onnx_minilm quantize
+
 $(NODE_STAMP): $(TS_CLIENT)/package.json $(TS_CLIENT)/package-lock.json
 	cd $(TS_CLIENT) && npm ci --no-audit --no-fund && npm run build
 	@touch $(NODE_STAMP)
 
 # tests/clients/test_typescript.py runs the client's Node tests (Node >= 20) in `make test`.
-install: $(STAMP) $(ONNX_MODEL) $(NODE_STAMP)
+install: $(STAMP) $(ONNX_MODEL) $(ONNX_INT8) $(NODE_STAMP)
 
 # Browser tests drive the system Chromium (never a downloaded one).
 chromium:

@@ -45,6 +45,12 @@ def onnx_env(exported, monkeypatch):
     return exported
 
 
+@pytest.fixture(scope="module")
+def quantized(exported):
+    """The 8-bit copy, where `model_path("int8")` looks for it: beside the exported model."""
+    return onnx_minilm.quantize(exported, exported.with_name("minilm-int8.onnx"))
+
+
 def cosines(a, b):
     a, b = np.asarray(a), np.asarray(b)
     return (a * b).sum(axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
@@ -245,3 +251,43 @@ def test_without_gc_freeze_nothing_is_frozen(served_local, settings):
     asgi_lifespan()
     assert get_embedder().onnx_model is not None
     assert gc.get_freeze_count() == 0
+
+
+def test_the_int8_copy_is_close_to_the_model_and_recorded_as_another(onnx_env, quantized):
+    assert onnx_minilm.model_path("int8") == quantized
+    assert quantized.stat().st_size < onnx_env.stat().st_size / 3  # 8-bit weights, not 32
+    exact = LocalEmbedder(backend="onnx", cache_size=0)
+    int8 = LocalEmbedder(backend="auto", precision="int8", cache_size=0)
+    a, b = exact.embed(TEXTS), int8.embed(TEXTS)
+    assert int8.runtime == "onnx"
+    assert (exact.model_name, int8.model_name) == ("all-MiniLM-L6-v2", "all-MiniLM-L6-v2-int8")
+    similarity = cosines(a, b)
+    # Close to the model's own vectors, and not them: they are the 8-bit model's.
+    assert similarity.min() > 0.97  # the empty text 0.979, the others 0.987-0.994
+    assert similarity.max() < 0.9999
+    assert np.allclose(np.linalg.norm(b, axis=1), 1.0, atol=1e-4)
+    # Each text in a pass of its own: alone or among others, one vector (an 8-bit pass
+    # quantizes its activations with one scale for all its texts).
+    assert [int8.embed([text])[0] for text in TEXTS] == b
+
+
+def test_int8_runs_on_onnx_only_and_needs_its_file(onnx_env, quantized, tmp_path, monkeypatch):
+    # On torch it would give the model's own vectors under the 8-bit model's name.
+    with pytest.raises(EmbeddingError):
+        LocalEmbedder(backend="torch", precision="int8").embed(["hello"])
+    with pytest.raises(ValueError, match="unknown precision"):
+        LocalEmbedder(precision="fp16")
+    lone = tmp_path / "lone.onnx"
+    lone.write_bytes(onnx_env.read_bytes())  # the model, without its 8-bit copy beside it
+    monkeypatch.setenv("MEMORYHUB_ONNX_MODEL", str(lone))
+    assert onnx_minilm.available() and not onnx_minilm.available("int8")
+    with pytest.raises(EmbeddingError):
+        LocalEmbedder(backend="auto", precision="int8").embed(["hello"])
+
+
+def test_quantize_command_needs_the_exported_model(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("MEMORYHUB_ONNX_MODEL", str(tmp_path / "missing.onnx"))
+    assert onnx_minilm.main(["onnx_minilm", "quantize"]) == 1
+    assert "run `python -m memories.onnx_minilm export` first" in capsys.readouterr().err
+    assert onnx_minilm.main(["onnx_minilm", "shrink"]) == 2
+    assert not (tmp_path / "missing-int8.onnx").exists()

@@ -1,6 +1,7 @@
 """Search quality with the real model (SPEC §9): the packaged all-MiniLM-L6-v2, on ONNX Runtime
 as `make install` exports it (memories/onnx_minilm.py), finds a paraphrase that shares no word
-with the query, by semantic and by hybrid search, through the REST API.
+with the query, by semantic and by hybrid search, through the REST API; so does its 8-bit copy
+(`MEMORYHUB_EMBEDDER_PRECISION=int8`), whose memories record it as their model.
 
 The rest of the suite embeds with the hashing embedder, for which "semantic" means shared
 words; these few memories are the check that the vectors carry meaning.
@@ -12,6 +13,7 @@ import pytest
 
 from memories import onnx_minilm
 from memories.embeddings import LocalEmbedder, reset_embedder
+from memories.jobs.reembed import reembed
 from memories.models import Memory
 
 pytestmark = pytest.mark.skipif(
@@ -37,14 +39,21 @@ PARAPHRASES = [
 ]
 
 
-@pytest.fixture
-def minilm(settings):
-    """The process-wide embedder is the packaged model on ONNX for one test."""
+MODELS = {"fp32": "all-MiniLM-L6-v2", "int8": "all-MiniLM-L6-v2-int8"}
+
+
+@pytest.fixture(params=sorted(MODELS))
+def minilm(settings, request):
+    """The process-wide embedder is the packaged model on ONNX for one test, in each precision
+    (the name its memories record)."""
+    if not onnx_minilm.available(request.param):
+        pytest.skip(f"no {request.param} model (make install quantizes it)")
     settings.MEMORYHUB_EMBEDDER = "local"
     settings.MEMORYHUB_EMBEDDER_BACKEND = "onnx"
+    settings.MEMORYHUB_EMBEDDER_PRECISION = request.param
     settings.MEMORYHUB_EMBEDDER_IDLE_THREADS = 0  # one session to load, not two
     reset_embedder()
-    yield
+    yield MODELS[request.param]
     reset_embedder()
 
 
@@ -64,7 +73,7 @@ def test_a_paraphrase_without_a_shared_word_is_found_by_semantic_and_hybrid_sear
         assert response.status_code == 201, response.json()
         names[response.json()["memory_id"]] = name
     models = set(Memory.objects.values_list("embedding_model", flat=True))
-    assert models == {"all-MiniLM-L6-v2"}
+    assert models == {minilm}
 
     def found(query: str, mode: str) -> list[str]:
         body = {"query": query, "mode": mode, "limit": len(MEMORIES)}
@@ -79,3 +88,35 @@ def test_a_paraphrase_without_a_shared_word_is_found_by_semantic_and_hybrid_sear
         # Hybrid fuses both: only a memory holding the query's words may rank above it.
         hybrid = found(query, "hybrid")
         assert meant in hybrid and set(hybrid[: hybrid.index(meant)]) <= set(by_words), query
+
+
+@pytest.mark.django_db
+def test_switching_precision_is_switching_models_and_reembed_moves_the_memories(
+    api_client, settings
+):
+    """Memories embedded at full precision are another model's to the 8-bit embedder: the
+    semantic search skips them until `reembed` has given them its vectors."""
+    if not onnx_minilm.available("int8"):
+        pytest.skip("no int8 model (make install quantizes it)")
+    settings.MEMORYHUB_EMBEDDER = "local"
+    settings.MEMORYHUB_EMBEDDER_BACKEND = "onnx"
+    settings.MEMORYHUB_EMBEDDER_IDLE_THREADS = 0
+    settings.MEMORYHUB_EMBEDDER_PRECISION = "fp32"
+    reset_embedder()
+    try:
+        for text in MEMORIES.values():
+            body = {"text": text, "dedup_policy": "insert"}
+            assert api_client.post("/api/v1/memories", body, format="json").status_code == 201
+        settings.MEMORYHUB_EMBEDDER_PRECISION = "int8"
+        reset_embedder()
+        query = {"query": "pet passed away recently", "mode": "semantic", "limit": 3}
+        assert api_client.post("/api/v1/search", query, format="json").json()["memories"] == []
+
+        counts = reembed()
+        assert counts["embedded"] == len(MEMORIES)
+        models = set(Memory.objects.values_list("embedding_model", flat=True))
+        assert models == {"all-MiniLM-L6-v2-int8"}
+        hits = api_client.post("/api/v1/search", query, format="json").json()["memories"]
+        assert hits[0]["data"]["text"] == MEMORIES["dog"]
+    finally:
+        reset_embedder()
