@@ -23,6 +23,7 @@ from typing import Protocol
 
 from django.conf import settings
 
+from memories import onnx_minilm
 from memories.embedding_batch import MicroBatcher, VectorCache
 from memories.models import EMBEDDING_DIM
 from memoryhub import metrics, tracing
@@ -114,7 +115,7 @@ class LocalEmbedder:
     never) instead (memories/onnx_minilm.py).
 
     `MEMORYHUB_EMBEDDER_PRECISION=int8` runs the model's 8-bit copy instead (ONNX only,
-    quantized at install: memories/onnx_minilm.py): a pass in about 0.6 of the time, vectors
+    quantized at install: memories/onnx_minilm.py): a pass in about 0.55 of the time, vectors
     about 0.99 cosine to the model's own, each text in a pass of its own (so that its vector
     does not depend on the texts beside it). They are recorded as another model's
     (`all-MiniLM-L6-v2-int8`): switching precision is switching models, and `reembed` migrates.
@@ -138,9 +139,11 @@ class LocalEmbedder:
         batch_window: float | None = None,
     ) -> None:
         self.precision = precision or settings.MEMORYHUB_EMBEDDER_PRECISION
-        if self.precision not in ("fp32", "int8"):
-            raise ValueError(f"unknown precision {self.precision!r} (fp32 or int8)")
-        self.model_name = self.MODEL if self.precision == "fp32" else f"{self.MODEL}-int8"
+        if self.precision not in onnx_minilm.PRECISIONS:
+            raise ValueError(f"unknown precision {self.precision!r}")
+        self.model_name = (
+            self.MODEL if self.precision == "fp32" else f"{self.MODEL}-{self.precision}"
+        )
         self.backend = backend or settings.MEMORYHUB_EMBEDDER_BACKEND
         self.threads = threads or settings.MEMORYHUB_EMBEDDER_THREADS
         self.idle_threads = (
@@ -182,8 +185,6 @@ class LocalEmbedder:
         return self._encode_fn
 
     def _load_backend(self):
-        from memories import onnx_minilm
-
         backend = self.backend
         if self.precision != "fp32":
             # The 8-bit copy exists on ONNX only: never torch's vectors under its name.
@@ -227,8 +228,6 @@ class LocalEmbedder:
         )
 
     def _onnx(self, path, *, alone: bool = False):
-        from memories import onnx_minilm
-
         model = onnx_minilm.OnnxMiniLM(
             path, threads=self.threads, idle_threads=self.idle_threads, alone=alone
         )

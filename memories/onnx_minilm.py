@@ -19,7 +19,7 @@ sessions give the same vectors, bit for bit (the test holds them to it).
 
 `python -m memories.onnx_minilm quantize` (also run by `make install`) writes an 8-bit copy
 beside it (`model_path("int8")`): ONNX Runtime's dynamic quantization, weights per output
-channel, activations quantized on the fly. Its passes take about 0.6 of the time; its vectors
+channel, activations quantized on the fly. Its passes take about 0.55 of the time; its vectors
 are not the model's own (cosine to them about 0.99, the test's bar 0.97), so they are recorded
 under another model name (`MEMORYHUB_EMBEDDER_PRECISION`, memories/embeddings.py).
 
@@ -319,14 +319,14 @@ def main(argv: list[str]) -> int:
         print(f"ONNX model present at {target}")
         return 0
     if command == ["quantize"]:
-        if not model_path().is_file():
+        source = model_path()
+        if not source.is_file():
             print(
-                f"no exported model at {model_path()}: run `python -m memories.onnx_minilm "
-                "export` first",
+                f"no exported model at {source}: run `python -m memories.onnx_minilm export` first",
                 file=sys.stderr,
             )
             return 1
-        print(f"quantized {model_path()} to 8 bits: {quantize(model_path(), target)}")
+        print(f"quantized {source} to 8 bits: {quantize(source, target)}")
         return 0
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

@@ -42,17 +42,21 @@ PARAPHRASES = [
 MODELS = {"fp32": "all-MiniLM-L6-v2", "int8": "all-MiniLM-L6-v2-int8"}
 
 
-@pytest.fixture(params=sorted(MODELS))
-def minilm(settings, request):
-    """The process-wide embedder is the packaged model on ONNX for one test, in each precision
-    (the name its memories record)."""
-    if not onnx_minilm.available(request.param):
-        pytest.skip(f"no {request.param} model (make install quantizes it)")
+def use_minilm(settings, precision: str) -> None:
+    """The process-wide embedder becomes the packaged model on ONNX, in this precision."""
+    if not onnx_minilm.available(precision):
+        pytest.skip(f"no {precision} model (make install exports and quantizes it)")
     settings.MEMORYHUB_EMBEDDER = "local"
     settings.MEMORYHUB_EMBEDDER_BACKEND = "onnx"
-    settings.MEMORYHUB_EMBEDDER_PRECISION = request.param
+    settings.MEMORYHUB_EMBEDDER_PRECISION = precision
     settings.MEMORYHUB_EMBEDDER_IDLE_THREADS = 0  # one session to load, not two
     reset_embedder()
+
+
+@pytest.fixture(params=sorted(MODELS))
+def minilm(settings, request):
+    """The packaged model for one test, in each precision (the name its memories record)."""
+    use_minilm(settings, request.param)
     yield MODELS[request.param]
     reset_embedder()
 
@@ -98,17 +102,12 @@ def test_switching_precision_is_switching_models_and_reembed_moves_the_memories(
     semantic search skips them until `reembed` has given them its vectors."""
     if not onnx_minilm.available("int8"):
         pytest.skip("no int8 model (make install quantizes it)")
-    settings.MEMORYHUB_EMBEDDER = "local"
-    settings.MEMORYHUB_EMBEDDER_BACKEND = "onnx"
-    settings.MEMORYHUB_EMBEDDER_IDLE_THREADS = 0
-    settings.MEMORYHUB_EMBEDDER_PRECISION = "fp32"
-    reset_embedder()
+    use_minilm(settings, "fp32")
     try:
         for text in MEMORIES.values():
             body = {"text": text, "dedup_policy": "insert"}
             assert api_client.post("/api/v1/memories", body, format="json").status_code == 201
-        settings.MEMORYHUB_EMBEDDER_PRECISION = "int8"
-        reset_embedder()
+        use_minilm(settings, "int8")
         query = {"query": "pet passed away recently", "mode": "semantic", "limit": 3}
         assert api_client.post("/api/v1/search", query, format="json").json()["memories"] == []
 
