@@ -59,8 +59,8 @@ def model_path(precision: str = "fp32") -> Path:
         if configured
         else Path(sys.prefix) / "share" / "memoryhub" / MODEL_FILE
     )
-    if precision == "int8":
-        path = path.with_name(f"{path.stem}-int8{path.suffix}")
+    if precision != "fp32":
+        path = path.with_name(f"{path.stem}-{precision}{path.suffix}")
     return path
 
 
@@ -310,15 +310,15 @@ USAGE = "usage: python -m memories.onnx_minilm export|quantize [--if-missing]"
 
 
 def main(argv: list[str]) -> int:
-    command = argv[1:2]
-    if command not in (["export"], ["quantize"]):
+    command = argv[1] if len(argv) > 1 else None
+    if command not in ("export", "quantize"):
         print(USAGE, file=sys.stderr)
         return 2
-    target = model_path() if command == ["export"] else model_path("int8")
+    target = model_path() if command == "export" else model_path("int8")
     if "--if-missing" in argv and target.is_file():
         print(f"ONNX model present at {target}")
         return 0
-    if command == ["quantize"]:
+    if command == "quantize":
         source = model_path()
         if not source.is_file():
             print(

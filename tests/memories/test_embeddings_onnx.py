@@ -10,6 +10,9 @@ import threading
 import numpy as np
 import pytest
 
+# Imported at collection: its django.setup() reconfigures logging, which inside a test takes
+# caplog's handler away (run alone, the load-failure test saw no log).
+import memoryhub.asgi  # noqa: F401
 from memories import onnx_minilm
 from memories.embeddings import LocalEmbedder, get_embedder, reset_embedder
 from memoryhub.errors import EmbeddingError
