@@ -70,6 +70,29 @@ WEBHOOK_DELIVERIES = Counter(
     ["outcome"],
 )
 
+# Every label value a family is known to take, written at zero when the process starts: a new
+# installation's first scrape lists every family (a dashboard shows 0, not "no data", and an alert
+# on `rate(...{state="failed"}[5m])` has a series to watch). Under `serve` each process writes its
+# zeros to the shared multiprocess files, which add up to zero. The request families get the one
+# series that is certain to exist, the scrape's own route.
+KNOWN_LABELS: tuple[tuple[Counter | Gauge | Histogram, tuple[tuple[str, ...], ...]], ...] = (
+    (HTTP_REQUESTS, (("/metrics", "GET", "200"),)),
+    (HTTP_DURATION, (("/metrics",),)),
+    (DB_POOL, (("idle",), ("busy",), ("waiting",))),
+    (EXTRACTION_RUNS, (("done",), ("failed",))),
+    (EXTRACTION_TOKENS, (("prompt",), ("completion",))),
+    (WEBHOOK_DELIVERIES, (("delivered",), ("retry",), ("failed",), ("refused",))),
+)
+
+
+def _start_at_zero() -> None:
+    for family, values in KNOWN_LABELS:
+        for labels in values:
+            family.labels(*labels)
+
+
+_start_at_zero()
+
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 POOL_EVERY = 1.0  # seconds between two readings of a process's pool
 _pool_read_at = 0.0

@@ -197,6 +197,75 @@ def test_two_web_processes_are_added_up(metrics_env):
             server.wait(30)
 
 
+def _documented_families() -> dict[str, tuple[str, dict[str, list[str]]]]:
+    """docs/operations.md's table of families: name → (type, {label: documented values})."""
+    table = (BASE_DIR / "docs" / "operations.md").read_text()
+    families = {}
+    for row in re.findall(r"^\| `(memoryhub_\w+)` \| (\w+) \|([^|]*)\|", table, re.M):
+        name, kind, labels = row
+        named = {
+            label: re.findall(r"`([^`]+)`", values)
+            for label, values in re.findall(r"`(\w+)`( \([^)]*\))?", labels)
+        }
+        families[name] = (kind, named)
+    return families
+
+
+def test_a_fresh_server_lists_every_documented_family_from_the_first_scrape(metrics_env):
+    """Before anything was extracted, delivered or pooled, each family of the docs' table is
+    there, at zero for every label value the table names (in multiprocess mode, as served)."""
+    families = _documented_families()
+    assert len(families) >= 11
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "memoryhub.asgi:application", "--port", str(port)]
+        + ["--log-level", "warning", "--no-access-log"],
+        cwd=BASE_DIR,
+        env=metrics_env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        _wait_answering(url, server)
+        text = httpx.get(url + "/metrics", headers={"Authorization": f"Bearer {TOKEN}"}).text
+    finally:
+        server.terminate()
+        server.wait(30)
+    for name, (kind, labels) in families.items():
+        # A counter's TYPE line names it with or without `_total`, by the exposition's mode.
+        types = {f"# TYPE {name} {kind}", f"# TYPE {name.removesuffix('_total')} {kind}"}
+        assert any(line in text for line in types), name
+        if "tenant" in labels:
+            continue  # one series per tenant, and a fresh database has none
+        sample_name = name + ("_count" if kind == "histogram" else "")
+        assert re.search(rf"^{sample_name}[{{ ]", text, re.M), name
+        for label, values in labels.items():
+            for value in values:
+                line = re.search(
+                    rf'^{sample_name}{{[^}}]*{label}="{value}"[^}}]*}} (\S+)$', text, re.M
+                )
+                assert line is not None, (name, label, value)
+                assert float(line.group(1)) == 0, (name, label, value)
+
+
+def test_the_zeroed_label_values_are_the_documented_ones():
+    """What a process writes at zero is what the docs' table promises, and a finished run's
+    states are the ones its model has."""
+    from memories.models import RunState
+    from memoryhub import metrics
+
+    documented = _documented_families()
+    for family, values in metrics.KNOWN_LABELS:
+        name = family._name + ("_total" if family._type == "counter" else "")
+        _kind, labels = documented[name]
+        if len(family._labelnames) == 1 and labels[family._labelnames[0]]:
+            assert {v[0] for v in values} == set(labels[family._labelnames[0]]), name
+    assert {RunState.DONE.value, RunState.FAILED.value} == set(
+        documented["memoryhub_extraction_runs_total"][1]["state"]
+    )
+
+
 @pytest.mark.slow
 def test_serve_prints_one_ready_line_and_shares_the_metrics_directory(metrics_env):
     port = _free_port()
