@@ -155,21 +155,23 @@ def metrics_env(transactional_db):
     shutil.rmtree(directory, ignore_errors=True)
 
 
+def _uvicorn(port: int, env: dict[str, str]) -> subprocess.Popen:
+    """One web process serving the app, as a uvicorn worker of `serve` does."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "memoryhub.asgi:application", "--port", str(port)]
+        + ["--log-level", "warning", "--no-access-log"],
+        cwd=BASE_DIR,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+
+
 def test_two_web_processes_are_added_up(metrics_env):
     """Two servers sharing one PROMETHEUS_MULTIPROC_DIR, as uvicorn's workers do under
     `serve`: a scrape of either counts the requests of both."""
     ports = [_free_port(), _free_port()]
-    servers = [
-        subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "memoryhub.asgi:application", "--port", str(port)]
-            + ["--log-level", "warning", "--no-access-log"],
-            cwd=BASE_DIR,
-            env=metrics_env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
-        for port in ports
-    ]
+    servers = [_uvicorn(port, metrics_env) for port in ports]
     try:
         urls = [f"http://127.0.0.1:{port}" for port in ports]
         for url, server in zip(urls, servers, strict=True):
@@ -217,14 +219,7 @@ def test_a_fresh_server_lists_every_documented_family_from_the_first_scrape(metr
     families = _documented_families()
     assert len(families) >= 11
     port = _free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "memoryhub.asgi:application", "--port", str(port)]
-        + ["--log-level", "warning", "--no-access-log"],
-        cwd=BASE_DIR,
-        env=metrics_env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    server = _uvicorn(port, metrics_env)
     try:
         url = f"http://127.0.0.1:{port}"
         _wait_answering(url, server)
