@@ -28,7 +28,6 @@ from __future__ import annotations
 import ipaddress
 import re
 from dataclasses import dataclass
-from itertools import islice
 from typing import TYPE_CHECKING
 
 from django.conf import settings
@@ -129,7 +128,7 @@ def resolve(
     if peer_address is None or not _is_trusted(peer_address, trusted):
         return Resolved(client=peer, scheme=scheme, via_proxy=False)
     client = peer_address
-    for text in islice(reversed((forwarded_for or "").split(",")), MAX_HOPS):
+    for text in reversed((forwarded_for or "").rsplit(",", MAX_HOPS)[-MAX_HOPS:]):
         hop = _hop(text)
         if hop is None:  # garbage (or no header at all): the last good address stands
             break
