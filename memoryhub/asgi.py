@@ -22,7 +22,8 @@ Django, the MCP SDK and the model's runtime never become garbage, yet each full 
 walked them all (50-100 ms, the worker's requests stalled).
 
 Every HTTP request is timed here, from arrival to its last byte, and recorded once
-(`observed`: the access log line and the HTTP metrics of `memoryhub.observe`).
+(`observed`: the access log line and the HTTP metrics of `memoryhub.observe`), its client's
+address and scheme first resolved by the trusted-proxy rule (`memoryhub.proxies`).
 
 `/mcp` requests pass `mcp_transport` first: the `Host` and `Origin` checks (DNS rebinding) with
 Django's ALLOWED_HOSTS rules, the JSON content type and the body limit, answered in our envelope
@@ -58,7 +59,7 @@ from memories.mcp_server import (  # noqa: E402  (needs Django set up)
     PRINCIPAL_SCOPE_KEY,
     mcp_application,
 )
-from memoryhub import db_outage, observe  # noqa: E402
+from memoryhub import db_outage, observe, proxies  # noqa: E402
 from memoryhub.errors import (  # noqa: E402
     BackendUnavailable,
     DomainError,
@@ -331,6 +332,8 @@ async def application(scope, receive, send):
     if scope["type"] != "http":
         await django_application(scope, receive, send)
         return
+    # The client's address and scheme by the trusted-proxy rule, for Django and /mcp alike.
+    proxies.resolve_scope(scope)
     await observed(scope, receive, send)
 
 
@@ -339,7 +342,7 @@ async def observed(scope, receive, send):
     Django fills in its route, tenant and agent; `/mcp` is one route, its key's principal in
     the scope once the MCP app has authenticated it."""
     started = time.perf_counter()
-    info = scope[observe.SCOPE_KEY] = observe.RequestInfo()
+    info = scope[observe.SCOPE_KEY] = observe.RequestInfo(client=observe.client_of(scope))
     status = 500  # a request that raised before answering
 
     async def sending(message):

@@ -7,8 +7,9 @@ never the path: a path holds ids, keys and subjects) and the tenant and agent â€
 request's `RequestInfo`, which travels in the ASGI scope. Outside uvicorn (the test client,
 `runserver`) the middleware times and records the request itself.
 
-The log line (logger `memoryhub.access`, INFO) holds the method, route, status, duration, and
-the tenant's and agent's slugs: never a key, a query string, a body or memory text.
+The log line (logger `memoryhub.access`, INFO) holds the method, route, status, duration, the
+tenant's and agent's slugs, and the client's address (a trusted proxy's client, else the
+peer's: memoryhub/proxies.py): never a key, a query string, a body or memory text.
 """
 
 from __future__ import annotations
@@ -31,6 +32,13 @@ class RequestInfo:
     route: str = ""
     tenant: str = ""
     agent: str = ""
+    client: str = ""
+
+
+def client_of(scope: dict) -> str:
+    """The client's address in an ASGI scope (resolved by `memoryhub.proxies` first)."""
+    client = scope.get("client")
+    return client[0] if client else ""
 
 
 def route_of(request: HttpRequest) -> str:
@@ -47,6 +55,8 @@ def annotate(info: RequestInfo, request: HttpRequest) -> None:
     """Route, tenant and agent of a request Django has answered (no query: only what the
     request already holds)."""
     info.route = route_of(request)
+    if not info.client:
+        info.client = request.META.get("REMOTE_ADDR", "")
     user = request.__dict__.get("user")  # unevaluated lazy users stay so (no session read)
     principal_agent = getattr(getattr(user, "_wrapped", user), "agent", None)
     if principal_agent is not None:  # an API key's principal
@@ -63,15 +73,16 @@ def record(method: str, status: int, seconds: float, info: RequestInfo) -> None:
     metrics.request_done(route=route, method=method, status=status, seconds=seconds)
     if settings.MEMORYHUB_ACCESS_LOG:
         access_logger.info(
-            "method=%s route=%s status=%d duration_ms=%.1f tenant=%s agent=%s",
+            "method=%s route=%s status=%d duration_ms=%.1f tenant=%s agent=%s client=%s",
             method if method in metrics.METHODS else "other",
             route,
             status,
             seconds * 1000,
             info.tenant or "-",
             info.agent or "-",
+            info.client or "-",
             # What the secret filter must scan (memories.redaction.RedactSecrets): the rest is
-            # a known method and numbers.
+            # a known method, numbers and an address (the server's or a parsed IP address).
             extra={"free_text": (route, info.tenant, info.agent)},
         )
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from memoryhub import hnsw
 from memoryhub.env import env_bool, env_choice, env_float, env_int, env_list, env_str
+from memoryhub.proxies import parse_trusted_proxies
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -22,6 +23,10 @@ DEVELOPMENT_SECRET_KEY = "insecure-local-development-key-change-me-" + "0" * 16
 SECRET_KEY = env_str("SECRET_KEY", DEVELOPMENT_SECRET_KEY)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+# The reverse proxies whose X-Forwarded-For / X-Forwarded-Proto count (addresses or CIDR
+# networks, comma- or space-separated), parsed here once: a bad entry stops start-up, named.
+# Unset, no forwarded header counts (memoryhub/proxies.py, docs/operations.md).
+MEMORYHUB_TRUSTED_PROXIES = parse_trusted_proxies(env_str("MEMORYHUB_TRUSTED_PROXIES"))
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -46,6 +51,9 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # Outermost: the access log and the HTTP metrics see every answer (memoryhub/observe.py).
     "memoryhub.observe.ObserveMiddleware",
+    # The client's address and scheme, from a trusted proxy's headers or the connection's,
+    # before anything reads them (the HTTPS redirect, CSRF, django-axes): memoryhub/proxies.py.
+    "memoryhub.proxies.TrustedProxyMiddleware",
     "memoryhub.middleware.ApiErrorMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -210,6 +218,9 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_ENABLE_ACCESS_FAILURE_LOG = True  # every failure in the admin, not only the counts
 AXES_USERNAME_CALLABLE = "accounts.views.lockout_username"
+# The client's address by the trusted-proxy rule (memoryhub/proxies.py), never django-ipware's
+# guess from whatever X-Forwarded-For a client sends.
+AXES_CLIENT_IP_CALLABLE = "memoryhub.proxies.client_address"
 AXES_LOCKOUT_CALLABLE = "accounts.views.lockout_response"
 
 LOGIN_URL = "/accounts/login/"
@@ -233,6 +244,10 @@ SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False  # htmx reads nothing from it: the token travels in hx-headers
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
+# No SECURE_PROXY_SSL_HEADER: Django would believe X-Forwarded-Proto from anyone (and its
+# left-most value). A request's scheme is set from a trusted proxy's header only
+# (memoryhub/proxies.py), which is what `request.is_secure()` and the redirect below read.
+SECURE_PROXY_SSL_HEADER = None
 if MEMORYHUB_PRODUCTION:
     SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
     SESSION_COOKIE_SECURE = True

@@ -100,3 +100,21 @@ def asgi_lifespan() -> list[str]:
 
     asyncio.run(application({"type": "lifespan", "asgi": {"version": "3.0"}}, receive, send))
     return sent
+
+
+def asgi_request(app, scope: dict, body: bytes = b"") -> list[dict]:
+    """The messages `app` sends for one HTTP request with `scope` and a whole `body` (then the
+    client goes away)."""
+    import asyncio
+
+    pending = [{"type": "http.request", "body": body, "more_body": False}]
+    sent: list[dict] = []
+
+    async def receive():
+        return pending.pop(0) if pending else {"type": "http.disconnect"}
+
+    async def send(message):
+        sent.append(message)
+
+    asyncio.run(app(scope, receive, send))
+    return sent

@@ -117,7 +117,7 @@ def test_the_access_log_names_route_and_slugs_never_the_key_or_query(
     (line,) = [r.getMessage() for r in caplog.records if r.name == "memoryhub.access"]
     assert re.fullmatch(
         r"method=GET route=/api/v1/memories/by-key/<path:key> status=200 "
-        r"duration_ms=\d+\.\d tenant=acme agent=support-bot",
+        r"duration_ms=\d+\.\d tenant=acme agent=support-bot client=127\.0\.0\.1",
         line,
     ), line
     assert api_key not in line and "secret-key-name" not in line and "cust-9" not in line

@@ -22,8 +22,14 @@ def asgi_server(transactional_db):
     from memoryhub.asgi import application
 
     port = _free_port()
+    # As `serve` runs it: uvicorn's proxy headers off, the app applies the trusted-proxy rule.
     config = uvicorn.Config(
-        application, host="127.0.0.1", port=port, log_level="warning", lifespan="on"
+        application,
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        lifespan="on",
+        proxy_headers=False,
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)

@@ -83,7 +83,15 @@ def default_workers() -> int:
 
 def processes(*, host: str, port: int, workers: int, cluster: bool = True) -> list[list[str]]:
     """The commands `serve` starts, the web server last: the django-q2 cluster (unless
-    `cluster` is false) and uvicorn serving the ASGI app."""
+    `cluster` is false) and uvicorn serving the ASGI app.
+
+    uvicorn's own proxy-header handling is off, whatever MEMORYHUB_TRUSTED_PROXIES says: on by
+    default, it believes X-Forwarded-For and X-Forwarded-Proto from 127.0.0.1 (or from
+    FORWARDED_ALLOW_IPS) and rewrites the request's client before the app sees the real peer,
+    so any local process, or a proxy we were not told about, would choose the address that
+    sign-in lockouts count. The app applies the one trusted-proxy rule itself
+    (memoryhub/proxies.py), to Django's requests and /mcp alike, and strips an untrusted
+    peer's forwarded headers; two layers each rewriting the client could only disagree."""
     commands = [[sys.executable, "manage.py", "qcluster"]] if cluster else []
     commands.append(
         [
@@ -98,6 +106,7 @@ def processes(*, host: str, port: int, workers: int, cluster: bool = True) -> li
             "--workers",
             str(workers),
             "--no-access-log",
+            "--no-proxy-headers",
             "--log-level",
             "warning",
         ]
