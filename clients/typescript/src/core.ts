@@ -227,7 +227,10 @@ export class Transport {
           const tries = `${attempt + 1} attempt${attempt ? "s" : ""}`;
           const cause = { cause: attempted.error };
           throw attempted.timedOut
-            ? new MemoryHubTimeoutError(`No answer from MemoryHub within ${timeout} ms (${tries})`, cause)
+            ? new MemoryHubTimeoutError(
+                `No answer from MemoryHub within ${timeout} ms (${tries})`,
+                cause,
+              )
             : new MemoryHubConnectionError(`No answer from MemoryHub after ${tries}`, cause);
         }
         await this.wait(wait, caller);
@@ -252,7 +255,11 @@ export class Transport {
   ): Promise<{ response: Response; text: string } | { error: unknown; timedOut: boolean }> {
     const attemptAbort = attemptSignal(caller, timeout);
     try {
-      const init: RequestInit = { method: request.method, headers: request.headers, signal: attemptAbort.signal };
+      const init: RequestInit = {
+        method: request.method,
+        headers: request.headers,
+        signal: attemptAbort.signal,
+      };
       if (request.body !== undefined) init.body = request.body;
       const response = await this.config.fetch(url, init);
       const text = await response.text(); // inside the timeout: a stalled body times out too
