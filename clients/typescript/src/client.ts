@@ -102,7 +102,8 @@ export class MemoryHub {
     if (!apiKey) {
       throw new TypeError("MemoryHub needs an API key: pass { apiKey } or set MEMORYHUB_API_KEY");
     }
-    const fetchImpl = options.fetch ?? (globalThis.fetch as FetchLike | undefined);
+    // Typed as possibly missing: DOM's types declare a global fetch, some runtimes lack one.
+    const fetchImpl: FetchLike | undefined = options.fetch ?? globalThis.fetch;
     if (!fetchImpl) throw new TypeError("No fetch on this platform: pass { fetch }");
     this.url = url;
     this.#transport = new Transport({

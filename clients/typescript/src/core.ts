@@ -93,11 +93,15 @@ export function newIdempotencyKey(): string {
 export const defaultSleep: Sleep = (ms, signal) =>
   new Promise((resolve, reject) => {
     if (signal?.aborted) {
+      // The signal's own reason, any value: Transport.wait() turns an abort into a
+      // MemoryHubAbortError with that reason as its cause.
+      // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
       reject(signal.reason);
       return;
     }
     const onAbort = () => {
       clearTimeout(timer);
+      // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
       reject(signal?.reason);
     };
     const timer = setTimeout(() => {

@@ -144,7 +144,7 @@ async function run<I, O>(tool: Tool<I, O>, input: I): Promise<O> {
   assert.ok(tool.execute);
   const output = await tool.execute(input, { toolCallId: "t", messages: [] });
   assert.ok(!(typeof output === "object" && output !== null && Symbol.asyncIterator in output));
-  return output as O;
+  return output;
 }
 
 test("without a subject the tools use the agent's own memories; a thread adds its own", async () => {

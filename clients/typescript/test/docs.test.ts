@@ -93,7 +93,9 @@ function jsonConfiguration(
     block.code.includes(KEY_PLACEHOLDER),
     `the ${name} block shows the key as ${KEY_PLACEHOLDER}`,
   );
-  return JSON.parse(block.code.replaceAll(KEY_PLACEHOLDER, key));
+  return JSON.parse(block.code.replaceAll(KEY_PLACEHOLDER, key)) as {
+    mcpServers: Record<string, Record<string, unknown>>;
+  };
 }
 
 test("Claude Code: the documented `claude mcp add` command's URL and header", async () => {
@@ -209,7 +211,7 @@ test("the kinds program runs as written and prints what the guide shows", async 
 
 test("the change-feed program runs as written and prints what the guide shows", async () => {
   const { key } = await newAgentKey({ tenant: `ts-${crypto.randomUUID().slice(0, 8)}` });
-  const lines = await withServerSettings({ webhook_allow_insecure: true }, async () =>
+  const lines = await withServerSettings({ webhook_allow_insecure: true }, () =>
     runGuideBlock("typescript-events", {
       MEMORYHUB_API_KEY: key,
       WEBHOOK_URL: "http://127.0.0.1:9/hook",

@@ -77,7 +77,7 @@ test("the tarball holds the build, its declarations and the guide, nothing of th
 test("it installs with no dependencies and imports in Node's ESM", async () => {
   const installed = JSON.parse(
     readFileSync(join(app, "node_modules", "@memoryhub", "client", "package.json"), "utf8"),
-  );
+  ) as { dependencies?: unknown };
   assert.equal(installed.dependencies, undefined);
   // ai and zod are optional peers of the ./ai entry point: not installed for the core client.
   assert.ok(
@@ -102,11 +102,12 @@ test("it installs with no dependencies and imports in Node's ESM", async () => {
   })
     .trim()
     .split("\n");
-  const summary = JSON.parse(out[0]!);
+  const summary = JSON.parse(out[0]!) as { agent: string; version: string; exports: string[] };
   assert.equal(summary.agent, agent);
   assert.equal(
     summary.version,
-    JSON.parse(readFileSync(resolve(PACKAGE, "package.json"), "utf8")).version,
+    (JSON.parse(readFileSync(resolve(PACKAGE, "package.json"), "utf8")) as { version: string })
+      .version,
   );
   for (const name of [
     "MemoryHub",

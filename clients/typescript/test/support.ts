@@ -75,7 +75,7 @@ export async function countMemories(text: string): Promise<number> {
  * and sets them back after it. */
 export async function withServerSettings<T>(
   settings: Record<string, unknown>,
-  body: () => Promise<T>,
+  body: () => T | Promise<T>,
 ): Promise<T> {
   const previous = await control("/settings", settings);
   try {
@@ -113,8 +113,9 @@ export function recordingHub(options: ClientOptions = {}): { hub: MemoryHub; sle
     url: SERVER_URL,
     apiKey: KEY,
     retry: { jitter: false },
-    sleep: async (ms) => {
+    sleep: (ms) => {
       sleeps.push(ms);
+      return Promise.resolve();
     },
     ...options,
   });
