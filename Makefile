@@ -12,7 +12,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 PYTEST_ARGS ?=
 
-.PHONY: install chromium run test lint format bench migrate clean-db screenshots
+.PHONY: install chromium migrate run test lint lint-ts format format-ts bench stop-db screenshots
 # The TypeScript client: its dev dependencies from the lockfile (npm ci), and its build.
 TS_CLIENT := clients/typescript
 NODE_STAMP := $(TS_CLIENT)/node_modules/.installed
@@ -57,13 +57,21 @@ test: install chromium
 	$(BIN)/python manage.py makemigrations --check --dry-run
 	$(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
 
-lint: install
+# Lint needs only the tools: the virtualenv (ruff) and the client's node_modules.
+lint: $(STAMP) lint-ts
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-format: install
+# The TypeScript client: ESLint (type-aware; it builds dist/ first) and Prettier's check.
+lint-ts: $(NODE_STAMP)
+	cd $(TS_CLIENT) && npm run --silent lint && npm run --silent format:check
+
+format: $(STAMP) format-ts
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
+
+format-ts: $(NODE_STAMP)
+	cd $(TS_CLIENT) && npm run --silent format
 
 bench: install
 	$(BIN)/python manage.py bench $(BENCH_ARGS)

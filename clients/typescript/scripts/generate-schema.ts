@@ -60,7 +60,17 @@ function isObject(value: Json | undefined): value is SchemaObject {
 }
 
 // Component names that would shadow a global inside a module get a suffix.
-const RESERVED = new Set(["Error", "Object", "Array", "String", "Number", "Boolean", "Date", "Promise", "Record"]);
+const RESERVED = new Set([
+  "Error",
+  "Object",
+  "Array",
+  "String",
+  "Number",
+  "Boolean",
+  "Date",
+  "Promise",
+  "Record",
+]);
 // Components that are `{"enum": [null]}` (drf-spectacular's NullEnum) are written as `null`.
 let nullOnly = new Set<string>();
 
@@ -85,7 +95,9 @@ function union(types: string[]): string {
 }
 
 function docComment(lines: string[], indent: string): string {
-  const text = lines.filter((line) => line.trim() !== "").map((line) => line.replace(/\*\//g, "*\\/"));
+  const text = lines
+    .filter((line) => line.trim() !== "")
+    .map((line) => line.replace(/\*\//g, "*\\/"));
   if (text.length === 0) return "";
   if (text.length === 1 && !text[0]!.includes("\n")) return `${indent}/** ${text[0]} */\n`;
   const body = text
@@ -126,13 +138,15 @@ export function typeOf(schema: SchemaObject | undefined, indent = ""): string {
     const options = schema[key];
     if (Array.isArray(options) && !("properties" in schema)) {
       const typed = options.filter(isObject).filter((option) => !isRuleOnly(option));
-      if (typed.length > 0) return union([...typed.map((option) => typeOf(option, indent)), ...nullable]);
+      if (typed.length > 0)
+        return union([...typed.map((option) => typeOf(option, indent)), ...nullable]);
     }
   }
   const allOf = schema.allOf;
   if (Array.isArray(allOf) && !("properties" in schema) && !("type" in schema)) {
     const typed = allOf.filter(isObject).filter((part) => !isRuleOnly(part));
-    if (typed.length > 0) return union([typed.map((part) => typeOf(part, indent)).join(" & "), ...nullable]);
+    if (typed.length > 0)
+      return union([typed.map((part) => typeOf(part, indent)).join(" & "), ...nullable]);
   }
   switch (schema.type) {
     case "string":
@@ -257,7 +271,8 @@ export function render(schema: OpenApi): string {
   for (const entry of entries) parts.push(queryDeclaration(entry));
 
   parts.push("// --- operations ---\n");
-  let table = "/** Every operation of the API: its request and answer types. */\nexport interface Operations {\n";
+  let table =
+    "/** Every operation of the API: its request and answer types. */\nexport interface Operations {\n";
   let paths = "/** Method and path template of every operation. */\nexport const OPERATIONS = {\n";
   for (const entry of entries) {
     const body = contentType(entry.operation.requestBody?.content);

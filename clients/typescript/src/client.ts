@@ -102,7 +102,8 @@ export class MemoryHub {
     if (!apiKey) {
       throw new TypeError("MemoryHub needs an API key: pass { apiKey } or set MEMORYHUB_API_KEY");
     }
-    const fetchImpl = options.fetch ?? (globalThis.fetch as FetchLike | undefined);
+    // Typed as possibly missing: DOM's types declare a global fetch, some runtimes lack one.
+    const fetchImpl: FetchLike | undefined = options.fetch ?? globalThis.fetch;
     if (!fetchImpl) throw new TypeError("No fetch on this platform: pass { fetch }");
     this.url = url;
     this.#transport = new Transport({
@@ -126,15 +127,27 @@ export class MemoryHub {
   }
 
   /** One memory by id; `NotFoundError` when it does not exist or is not visible. */
-  async get(memoryId: string, params: SubjectOption = {}, options?: RequestOptions): Promise<Memory> {
+  async get(
+    memoryId: string,
+    params: SubjectOption = {},
+    options?: RequestOptions,
+  ): Promise<Memory> {
     const path = { memory_id: memoryId };
     const body = await this.#transport.send("memories_get", { path, query: params }, options);
     return body.memory;
   }
 
   /** The live memory stored under `key`, or null. */
-  async recall(key: string, params: SubjectOption = {}, options?: RequestOptions): Promise<Memory | null> {
-    const body = await this.#transport.send("memories_recall", { path: { key }, query: params }, options);
+  async recall(
+    key: string,
+    params: SubjectOption = {},
+    options?: RequestOptions,
+  ): Promise<Memory | null> {
+    const body = await this.#transport.send(
+      "memories_recall",
+      { path: { key }, query: params },
+      options,
+    );
     return body.memory;
   }
 
@@ -172,7 +185,11 @@ export class MemoryHub {
   }
 
   /** Re-confirm a fact: `last_confirmed_at` becomes now. */
-  async confirm(memoryId: string, params: SubjectOption = {}, options?: RequestOptions): Promise<Memory> {
+  async confirm(
+    memoryId: string,
+    params: SubjectOption = {},
+    options?: RequestOptions,
+  ): Promise<Memory> {
     const path = { memory_id: memoryId };
     const body = await this.#transport.send("memories_confirm", { path, query: params }, options);
     return body.memory;
@@ -192,7 +209,11 @@ export class MemoryHub {
   }
 
   /** Ranked hits in the LLM-facing format (`POST /search`): `memories`, `searchedAt`. */
-  search(query: string, fields: SearchFields = {}, options?: RequestOptions): Promise<SearchResult> {
+  search(
+    query: string,
+    fields: SearchFields = {},
+    options?: RequestOptions,
+  ): Promise<SearchResult> {
     return this.#transport.send("search", { body: { ...fields, query } }, options);
   }
 
@@ -222,29 +243,48 @@ export class MemoryHub {
   }
 
   /** The thread and its extraction state. */
-  async getThread(threadId: string, params: SubjectOption = {}, options?: RequestOptions): Promise<Thread> {
+  async getThread(
+    threadId: string,
+    params: SubjectOption = {},
+    options?: RequestOptions,
+  ): Promise<Thread> {
     const call = { path: { thread_id: threadId }, query: params };
     const body = await this.#transport.send("threads_get", call, options);
     return body.thread;
   }
 
   /** Every message of the thread in `seq` order, page by page as you iterate. */
-  messages(threadId: string, params: MessagesParams = {}, options?: RequestOptions): PageIterator<Message> {
+  messages(
+    threadId: string,
+    params: MessagesParams = {},
+    options?: RequestOptions,
+  ): PageIterator<Message> {
     return new PageIterator(async (cursor) => {
-      const call = { path: { thread_id: threadId }, query: { ...params, cursor: cursor ?? undefined } };
+      const call = {
+        path: { thread_id: threadId },
+        query: { ...params, cursor: cursor ?? undefined },
+      };
       const body = await this.#transport.send("threads_messages_list", call, options);
       return { items: body.messages, next_cursor: body.next_cursor };
     });
   }
 
   /** Queue an extraction of the thread now (202). */
-  extract(threadId: string, params: SubjectOption = {}, options?: RequestOptions): Promise<ExtractResult> {
+  extract(
+    threadId: string,
+    params: SubjectOption = {},
+    options?: RequestOptions,
+  ): Promise<ExtractResult> {
     const call = { path: { thread_id: threadId }, query: params };
     return this.#transport.send("threads_extract", call, options);
   }
 
   /** End a run: its `conversation` memories are removed (`removed`), after a last extraction. */
-  endThread(threadId: string, params: SubjectOption = {}, options?: RequestOptions): Promise<EndThreadResult> {
+  endThread(
+    threadId: string,
+    params: SubjectOption = {},
+    options?: RequestOptions,
+  ): Promise<EndThreadResult> {
     const call = { path: { thread_id: threadId }, query: params };
     return this.#transport.send("threads_end", call, options);
   }
@@ -277,7 +317,8 @@ export class MemoryHub {
    * (`details.memory_ids`); `InvalidInputError` for a schema that is not a JSON Schema of an
    * object. */
   async putKind(name: string, fields: KindFields = {}, options?: RequestOptions): Promise<Kind> {
-    return (await this.#transport.send("kinds_put", { path: { name }, body: fields }, options)).kind;
+    return (await this.#transport.send("kinds_put", { path: { name }, body: fields }, options))
+      .kind;
   }
 
   /** Delete a kind (admin scope): its name becomes a free label. `ConflictError` while live
@@ -296,7 +337,8 @@ export class MemoryHub {
   events(params: EventsParams = {}, options?: RequestOptions): FeedIterator<Event> {
     const { after, ...filters } = params;
     const limit = filters.limit ?? EVENTS_PAGE_SIZE;
-    const fetchPage = (cursor: string | null) => this.eventsPage({ ...filters, limit, after: cursor }, options);
+    const fetchPage = (cursor: string | null) =>
+      this.eventsPage({ ...filters, limit, after: cursor }, options);
     return new FeedIterator(fetchPage, after ?? null, limit);
   }
 

@@ -93,11 +93,15 @@ export function newIdempotencyKey(): string {
 export const defaultSleep: Sleep = (ms, signal) =>
   new Promise((resolve, reject) => {
     if (signal?.aborted) {
+      // The signal's own reason, any value: Transport.wait() turns an abort into a
+      // MemoryHubAbortError with that reason as its cause.
+      // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
       reject(signal.reason);
       return;
     }
     const onAbort = () => {
       clearTimeout(timer);
+      // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
       reject(signal?.reason);
     };
     const timer = setTimeout(() => {
@@ -227,7 +231,10 @@ export class Transport {
           const tries = `${attempt + 1} attempt${attempt ? "s" : ""}`;
           const cause = { cause: attempted.error };
           throw attempted.timedOut
-            ? new MemoryHubTimeoutError(`No answer from MemoryHub within ${timeout} ms (${tries})`, cause)
+            ? new MemoryHubTimeoutError(
+                `No answer from MemoryHub within ${timeout} ms (${tries})`,
+                cause,
+              )
             : new MemoryHubConnectionError(`No answer from MemoryHub after ${tries}`, cause);
         }
         await this.wait(wait, caller);
@@ -252,7 +259,11 @@ export class Transport {
   ): Promise<{ response: Response; text: string } | { error: unknown; timedOut: boolean }> {
     const attemptAbort = attemptSignal(caller, timeout);
     try {
-      const init: RequestInit = { method: request.method, headers: request.headers, signal: attemptAbort.signal };
+      const init: RequestInit = {
+        method: request.method,
+        headers: request.headers,
+        signal: attemptAbort.signal,
+      };
       if (request.body !== undefined) init.body = request.body;
       const response = await this.config.fetch(url, init);
       const text = await response.text(); // inside the timeout: a stalled body times out too

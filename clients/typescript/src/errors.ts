@@ -31,7 +31,7 @@ export class MemoryHubError extends Error {
   constructor(message: string, init: MemoryHubErrorInit = {}) {
     super(message, init.cause === undefined ? undefined : { cause: init.cause });
     this.name = new.target.name;
-    this.code = init.code ?? (new.target as typeof MemoryHubError).code;
+    this.code = init.code ?? new.target.code;
     this.status = init.status;
     this.details = init.details ?? {};
     this.headers = init.headers;

@@ -22,7 +22,9 @@ const USAGE = {
 /** One model turn that calls a tool. */
 function callTool(id: string, toolName: string, input: unknown) {
   return {
-    content: [{ type: "tool-call" as const, toolCallId: id, toolName, input: JSON.stringify(input) }],
+    content: [
+      { type: "tool-call" as const, toolCallId: id, toolName, input: JSON.stringify(input) },
+    ],
     finishReason: { unified: "tool-calls" as const, raw: "tool_calls" },
     usage: USAGE,
     warnings: [],
@@ -43,7 +45,11 @@ function toolOutput(prompt: unknown[], toolCallId: string): unknown {
 test("a scripted model hydrates, stores and searches for its user through memoryTools", async () => {
   const { key } = await newAgentKey();
   const hub = new MemoryHub({ url: SERVER_URL, apiKey: key });
-  await hub.store({ text: "Alice is allergic to peanuts", key: "health.allergy", subject_id: "alice" });
+  await hub.store({
+    text: "Alice is allergic to peanuts",
+    key: "health.allergy",
+    subject_id: "alice",
+  });
   await hub.store({ text: "Bob loves peanut butter", subject_id: "bob" });
   const token = githubToken();
 
@@ -77,7 +83,11 @@ test("a scripted model hydrates, stores and searches for its user through memory
 
   // The model was offered the three tools, and no subject_id to choose: the user is fixed.
   const offered = model.doGenerateCalls[0]!.tools ?? [];
-  assert.deepEqual(offered.map((tool) => tool.name).sort(), ["memory_hydrate", "memory_search", "memory_store"]);
+  assert.deepEqual(offered.map((tool) => tool.name).sort(), [
+    "memory_hydrate",
+    "memory_search",
+    "memory_store",
+  ]);
   for (const tool of offered) {
     assert.ok(tool.type === "function" && tool.description && tool.description.length > 40);
     assert.doesNotMatch(JSON.stringify(tool.inputSchema), /subject_id/);
@@ -92,24 +102,37 @@ test("a scripted model hydrates, stores and searches for its user through memory
 
   // What the model read after each call.
   const calls = model.doGenerateCalls;
-  const hydrated = toolOutput(calls[1]!.prompt, "c1") as { type: string; value: { ok: true; markdown: string } };
+  const hydrated = toolOutput(calls[1]!.prompt, "c1") as {
+    type: string;
+    value: { ok: true; markdown: string };
+  };
   assert.equal(hydrated.type, "json");
   assert.equal(hydrated.value.ok, true);
   assert.match(hydrated.value.markdown, /Alice is allergic to peanuts/);
   assert.doesNotMatch(hydrated.value.markdown, /Bob/);
 
   const storeAnswer = toolOutput(calls[2]!.prompt, "c2") as { value: Record<string, unknown> };
-  assert.deepEqual(storeAnswer.value, { ok: true, memory_id: stored?.id, message: "Ok", version: 1 });
+  assert.deepEqual(storeAnswer.value, {
+    ok: true,
+    memory_id: stored?.id,
+    message: "Ok",
+    version: 1,
+  });
 
   const searchAnswer = toolOutput(calls[3]!.prompt, "c3") as {
-    value: { ok: true; memories: Array<{ data: { text: string }; quality: { relevance: number } }> };
+    value: {
+      ok: true;
+      memories: Array<{ data: { text: string }; quality: { relevance: number } }>;
+    };
   };
   const texts = searchAnswer.value.memories.map((hit) => hit.data.text);
   assert.equal(texts[0], "Alice is allergic to peanuts");
   assert.ok(!texts.includes("Bob loves peanut butter"));
 
   // A refused store comes back as an error the model reads; the secret is not echoed.
-  const refused = toolOutput(calls[4]!.prompt, "c4") as { value: { ok: false; error: { code: string } } };
+  const refused = toolOutput(calls[4]!.prompt, "c4") as {
+    value: { ok: false; error: { code: string } };
+  };
   assert.equal(refused.value.ok, false);
   assert.equal(refused.value.error.code, "SECRET_REJECTED");
   assert.ok(!JSON.stringify(refused).includes(token));
@@ -121,7 +144,7 @@ async function run<I, O>(tool: Tool<I, O>, input: I): Promise<O> {
   assert.ok(tool.execute);
   const output = await tool.execute(input, { toolCallId: "t", messages: [] });
   assert.ok(!(typeof output === "object" && output !== null && Symbol.asyncIterator in output));
-  return output as O;
+  return output;
 }
 
 test("without a subject the tools use the agent's own memories; a thread adds its own", async () => {
@@ -134,7 +157,10 @@ test("without a subject the tools use the agent's own memories; a thread adds it
   });
   assert.ok("memory_id" in stored);
   const memory = await hub.get(stored.memory_id);
-  assert.deepEqual([memory.subject_id, memory.thread_id, memory.category], [null, "run-9", "conversation"]);
+  assert.deepEqual(
+    [memory.subject_id, memory.thread_id, memory.category],
+    [null, "run-9", "conversation"],
+  );
 
   const hydrated = await run(tools.memory_hydrate, {});
   assert.ok(hydrated.ok && hydrated.markdown.includes("Lisbon office") && hydrated.entries === 1);

@@ -30,8 +30,15 @@ test("store, get, recall, update, confirm, keys and forget", async () => {
   assert.equal(first.memory.subject_id, "u-42");
   assert.ok(!Number.isNaN(Date.parse(first.memory.created_at)));
 
-  const again = await hub.store({ text: "Prefers answers in German", key: "pref/language", subject_id: "u-42" });
-  assert.deepEqual([again.message, again.version, again.memory_id], ["Updated", 2, first.memory_id]);
+  const again = await hub.store({
+    text: "Prefers answers in German",
+    key: "pref/language",
+    subject_id: "u-42",
+  });
+  assert.deepEqual(
+    [again.message, again.version, again.memory_id],
+    ["Updated", 2, first.memory_id],
+  );
 
   const got = await hub.get(first.memory_id, { subject_id: "u-42" });
   assert.deepEqual(
@@ -42,7 +49,11 @@ test("store, get, recall, update, confirm, keys and forget", async () => {
   assert.equal(await hub.recall("pref/language"), null); // without the subject: subject-less only
   assert.equal(await hub.recall("no/such/key", { subject_id: "u-42" }), null);
 
-  const changed = await hub.update(first.memory_id, { subject_id: "u-42", expected_version: 2, importance: 0.9 });
+  const changed = await hub.update(first.memory_id, {
+    subject_id: "u-42",
+    expected_version: 2,
+    importance: 0.9,
+  });
   assert.deepEqual([changed.version, changed.importance], [3, 0.9]);
   const expiring = await hub.update(first.memory_id, { subject_id: "u-42", ttl: "1h" });
   assert.notEqual(expiring.expires_at, null);
@@ -56,7 +67,11 @@ test("store, get, recall, update, confirm, keys and forget", async () => {
   assert.deepEqual(await hub.keys({ subject_id: "u-42", key_prefix: "pref/" }), ["pref/language"]);
   assert.deepEqual(await hub.keys({ subject_id: "u-42", key_prefix: "pref_" }), []);
 
-  const gone = await hub.forget({ key: "pref/language", subject_id: "u-42", reason: "moved to Spain" });
+  const gone = await hub.forget({
+    key: "pref/language",
+    subject_id: "u-42",
+    reason: "moved to Spain",
+  });
   assert.deepEqual(gone, { ok: true, deleted: true, memory_id: first.memory_id });
   await assert.rejects(hub.get(first.memory_id, { subject_id: "u-42" }), NotFoundError);
   const twice = await hub.forget({ memory_id: first.memory_id, subject_id: "u-42" });
@@ -86,7 +101,11 @@ test("purge needs the admin scope and erases", async () => {
 
 test("search, hydrate and exportMarkdown", async () => {
   const hub = await freshHub();
-  await hub.store({ text: "The customer runs PostgreSQL 18 in Frankfurt", key: "infra.db", category: "core" });
+  await hub.store({
+    text: "The customer runs PostgreSQL 18 in Frankfurt",
+    key: "infra.db",
+    category: "core",
+  });
   await hub.store({ text: "Deploys happen on Tuesdays", category: "daily", tags: ["ops"] });
 
   const found = await hub.search("PostgreSQL Frankfurt", { mode: "keyword", limit: 5 });
@@ -114,7 +133,10 @@ test("search, hydrate and exportMarkdown", async () => {
       ["recent", "Deploys happen on Tuesdays"],
     ],
   );
-  assert.equal(hydrated.bytes_used, hydrated.entries.reduce((sum, entry) => sum + entry.size_bytes, 0));
+  assert.equal(
+    hydrated.bytes_used,
+    hydrated.entries.reduce((sum, entry) => sum + entry.size_bytes, 0),
+  );
   assert.deepEqual(hydrated.omitted, []);
   assert.match(hydrated.markdown ?? "", /The customer runs PostgreSQL 18 in Frankfurt/);
   assert.match(hydrated.markdown ?? "", /Deploys happen on Tuesdays/);
@@ -136,11 +158,17 @@ test("conversations: addMessages, getThread, messages, extract, endThread, erase
     { role: "assistant" as const, content: "Noted!", created_at: "2025-01-01T10:00:05Z" },
   ];
   const added = await hub.addMessages("run/1", messages, { subject_id: "u-7", extract: "off" });
-  assert.deepEqual([added.thread_id, added.accepted, added.duplicates, added.redacted], ["run/1", 2, 0, 0]);
+  assert.deepEqual(
+    [added.thread_id, added.accepted, added.duplicates, added.redacted],
+    ["run/1", 2, 0, 0],
+  );
   assert.equal((await hub.addMessages("run/1", messages, { subject_id: "u-7" })).duplicates, 2);
 
   const thread = await hub.getThread("run/1", { subject_id: "u-7" });
-  assert.deepEqual([thread.thread_id, thread.subject_id, thread.message_count], ["run/1", "u-7", 2]);
+  assert.deepEqual(
+    [thread.thread_id, thread.subject_id, thread.message_count],
+    ["run/1", "u-7", 2],
+  );
   assert.notEqual(thread.last_message_at, null);
   assert.equal(thread.ended_at, null);
 
@@ -153,7 +181,8 @@ test("conversations: addMessages, getThread, messages, extract, endThread, erase
     ],
   );
   const pages = [];
-  for await (const page of hub.messages("run/1", { subject_id: "u-7", limit: 1 }).pages()) pages.push(page);
+  for await (const page of hub.messages("run/1", { subject_id: "u-7", limit: 1 }).pages())
+    pages.push(page);
   assert.deepEqual(
     pages.map((page) => [page.items.length, page.next_cursor === null]),
     [
@@ -166,7 +195,12 @@ test("conversations: addMessages, getThread, messages, extract, endThread, erase
   assert.equal(extracted.thread_id, "run/1");
   assert.equal(extracted.extraction.state, "disabled"); // no LLM configured in the suite
 
-  await hub.store({ text: "Scratch for this run", category: "conversation", thread_id: "run/1", subject_id: "u-7" });
+  await hub.store({
+    text: "Scratch for this run",
+    category: "conversation",
+    thread_id: "run/1",
+    subject_id: "u-7",
+  });
   const ended = await hub.endThread("run/1", { subject_id: "u-7" });
   assert.equal(ended.removed, 1);
 
@@ -183,7 +217,10 @@ test("conversations: addMessages, getThread, messages, extract, endThread, erase
 test("whoami", async () => {
   const { key, agent, tenant } = await newAgentKey({ scopes: ["read", "write"] });
   const me = await new MemoryHub({ url: SERVER_URL, apiKey: key }).whoami();
-  assert.deepEqual([me.tenant, me.agent, me.scopes, me.subject_id], [tenant, agent, ["read", "write"], null]);
+  assert.deepEqual(
+    [me.tenant, me.agent, me.scopes, me.subject_id],
+    [tenant, agent, ["read", "write"], null],
+  );
 });
 
 test("list walks the cursor over 300 memories, each exactly once, newest first", async () => {
@@ -211,7 +248,10 @@ test("list walks the cursor over 300 memories, each exactly once, newest first",
   assert.equal(walked.length, 300);
   assert.deepEqual(walked.map((m) => m.id).sort(), [...stored].sort());
   const updated = walked.map((m) => Date.parse(m.updated_at));
-  assert.deepEqual(updated, [...updated].sort((a, b) => b - a));
+  assert.deepEqual(
+    updated,
+    [...updated].sort((a, b) => b - a),
+  );
 
   const pageSizes = [];
   for await (const page of hub.list({ limit: 120 }).pages()) pageSizes.push(page.items.length);
@@ -264,7 +304,11 @@ test("apiIndex: every operation of the schema, the docs, no key needed", async (
     );
   assert.deepEqual(index.endpoints.map((e) => `${e.method} ${e.path}`).sort(), operations.sort());
   const events = index.endpoints.find((e) => e.path === "/api/v1/events");
-  assert.deepEqual(events, { method: "GET", path: "/api/v1/events", summary: "Events (a change feed)" });
+  assert.deepEqual(events, {
+    method: "GET",
+    path: "/api/v1/events",
+    summary: "Events (a change feed)",
+  });
 });
 
 test("the client reads its URL and key from the environment by default", async () => {

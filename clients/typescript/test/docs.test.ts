@@ -43,7 +43,10 @@ const TOOLS = [
 ];
 
 /** Connects as an MCP client would, lists the tools, stores a fact; returns the tool names. */
-async function storeOverMcp(endpoint: McpEndpoint, fact: { text: string; key: string }): Promise<string[]> {
+async function storeOverMcp(
+  endpoint: McpEndpoint,
+  fact: { text: string; key: string },
+): Promise<string[]> {
   const client = new Client({ name: "memoryhub-guide-test", version: "1.0.0" });
   const transport = new StreamableHTTPClientTransport(new URL(endpoint.url), {
     requestInit: { headers: endpoint.headers },
@@ -74,16 +77,25 @@ async function assertConfigurationWorks(endpointFor: (key: string) => McpEndpoin
   // The header is what authenticates: the same URL without it is refused before any tool.
   await assert.rejects(
     storeOverMcp({ url: endpoint.url, headers: {} }, fact),
-    (error: { code?: unknown; message: string }) => error.code === 401 && /UNAUTHENTICATED/.test(error.message),
+    (error: { code?: unknown; message: string }) =>
+      error.code === 401 && /UNAUTHENTICATED/.test(error.message),
   );
 }
 
 /** A JSON configuration with the documented placeholder replaced by `key`. */
-function jsonConfiguration(name: string, key: string): { mcpServers: Record<string, Record<string, unknown>> } {
+function jsonConfiguration(
+  name: string,
+  key: string,
+): { mcpServers: Record<string, Record<string, unknown>> } {
   const block = guideBlock(name);
   assert.equal(block.lang, "json");
-  assert.ok(block.code.includes(KEY_PLACEHOLDER), `the ${name} block shows the key as ${KEY_PLACEHOLDER}`);
-  return JSON.parse(block.code.replaceAll(KEY_PLACEHOLDER, key));
+  assert.ok(
+    block.code.includes(KEY_PLACEHOLDER),
+    `the ${name} block shows the key as ${KEY_PLACEHOLDER}`,
+  );
+  return JSON.parse(block.code.replaceAll(KEY_PLACEHOLDER, key)) as {
+    mcpServers: Record<string, Record<string, unknown>>;
+  };
 }
 
 test("Claude Code: the documented `claude mcp add` command's URL and header", async () => {
@@ -96,7 +108,9 @@ test("Claude Desktop: the documented mcp-remote entry's URL and header", async (
   await assertConfigurationWorks((key) => {
     const server = jsonConfiguration("claude-desktop", key).mcpServers.memoryhub;
     assert.ok(server, "the entry is named memoryhub");
-    return mcpRemoteEndpoint(server as { command: string; args: string[]; env?: Record<string, string> });
+    return mcpRemoteEndpoint(
+      server as { command: string; args: string[]; env?: Record<string, string> },
+    );
   });
 });
 
@@ -136,7 +150,10 @@ test("the Vercel AI SDK program runs as written (with a scripted model)", async 
   ]);
   const hub = new MemoryHub({ url: SERVER_URL, apiKey: key });
   assert.equal((await hub.recall("diet", { subject_id: "alice" }))?.text, "Alice is vegetarian");
-  assert.equal((await hub.recall("home.city", { subject_id: "alice" }))?.text, "Alice lives in Lisbon");
+  assert.equal(
+    (await hub.recall("home.city", { subject_id: "alice" }))?.text,
+    "Alice lives in Lisbon",
+  );
   assert.equal(await hub.recall("diet"), null); // stored for alice, as memoryTools was told
 });
 
@@ -149,7 +166,10 @@ function runGuideBlock(name: string, env: Record<string, string>): string[] {
   mkdirSync(dir, { recursive: true });
   const source = resolve(dir, `${name}.ts`);
   writeFileSync(source, block.code);
-  const out = runProgram(compileProgram(source), { cwd: dir, env: { ...process.env, MEMORYHUB_URL: SERVER_URL, ...env } });
+  const out = runProgram(compileProgram(source), {
+    cwd: dir,
+    env: { ...process.env, MEMORYHUB_URL: SERVER_URL, ...env },
+  });
   return out.trim().split("\n");
 }
 
@@ -183,15 +203,19 @@ test("the kinds program runs as written and prints what the guide shows", async 
   assert.deepEqual(lines, documentedOutput("typescript-kinds"));
   const hub = new MemoryHub({ url: SERVER_URL, apiKey: key });
   assert.equal((await hub.getKind("Invoice")).memory_type, "episodic");
-  assert.deepEqual((await hub.list({ subject_id: "alice", kind: "UserProfile" }).toArray()).map((m) => m.data), [
-    { city: "Lisbon" },
-  ]);
+  assert.deepEqual(
+    (await hub.list({ subject_id: "alice", kind: "UserProfile" }).toArray()).map((m) => m.data),
+    [{ city: "Lisbon" }],
+  );
 });
 
 test("the change-feed program runs as written and prints what the guide shows", async () => {
   const { key } = await newAgentKey({ tenant: `ts-${crypto.randomUUID().slice(0, 8)}` });
-  const lines = await withServerSettings({ webhook_allow_insecure: true }, async () =>
-    runGuideBlock("typescript-events", { MEMORYHUB_API_KEY: key, WEBHOOK_URL: "http://127.0.0.1:9/hook" }),
+  const lines = await withServerSettings({ webhook_allow_insecure: true }, () =>
+    runGuideBlock("typescript-events", {
+      MEMORYHUB_API_KEY: key,
+      WEBHOOK_URL: "http://127.0.0.1:9/hook",
+    }),
   );
   assert.deepEqual(lines, [
     "memory.created 1 Ships on Fridays",

@@ -107,21 +107,36 @@ test("client errors: invalid input, unauthenticated, scope, not found, conflict,
   assert.deepEqual([missing.status, missing.code], [404, "NOT_FOUND"]);
 
   await hub.store({ text: "v1", key: "cas" });
-  const conflict = await rejectsWith(hub.store({ text: "v2", key: "cas", expected_version: 5 }), ConflictError);
+  const conflict = await rejectsWith(
+    hub.store({ text: "v2", key: "cas", expected_version: 5 }),
+    ConflictError,
+  );
   assert.deepEqual([conflict.status, conflict.currentVersion], [409, 1]);
-  const createOnly = await rejectsWith(hub.store({ text: "v2", key: "cas", expected_version: 0 }), ConflictError);
+  const createOnly = await rejectsWith(
+    hub.store({ text: "v2", key: "cas", expected_version: 0 }),
+    ConflictError,
+  );
   assert.equal(createOnly.status, 409);
 
-  const tooLarge = await rejectsWith(hub.store({ text: "x".repeat(2_000_000) }), PayloadTooLargeError);
+  const tooLarge = await rejectsWith(
+    hub.store({ text: "x".repeat(2_000_000) }),
+    PayloadTooLargeError,
+  );
   assert.equal(tooLarge.status, 413);
 
   const idempotencyKey = crypto.randomUUID();
   await hub.store({ text: "first body" }, { idempotencyKey });
-  const mismatch = await rejectsWith(hub.store({ text: "another body" }, { idempotencyKey }), IdempotencyMismatchError);
+  const mismatch = await rejectsWith(
+    hub.store({ text: "another body" }, { idempotencyKey }),
+    IdempotencyMismatchError,
+  );
   assert.equal(mismatch.status, 422);
 
   const token = githubToken();
-  const secret = await rejectsWith(hub.store({ text: `the token is ${token}` }), SecretRejectedError);
+  const secret = await rejectsWith(
+    hub.store({ text: `the token is ${token}` }),
+    SecretRejectedError,
+  );
   assert.equal(secret.status, 422);
   assert.ok(secret.rule);
   assert.equal(secret.field, "text");
@@ -131,8 +146,14 @@ test("client errors: invalid input, unauthenticated, scope, not found, conflict,
 test("a replayed idempotency key answers the first response exactly, and stores once", async () => {
   const { hub } = recordingHub({ apiKey: await ownKey() });
   const idempotencyKey = crypto.randomUUID();
-  const first = await hub.store({ text: "stored once", dedup_policy: "insert" }, { idempotencyKey });
-  const replay = await hub.store({ text: "stored once", dedup_policy: "insert" }, { idempotencyKey });
+  const first = await hub.store(
+    { text: "stored once", dedup_policy: "insert" },
+    { idempotencyKey },
+  );
+  const replay = await hub.store(
+    { text: "stored once", dedup_policy: "insert" },
+    { idempotencyKey },
+  );
   assert.deepEqual(replay, first);
   assert.equal((await hub.list().toArray()).length, 1);
 });
@@ -176,7 +197,12 @@ test("database error (the server's envelope, through a proxy): not retried", asy
   // A 500 DATABASE_ERROR cannot be provoked from outside without breaking PostgreSQL, so the
   // proxy answers the server's envelope for it; what is tested is the client's mapping.
   const proxy = await flakyProxy([
-    ["status", 500, { "Content-Type": "application/json" }, envelope("DATABASE_ERROR", "Database error")],
+    [
+      "status",
+      500,
+      { "Content-Type": "application/json" },
+      envelope("DATABASE_ERROR", "Database error"),
+    ],
   ]);
   const { hub, sleeps } = recordingHub({ url: proxy.url });
   const error = await rejectsWith(hub.keys(), DatabaseError);
@@ -185,18 +211,30 @@ test("database error (the server's envelope, through a proxy): not retried", asy
 });
 
 test("an answer that is not MemoryHub's envelope is the base class, with its status", async () => {
-  const proxy = await flakyProxy([["status", 502, { "Content-Type": "text/html" }, "<html>Bad gateway</html>"]]);
+  const proxy = await flakyProxy([
+    ["status", 502, { "Content-Type": "text/html" }, "<html>Bad gateway</html>"],
+  ]);
   const error = await rejectsWith(recordingHub({ url: proxy.url }).hub.keys(), MemoryHubError);
   assert.deepEqual([error.status, error.code], [502, "UNEXPECTED_RESPONSE"]);
 
   const unknown = await flakyProxy([
-    ["status", 418, { "Content-Type": "application/json" }, envelope("NEW_CODE", "from a newer server")],
+    [
+      "status",
+      418,
+      { "Content-Type": "application/json" },
+      envelope("NEW_CODE", "from a newer server"),
+    ],
   ]);
   const newer = await rejectsWith(recordingHub({ url: unknown.url }).hub.keys(), MemoryHubError);
-  assert.deepEqual([newer.status, newer.code, newer.message], [418, "NEW_CODE", "from a newer server"]);
+  assert.deepEqual(
+    [newer.status, newer.code, newer.message],
+    [418, "NEW_CODE", "from a newer server"],
+  );
 
   // A code that names an Object.prototype member is still just an unknown code.
-  const odd = await flakyProxy([["status", 400, { "Content-Type": "application/json" }, envelope("constructor", "odd")]]);
+  const odd = await flakyProxy([
+    ["status", 400, { "Content-Type": "application/json" }, envelope("constructor", "odd")],
+  ]);
   const oddError = await rejectsWith(recordingHub({ url: odd.url }).hub.keys(), MemoryHubError);
   assert.deepEqual([oddError.status, oddError.code], [400, "constructor"]);
 });
@@ -211,7 +249,10 @@ async function freePort(): Promise<number> {
 }
 
 test("no answer: a connection error after the retries, each after an exponential back-off", async () => {
-  const { hub, sleeps } = recordingHub({ url: `http://127.0.0.1:${await freePort()}`, maxRetries: 2 });
+  const { hub, sleeps } = recordingHub({
+    url: `http://127.0.0.1:${await freePort()}`,
+    maxRetries: 2,
+  });
   const error = await rejectsWith(hub.keys(), MemoryHubConnectionError);
   assert.deepEqual([error.status, error.code], [undefined, "CONNECTION_ERROR"]);
   assert.ok(error.cause !== undefined);
@@ -258,7 +299,10 @@ test("the caller's AbortSignal aborts the request at once and is never retried",
   assert.deepEqual(sleeps, []);
 
   const already = AbortSignal.abort();
-  await rejectsWith(new MemoryHub({ url: SERVER_URL }).keys({}, { signal: already }), MemoryHubAbortError);
+  await rejectsWith(
+    new MemoryHub({ url: SERVER_URL }).keys({}, { signal: already }),
+    MemoryHubAbortError,
+  );
 });
 
 test("an abort during the wait before a retry stops the retries", async () => {

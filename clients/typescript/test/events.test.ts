@@ -32,13 +32,15 @@ async function hubInTenant(
 }
 
 const newTenant = () => `ts-${randomUUID().slice(0, 8)}`;
-const summary = (events: Event[]) => events.map((event) => [event.type, event.memory_id, event.version]);
+const summary = (events: Event[]) =>
+  events.map((event) => [event.type, event.memory_id, event.version]);
 
 test("events() follows the cursor to the present and says where to poll from", async () => {
   const tenant = newTenant();
   const { hub, agent } = await hubInTenant(tenant);
   const stored = [];
-  for (let i = 0; i < 5; i++) stored.push(await hub.store({ text: `event fact ${i}`, dedup_policy: "insert" }));
+  for (let i = 0; i < 5; i++)
+    stored.push(await hub.store({ text: `event fact ${i}`, dedup_policy: "insert" }));
 
   const feed = hub.events({ limit: 2 });
   assert.ok(feed instanceof FeedIterator);
@@ -77,11 +79,17 @@ test("events() follows the cursor to the present and says where to poll from", a
     ["memory.updated", later.memory_id, 2],
   ]);
   assert.notEqual(resumed.cursor, feed.cursor);
-  assert.deepEqual(await hub.eventsPage({ after: resumed.cursor }), { items: [], next_cursor: resumed.cursor });
+  assert.deepEqual(await hub.eventsPage({ after: resumed.cursor }), {
+    items: [],
+    next_cursor: resumed.cursor,
+  });
 
   const updated = await hub.events({ types: ["memory.updated"] }).toArray();
   assert.deepEqual(summary(updated), [["memory.updated", later.memory_id, 2]]);
-  assert.deepEqual(summary(await hub.events({ types: "memory.updated" }).toArray()), summary(updated));
+  assert.deepEqual(
+    summary(await hub.events({ types: "memory.updated" }).toArray()),
+    summary(updated),
+  );
   const both = await hub.events({ types: ["memory.updated", "memory.created"] }).toArray();
   assert.equal(both.length, 7);
   assert.deepEqual(await hub.events({ types: ["memory.forgotten"] }).toArray(), []);
@@ -89,29 +97,27 @@ test("events() follows the cursor to the present and says where to poll from", a
 
 // TODO(merge with branch ev): GET /api/v1/events with a subject answers 500 on main today
 // (visible_q's user part filters on `scope`, a column events do not have yet: FieldError).
-test(
-  "events() for a subject: its events and the subject-less ones, never another subject's",
-  async () => {
-    const { hub } = await hubInTenant(newTenant());
-    const plain = await hub.store({ text: "no subject" });
-    const mine = await hub.store({ text: "about u-1", subject_id: "u-1" });
-    await hub.update(mine.memory_id, { importance: 0.9, subject_id: "u-1" });
-    await hub.store({ text: "about u-2", subject_id: "u-2" });
-    const profile = await hub.store({ text: "u-1 everywhere", subject_id: "u-1", scope: "user" });
-    assert.deepEqual(summary(await hub.events({ subject_id: "u-1" }).toArray()), [
-      ["memory.created", plain.memory_id, 1],
-      ["memory.created", mine.memory_id, 1],
-      ["memory.updated", mine.memory_id, 2],
-      ["memory.created", profile.memory_id, 1],
-    ]);
-    assert.deepEqual(summary(await hub.events().toArray()), [["memory.created", plain.memory_id, 1]]);
-  },
-);
+test("events() for a subject: its events and the subject-less ones, never another subject's", async () => {
+  const { hub } = await hubInTenant(newTenant());
+  const plain = await hub.store({ text: "no subject" });
+  const mine = await hub.store({ text: "about u-1", subject_id: "u-1" });
+  await hub.update(mine.memory_id, { importance: 0.9, subject_id: "u-1" });
+  await hub.store({ text: "about u-2", subject_id: "u-2" });
+  const profile = await hub.store({ text: "u-1 everywhere", subject_id: "u-1", scope: "user" });
+  assert.deepEqual(summary(await hub.events({ subject_id: "u-1" }).toArray()), [
+    ["memory.created", plain.memory_id, 1],
+    ["memory.created", mine.memory_id, 1],
+    ["memory.updated", mine.memory_id, 2],
+    ["memory.created", profile.memory_id, 1],
+  ]);
+  assert.deepEqual(summary(await hub.events().toArray()), [["memory.created", plain.memory_id, 1]]);
+});
 
 test("a walk stopped inside a page resumes at that page (at least once, never skipped)", async () => {
   const { hub } = await hubInTenant(newTenant());
   const stored = [];
-  for (let i = 0; i < 4; i++) stored.push(await hub.store({ text: `resume fact ${i}`, dedup_policy: "insert" }));
+  for (let i = 0; i < 4; i++)
+    stored.push(await hub.store({ text: `resume fact ${i}`, dedup_policy: "insert" }));
   const firstPage = await hub.eventsPage({ limit: 2 });
 
   const partial = hub.events({ limit: 2 });
@@ -145,11 +151,16 @@ test("events: the visibility of reads, the read scope, refused input", async () 
 
   const { hub: writer } = await hubInTenant(tenant, ["write"]);
   await assert.rejects(writer.events().toArray(), ScopeDeniedError);
-  await assert.rejects(hub.events({ types: ["memory.exploded" as EventType] }).toArray(), (error: unknown) => {
-    assert.ok(error instanceof InvalidInputError);
-    assert.equal(error.field, "types");
-    return true;
-  });
+  await assert.rejects(
+    // The cast is needed (tsc rejects the bare literal); the rule misreads the union's array.
+    // eslint-disable-next-line @typescript-eslint/no-unnecessary-type-assertion
+    hub.events({ types: ["memory.exploded" as EventType] }).toArray(),
+    (error: unknown) => {
+      assert.ok(error instanceof InvalidInputError);
+      assert.equal(error.field, "types");
+      return true;
+    },
+  );
   await assert.rejects(hub.eventsPage({ after: "not-a-cursor" }), (error: unknown) => {
     assert.ok(error instanceof InvalidInputError);
     assert.equal(error.field, "after");
@@ -162,7 +173,10 @@ test("webhooks: create (secret once), list, delete, with the admin scope", async
   const { hub } = await hubInTenant(tenant);
   const { hub: member } = await hubInTenant(tenant, ["read", "write"]);
   await assert.rejects(member.webhooks(), ScopeDeniedError);
-  await assert.rejects(member.createWebhook({ url: "https://hooks.example.com/memoryhub" }), ScopeDeniedError);
+  await assert.rejects(
+    member.createWebhook({ url: "https://hooks.example.com/memoryhub" }),
+    ScopeDeniedError,
+  );
   await assert.rejects(member.deleteWebhook("whk_anything"), ScopeDeniedError);
 
   // The SSRF guard: https only, and never a loopback, private or link-local address.
@@ -177,7 +191,10 @@ test("webhooks: create (secret once), list, delete, with the admin scope", async
 
   await withServerSettings({ webhook_allow_insecure: true }, async () => {
     await assert.rejects(
-      hub.createWebhook({ url: "http://127.0.0.1:9/hook", events: ["memory.exploded" as EventType] }),
+      hub.createWebhook({
+        url: "http://127.0.0.1:9/hook",
+        events: ["memory.exploded" as EventType],
+      }),
       (error: unknown) => error instanceof InvalidInputError && error.field === "events",
     );
     const created = await hub.createWebhook({
@@ -189,8 +206,22 @@ test("webhooks: create (secret once), list, delete, with the admin scope", async
     assert.ok(created.secret.length >= 32);
     const webhook = created.webhook;
     assert.deepEqual(
-      [webhook.url, webhook.events, webhook.description, webhook.enabled, webhook.failing_since, webhook.disabled_at],
-      ["http://127.0.0.1:9/hook", ["memory.created", "memory.forgotten"], "cache invalidation", true, null, null],
+      [
+        webhook.url,
+        webhook.events,
+        webhook.description,
+        webhook.enabled,
+        webhook.failing_since,
+        webhook.disabled_at,
+      ],
+      [
+        "http://127.0.0.1:9/hook",
+        ["memory.created", "memory.forgotten"],
+        "cache invalidation",
+        true,
+        null,
+        null,
+      ],
     );
     const everything = await hub.createWebhook({ url: "http://127.0.0.1:9/all" });
     assert.deepEqual(everything.webhook.events, []); // every type

@@ -31,7 +31,9 @@ export function guideBlock(name: string): { lang: string; code: string } {
   });
   assert.equal(found.length, 1, `${marker} appears ${found.length} times in ${GUIDES.join(", ")}`);
   const { path, text } = found[0]!;
-  const match = /^\s*```([\w-]*)\n([\s\S]*?)\n```/.exec(text.slice(text.indexOf(marker) + marker.length));
+  const match = /^\s*```([\w-]*)\n([\s\S]*?)\n```/.exec(
+    text.slice(text.indexOf(marker) + marker.length),
+  );
   assert.ok(match, `no fenced block right after ${marker} in ${path}`);
   return { lang: match[1] ?? "", code: match[2] ?? "" };
 }
@@ -112,7 +114,9 @@ export function claudeCodeEndpoint(block: string, env: Record<string, string>): 
   const exported = lines
     .map((line) => /^export ([A-Za-z_][A-Za-z0-9_]*)=/.exec(line.trim())?.[1])
     .filter((name): name is string => name !== undefined);
-  const known = Object.fromEntries(exported.filter((name) => name in env).map((name) => [name, env[name]!]));
+  const known = Object.fromEntries(
+    exported.filter((name) => name in env).map((name) => [name, env[name]!]),
+  );
   const commands = lines.filter((line) => line.trim().startsWith("claude mcp add"));
   assert.equal(commands.length, 1, "the block has one `claude mcp add` command");
   const words = shellWords(commands[0]!, known).slice(3);
@@ -121,7 +125,8 @@ export function claudeCodeEndpoint(block: string, env: Record<string, string>): 
   let transport = "stdio";
   for (let i = 0; i < words.length; i++) {
     const word = words[i]!;
-    const [flag, inline] = word.startsWith("--") && word.includes("=") ? word.split(/=(.*)/s) : [word, undefined];
+    const [flag, inline] =
+      word.startsWith("--") && word.includes("=") ? word.split(/=(.*)/s) : [word, undefined];
     const value = () => inline ?? words[++i] ?? assert.fail(`${flag} without a value`);
     if (flag === "--transport" || flag === "-t") transport = value();
     else if (flag === "--scope" || flag === "-s") value();
@@ -168,7 +173,10 @@ export function mcpRemoteEndpoint(server: {
   assert.ok(url, "mcp-remote is given the server's URL");
   const parsed = new URL(url);
   const local = parsed.hostname === "localhost" || parsed.hostname === "127.0.0.1";
-  assert.ok(parsed.protocol === "https:" || local || args.includes("--allow-http"), "mcp-remote refuses this http URL");
+  assert.ok(
+    parsed.protocol === "https:" || local || args.includes("--allow-http"),
+    "mcp-remote refuses this http URL",
+  );
   return { url, headers };
 }
 
@@ -193,14 +201,21 @@ export function compileProgram(file: string): string {
     [
       TSC,
       "--strict",
-      "--target", "es2022",
-      "--module", "nodenext",
-      "--moduleResolution", "nodenext",
+      "--target",
+      "es2022",
+      "--module",
+      "nodenext",
+      "--moduleResolution",
+      "nodenext",
       "--skipLibCheck",
-      "--types", "node",
-      "--typeRoots", resolve(PACKAGE, "node_modules", "@types"),
-      "--rootDir", dirname(file),
-      "--outDir", dirname(file),
+      "--types",
+      "node",
+      "--typeRoots",
+      resolve(PACKAGE, "node_modules", "@types"),
+      "--rootDir",
+      dirname(file),
+      "--outDir",
+      dirname(file),
       file,
     ],
     { encoding: "utf8" },

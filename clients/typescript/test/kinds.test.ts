@@ -53,7 +53,13 @@ test("kinds, getKind, putKind and deleteKind", async () => {
     schema: INVOICE_SCHEMA,
   });
   assert.deepEqual(
-    [invoice.name, invoice.cardinality, invoice.memory_type, invoice.tool, invoice.default_category],
+    [
+      invoice.name,
+      invoice.cardinality,
+      invoice.memory_type,
+      invoice.tool,
+      invoice.default_category,
+    ],
     ["Invoice", "multiple", "episodic", "create_invoice", null],
   );
   assert.deepEqual(invoice.schema, INVOICE_SCHEMA);
@@ -61,8 +67,14 @@ test("kinds, getKind, putKind and deleteKind", async () => {
   assert.deepEqual(await hub.getKind("Invoice"), invoice);
 
   // The whole definition each time: an omitted field takes its default again.
-  const redefined = await hub.putKind("Invoice", { schema: INVOICE_SCHEMA, default_category: "archival" });
-  assert.deepEqual([redefined.memory_type, redefined.description, redefined.default_category], ["semantic", "", "archival"]);
+  const redefined = await hub.putKind("Invoice", {
+    schema: INVOICE_SCHEMA,
+    default_category: "archival",
+  });
+  assert.deepEqual(
+    [redefined.memory_type, redefined.description, redefined.default_category],
+    ["semantic", "", "archival"],
+  );
   assert.equal(redefined.created_at, invoice.created_at);
 
   await assert.rejects(hub.putKind("Bad", { schema: { type: "string" } }), (error: unknown) => {
@@ -109,11 +121,16 @@ test("a schema violation is InvalidInputError with details.errors paths", async 
       return true;
     },
   );
-  await assert.rejects(hub.store({ text: "Invoice 9", kind: "Invoice", data: {} }), (error: unknown) => {
-    assert.ok(error instanceof InvalidInputError);
-    assert.deepEqual(error.details.errors, [{ path: "/amount", message: "'amount' is a required property" }]);
-    return true;
-  });
+  await assert.rejects(
+    hub.store({ text: "Invoice 9", kind: "Invoice", data: {} }),
+    (error: unknown) => {
+      assert.ok(error instanceof InvalidInputError);
+      assert.deepEqual(error.details.errors, [
+        { path: "/amount", message: "'amount' is a required property" },
+      ]);
+      return true;
+    },
+  );
 });
 
 test("reading kinds needs read, writing them admin", async () => {
@@ -124,7 +141,10 @@ test("reading kinds needs read, writing them admin", async () => {
   assert.equal((await hub.getKind("fact")).cardinality, "multiple");
   await assert.rejects(hub.putKind("Invoice", { schema: INVOICE_SCHEMA }), ScopeDeniedError);
   await assert.rejects(hub.deleteKind("UserProfile"), ScopeDeniedError);
-  const writer = new MemoryHub({ url: SERVER_URL, apiKey: (await newAgentKey({ tenant, scopes: ["write"] })).key });
+  const writer = new MemoryHub({
+    url: SERVER_URL,
+    apiKey: (await newAgentKey({ tenant, scopes: ["write"] })).key,
+  });
   await assert.rejects(writer.kinds(), ScopeDeniedError);
 });
 
@@ -132,18 +152,32 @@ test("a single kind replaces its record; user scope; archival list; lastConfirme
   const { hub, tenant } = await hubInNewTenant();
   const actions: StoreAction[] = [];
   const first = await hub.store({ kind: "UserProfile", subject_id: "u-9", data: { name: "Ann" } });
-  const second = await hub.store({ kind: "UserProfile", subject_id: "u-9", data: { name: "Anna", city: "Porto" } });
+  const second = await hub.store({
+    kind: "UserProfile",
+    subject_id: "u-9",
+    data: { name: "Anna", city: "Porto" },
+  });
   actions.push(first.action, second.action);
   assert.deepEqual(actions, ["created", "replaced"]);
-  assert.deepEqual([second.memory_id, second.version, second.message], [first.memory_id, 2, "Updated"]);
+  assert.deepEqual(
+    [second.memory_id, second.version, second.message],
+    [first.memory_id, 2, "Updated"],
+  );
   assert.deepEqual(second.memory.data, { name: "Anna", city: "Porto" });
   const keyed = await hub.store({ text: "Likes tea", key: "drink", subject_id: "u-9" });
   const rekeyed = await hub.store({ text: "Likes green tea", key: "drink", subject_id: "u-9" });
   assert.deepEqual([keyed.action, rekeyed.action], ["created", "updated"]);
 
   // A user-scoped memory is the subject's across every agent of the tenant.
-  const shared = await hub.store({ text: "Is allergic to peanuts", scope: "user", subject_id: "u-9" });
-  assert.deepEqual([shared.memory.scope, shared.memory.agent, first.memory.scope], ["user", null, "agent"]);
+  const shared = await hub.store({
+    text: "Is allergic to peanuts",
+    scope: "user",
+    subject_id: "u-9",
+  });
+  assert.deepEqual(
+    [shared.memory.scope, shared.memory.agent, first.memory.scope],
+    ["user", null, "agent"],
+  );
   const { key } = await newAgentKey({ tenant });
   const other = new MemoryHub({ url: SERVER_URL, apiKey: key });
   const found = await other.search("peanuts allergic", { subject_id: "u-9", mode: "keyword" });
@@ -155,11 +189,18 @@ test("a single kind replaces its record; user scope; archival list; lastConfirme
   assert.deepEqual((await other.search("peanuts allergic", { mode: "keyword" })).memories, []);
 
   await hub.store({ text: "Visited the Lisbon office in 2021.", category: "archival" });
-  const hydrated = await hub.hydrate({ archival_mode: "auto", query: "Lisbon office", budget_bytes: 1 });
+  const hydrated = await hub.hydrate({
+    archival_mode: "auto",
+    query: "Lisbon office",
+    budget_bytes: 1,
+  });
   assert.deepEqual(hydrated.entries, []);
   assert.equal(hydrated.archival.length, 1);
   const match = hydrated.archival[0]!;
-  assert.deepEqual([match.category, match.text], ["archival", "Visited the Lisbon office in 2021."]);
+  assert.deepEqual(
+    [match.category, match.text],
+    ["archival", "Visited the Lisbon office in 2021."],
+  );
   assert.ok(match.score > 0 && match.score <= 1);
   assert.deepEqual((await hub.hydrate({ budget_bytes: 1 })).archival, []); // tool_only by default
 });

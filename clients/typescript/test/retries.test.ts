@@ -12,8 +12,18 @@ import { QuotaExceededError } from "@memoryhub/client";
 import { countMemories, envelope, flakyProxy, newAgentKey, recordingHub } from "./support.js";
 
 const JSON_ = { "Content-Type": "application/json" };
-const UNAVAILABLE = ["status", 503, { ...JSON_, "Retry-After": "7" }, envelope("BACKEND_UNAVAILABLE", "down")];
-const RATE_LIMITED = ["status", 429, { ...JSON_, "Retry-After": "3" }, envelope("RATE_LIMITED", "slow down")];
+const UNAVAILABLE = [
+  "status",
+  503,
+  { ...JSON_, "Retry-After": "7" },
+  envelope("BACKEND_UNAVAILABLE", "down"),
+];
+const RATE_LIMITED = [
+  "status",
+  429,
+  { ...JSON_, "Retry-After": "3" },
+  envelope("RATE_LIMITED", "slow down"),
+];
 
 async function ownKey(): Promise<string> {
   return (await newAgentKey()).key;
@@ -71,8 +81,18 @@ test("every POST method sends an Idempotency-Key, a fresh one per call; GETs sen
 });
 
 test("Retry-After is capped and the back-off is exponential up to its cap", async () => {
-  const longWait = ["status", 503, { ...JSON_, "Retry-After": "3600" }, envelope("BACKEND_UNAVAILABLE", "x")];
-  const proxy = await flakyProxy([longWait, "forward_then_drop", "forward_then_drop", "forward_then_drop"]);
+  const longWait = [
+    "status",
+    503,
+    { ...JSON_, "Retry-After": "3600" },
+    envelope("BACKEND_UNAVAILABLE", "x"),
+  ];
+  const proxy = await flakyProxy([
+    longWait,
+    "forward_then_drop",
+    "forward_then_drop",
+    "forward_then_drop",
+  ]);
   const { hub, sleeps } = recordingHub({
     url: proxy.url,
     apiKey: await ownKey(),
@@ -85,7 +105,9 @@ test("Retry-After is capped and the back-off is exponential up to its cap", asyn
 
 test("an HTTP-date Retry-After is honoured", async () => {
   const when = new Date(Date.now() + 40_000).toUTCString(); // within the 60 s cap
-  const proxy = await flakyProxy([["status", 503, { ...JSON_, "Retry-After": when }, envelope("BACKEND_UNAVAILABLE", "x")]]);
+  const proxy = await flakyProxy([
+    ["status", 503, { ...JSON_, "Retry-After": when }, envelope("BACKEND_UNAVAILABLE", "x")],
+  ]);
   const { hub, sleeps } = recordingHub({ url: proxy.url, apiKey: await ownKey() });
   await hub.keys();
   assert.equal(sleeps.length, 1);
@@ -121,6 +143,9 @@ test("quota exceeded is not retried; a 429 without our envelope is", async () =>
 test("maxRetries per call overrides the client's", async () => {
   const proxy = await flakyProxy([UNAVAILABLE, UNAVAILABLE]);
   const { hub, sleeps } = recordingHub({ url: proxy.url, apiKey: await ownKey(), maxRetries: 5 });
-  await assert.rejects(hub.keys({}, { maxRetries: 1 }), { code: "BACKEND_UNAVAILABLE", status: 503 });
+  await assert.rejects(hub.keys({}, { maxRetries: 1 }), {
+    code: "BACKEND_UNAVAILABLE",
+    status: 503,
+  });
   assert.deepEqual(sleeps, [7000]);
 });

@@ -37,15 +37,21 @@ function operationsOf(schema: OpenApi): Array<{ id: string; method: string; path
 function changedLines(actual: string, expected: string): string[] {
   const a = actual.split("\n");
   const b = expected.split("\n");
-  const common: number[][] = Array.from({ length: a.length + 1 }, () => new Array<number>(b.length + 1).fill(0));
+  const common: number[][] = Array.from({ length: a.length + 1 }, () =>
+    new Array<number>(b.length + 1).fill(0),
+  );
   for (let i = a.length - 1; i >= 0; i--) {
     for (let j = b.length - 1; j >= 0; j--) {
-      common[i]![j] = a[i] === b[j] ? common[i + 1]![j + 1]! + 1 : Math.max(common[i + 1]![j]!, common[i]![j + 1]!);
+      common[i]![j] =
+        a[i] === b[j]
+          ? common[i + 1]![j + 1]! + 1
+          : Math.max(common[i + 1]![j]!, common[i]![j + 1]!);
     }
   }
   const out: string[] = [];
   let declaration = "";
-  const note = (sign: string, line: string) => out.push(`${sign} ${line.trim()}${declaration ? `   (${declaration})` : ""}`);
+  const note = (sign: string, line: string) =>
+    out.push(`${sign} ${line.trim()}${declaration ? `   (${declaration})` : ""}`);
   let i = 0;
   let j = 0;
   while (i < a.length || j < b.length) {
@@ -136,6 +142,8 @@ test("every operation of the API is reached by a method of the client", async ()
 });
 
 test("VERSION is package.json's", () => {
-  const pkg = JSON.parse(readFileSync(resolve(PACKAGE, "package.json"), "utf8")) as { version: string };
+  const pkg = JSON.parse(readFileSync(resolve(PACKAGE, "package.json"), "utf8")) as {
+    version: string;
+  };
   assert.equal(VERSION, pkg.version);
 });

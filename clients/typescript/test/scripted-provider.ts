@@ -44,4 +44,6 @@ const model = new MockLanguageModelV3({
   ],
 });
 
-globalThis.AI_SDK_DEFAULT_PROVIDER = new MockProviderV3({ languageModels: { [SCRIPTED_MODEL_ID]: model } });
+globalThis.AI_SDK_DEFAULT_PROVIDER = new MockProviderV3({
+  languageModels: { [SCRIPTED_MODEL_ID]: model },
+});

@@ -73,7 +73,10 @@ export async function countMemories(text: string): Promise<number> {
 /** Runs `body` with server settings changed (`rate_limit_per_minute`, `embedder`, `outage`,
  * `webhook_allow_insecure`),
  * and sets them back after it. */
-export async function withServerSettings<T>(settings: Record<string, unknown>, body: () => Promise<T>): Promise<T> {
+export async function withServerSettings<T>(
+  settings: Record<string, unknown>,
+  body: () => T | Promise<T>,
+): Promise<T> {
   const previous = await control("/settings", settings);
   try {
     return await body();
@@ -93,7 +96,8 @@ export async function flakyProxy(plan: unknown[]): Promise<Proxy> {
   const { id, url } = await control<{ id: number; url: string }>("/proxy", { plan });
   return {
     url,
-    seen: async () => (await control<{ seen: Array<[string, string, string | null]> }>(`/proxy/${id}`)).seen,
+    seen: async () =>
+      (await control<{ seen: Array<[string, string, string | null]> }>(`/proxy/${id}`)).seen,
   };
 }
 
@@ -109,8 +113,9 @@ export function recordingHub(options: ClientOptions = {}): { hub: MemoryHub; sle
     url: SERVER_URL,
     apiKey: KEY,
     retry: { jitter: false },
-    sleep: async (ms) => {
+    sleep: (ms) => {
       sleeps.push(ms);
+      return Promise.resolve();
     },
     ...options,
   });
