@@ -6,6 +6,7 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 
+from memories import validation
 from memories.api import event_schema, schema
 from memories.api.views import AgentAPIView, idempotent_response, query_subject
 from memories.events.feed import events_page
@@ -68,7 +69,7 @@ class WebhooksView(AgentAPIView):
     )
     def post(self, request):
         request.user.require_tenant_wide("admin")
-        data = request.data if isinstance(request.data, dict) else {}
+        data = validation.require_object(request.data)
 
         def action(_):
             created = endpoints.webhook_create(

@@ -390,3 +390,31 @@ def test_every_spelling_of_a_non_public_host_is_refused(settings, tenant, host):
     with pytest.raises(InvalidInput, match="loopback, private or link-local"):
         endpoints.webhook_create(tenant=tenant, url=f"https://{host}/in", actor="x")
     assert not WebhookEndpoint.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("field", "raw", "named"),
+    [
+        ("description", b'"ops \\u0000 channel"', "description"),
+        ("description", b'"ops \\ud800 channel"', "description"),
+        ("description", b'"\\udfff"', "description"),
+        ("url", b'"https://hooks.example.com/\\ud800"', "url"),
+        ("url", b'"https://hooks.example.com/\\u0000"', "url"),
+        ("events", b'["memory.created\\u0000"]', "events[0]"),
+        ("events", b'["\\ud800"]', "events[0]"),
+    ],
+)
+@pytest.mark.django_db
+def test_a_nul_or_lone_surrogate_in_a_webhook_field_is_invalid_input(
+    dns, agent, key_client, field, raw, named
+):
+    dns["hooks.example.com"] = ["93.184.216.34"]
+    fields = {"url": "https://hooks.example.com/in", "events": [], "description": "ops"}
+    fields.pop(field)
+    body = json.dumps(fields)[:-1].encode() + b', "' + field.encode() + b'": ' + raw + b"}"
+    admin = key_client(agent, scopes=["admin"])
+    response = admin.post("/api/v1/webhooks", body, content_type="application/json")
+    assert response.status_code == 400, response.content
+    error = response.json()["error"]
+    assert (error["code"], error["details"]["field"]) == ("INVALID_INPUT", named)
+    assert not WebhookEndpoint.objects.exists()
