@@ -44,10 +44,10 @@ def is_api_path(path: str) -> bool:
 
 
 def body_limit(path: str) -> int:
-    """The largest request body `path` accepts, in bytes: `MEMORYHUB_MAX_BODY_BYTES`, and the
-    larger `MEMORYHUB_MAX_MESSAGES_BODY_BYTES` for a conversation's messages (and `/mcp`,
-    whose `memory_ingest` carries the same batch)."""
-    if MESSAGES_PATH.fullmatch(path) or path.rstrip("/") == "/mcp":
+    """The largest request body `path` accepts, in bytes: `MEMORYHUB_MAX_BODY_BYTES` (`/mcp`
+    included), and the larger `MEMORYHUB_MAX_MESSAGES_BODY_BYTES` for a conversation's
+    messages."""
+    if MESSAGES_PATH.fullmatch(path):
         return max(settings.MEMORYHUB_MAX_MESSAGES_BODY_BYTES, settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
     return settings.DATA_UPLOAD_MAX_MEMORY_SIZE
 
