@@ -80,3 +80,22 @@ def test_a_subject_bound_key_keeps_its_subjects_reads_and_erasure(tenant, agent,
     assert bob.delete("/api/v1/subjects/alice").status_code == 403
     erased = bob.delete("/api/v1/subjects/bob")
     assert (erased.status_code, erased.json()["memories"]) == (200, 1)
+
+
+@pytest.mark.parametrize("by", ["id", "key"])
+@pytest.mark.django_db
+def test_a_subject_bound_key_purges_only_its_subjects_memories(agent, key_client, by):
+    admin = key_client(agent, scopes=["read", "write", "admin"])
+    bob = key_client(agent, scopes=["read", "write", "admin"], subject_id="bob")
+    shared = {
+        "workspace": {"text": "The office closes at 6", "category": "workspace", "key": "k1"},
+        "subject-less": {"text": "Replies in English", "key": "k2"},
+    }
+    for body in shared.values():
+        memory_id = admin.post("/api/v1/memories", body, format="json").json()["memory_id"]
+        target = memory_id if by == "id" else f"by-key/{body['key']}"
+        _refused(bob.delete(f"/api/v1/memories/{target}?purge=true"))
+        assert admin.get(f"/api/v1/memories/{memory_id}").json()["memory"]["text"] == body["text"]
+    mine = bob.post("/api/v1/memories", {"text": "Bob likes tea", "key": "k3"}, format="json")
+    target = mine.json()["memory_id"] if by == "id" else "by-key/k3"
+    assert bob.delete(f"/api/v1/memories/{target}?purge=true").json()["deleted"] is True
