@@ -40,7 +40,7 @@ def generate_key() -> str:
 
 def is_well_formed(key: str) -> bool:
     """Shape and checksum only: no database involved."""
-    if not isinstance(key, str) or not KEY_RE.match(key):
+    if not isinstance(key, str) or not KEY_RE.fullmatch(key):
         return False
     body, check = key[len(KEY_PREFIX) : -CHECKSUM_LEN], key[-CHECKSUM_LEN:]
     return hmac.compare_digest(_checksum(body), check)

@@ -13,8 +13,9 @@ from django.utils import timezone
 
 from memoryhub.durations import format_duration
 
-SLUG_VALIDATOR = RegexValidator(r"^[a-z0-9][a-z0-9_-]{0,62}$", "Use a-z, 0-9, _ and -.")
-CATEGORY_RE = r"^[a-z0-9_-]{1,40}$"
+# `\Z`, not `$`: a validator searches, and `$` also matches before a final "\n".
+SLUG_VALIDATOR = RegexValidator(r"^[a-z0-9][a-z0-9_-]{0,62}\Z", "Use a-z, 0-9, _ and -.")
+CATEGORY_RE = r"^[a-z0-9_-]{1,40}\Z"
 MAX_RETENTION_SECONDS = 100 * 365 * 86400
 
 
@@ -23,7 +24,7 @@ def validate_retention(value) -> None:
     if not isinstance(value, dict):
         raise ValidationError("A retention policy maps categories to durations.")
     for category, seconds in value.items():
-        if not isinstance(category, str) or not re.match(CATEGORY_RE, category):
+        if not isinstance(category, str) or not re.fullmatch(CATEGORY_RE, category):
             raise ValidationError(f"“{str(category)[:40]}” is not a category.")
         if (
             isinstance(seconds, bool)

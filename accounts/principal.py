@@ -35,6 +35,18 @@ class Principal:
         if not self.has_scope(scope):
             raise ScopeDenied(f"This key lacks the '{scope}' scope", details={"scope": scope})
 
+    def require_tenant_wide(self, scope: str) -> None:
+        """`scope`, for an action over the whole tenant (its webhooks, its kinds): a key bound
+        to a subject acts for that subject only, so it may take none of them, whatever its
+        scopes (a webhook would receive every subject's events)."""
+        self.require_scope(scope)
+        if self.bound_subject is not None:
+            raise ScopeDenied(
+                "This key is bound to a subject: it acts for that subject only, and this action "
+                "spans the whole tenant (use a key without a subject)",
+                details={"scope": scope, "subject_bound": True},
+            )
+
     def resolve_subject(self, requested: str | None) -> str | None:
         """The subject a request acts for; a key bound to a subject may name no other."""
         if self.bound_subject is None:

@@ -59,7 +59,7 @@ def clean_key(raw: str | None) -> str | None:
     if raw is None or raw == "":
         return None
     scan_secrets({"Idempotency-Key": raw})
-    if not KEY_RE.match(raw):
+    if not KEY_RE.fullmatch(raw):
         raise InvalidInput(
             "Idempotency-Key must be 1–255 printable ASCII characters", field="Idempotency-Key"
         )

@@ -25,4 +25,4 @@ def new_memory_id() -> str:
 
 
 def is_memory_id(value: str) -> bool:
-    return isinstance(value, str) and bool(MEMORY_ID_RE.match(value))
+    return isinstance(value, str) and bool(MEMORY_ID_RE.fullmatch(value))

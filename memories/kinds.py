@@ -26,7 +26,7 @@ from accounts.models import Tenant
 from memories.models import Cardinality, Category, Kind, MemoryType
 from memoryhub.errors import InvalidInput
 
-KIND_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,59}$")
+KIND_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,59}\Z")  # \Z: `$` admits a final "\n"
 DEFAULT_KIND = "fact"
 MAX_SCHEMA_BYTES = 65_536
 MAX_DATA_ERRORS = 20  # `details.errors` of one refused write

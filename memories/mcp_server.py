@@ -11,6 +11,7 @@ import json
 from types import SimpleNamespace
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.db import close_old_connections
 from mcp.server.transport_security import TransportSecuritySettings
 from rest_framework.exceptions import Throttled
@@ -35,11 +36,14 @@ def _transport_security() -> TransportSecuritySettings:
 
 def _build_app():
     # Stateless + JSON responses: any web worker can answer any request (no session affinity).
+    # The body limit is `memoryhub.asgi`'s, answered in the envelope before the SDK reads the
+    # body: the SDK's own (4 MiB by default, a plain-text 413) must never be the smaller one.
     return mcp.streamable_http_app(
         streamable_http_path=MCP_PATH,
         stateless_http=True,
         json_response=True,
         transport_security=_transport_security(),
+        max_request_body_size=max(settings.DATA_UPLOAD_MAX_MEMORY_SIZE, 4 * 1024 * 1024),
     )
 
 

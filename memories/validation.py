@@ -20,7 +20,9 @@ from memories.secrets_scan import INVISIBLE_CHARS, find_secret
 from memoryhub.durations import parse_duration
 from memoryhub.errors import InvalidInput, SecretRejected
 
-CATEGORY_RE = re.compile(r"^[a-z0-9_-]{1,40}$")
+# Matched whole (`fullmatch`; CATEGORY_RE also ends in `\Z`, for callers that `match` it): `$`
+# alone would also match before a final "\n", and so admit `core\n`.
+CATEGORY_RE = re.compile(r"^[a-z0-9_-]{1,40}\Z")
 TAG_RE = re.compile(r"^[a-z0-9][a-z0-9:_./-]{0,63}$")
 KIND_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,63}$")
 MAX_TAGS = 32
@@ -174,7 +176,7 @@ def occurred(value: Any) -> datetime | None:
 def category(value: Any, *, default: str) -> str:
     if value is None:
         return default
-    if not isinstance(value, str) or not CATEGORY_RE.match(value):
+    if not isinstance(value, str) or not CATEGORY_RE.fullmatch(value):
         raise InvalidInput(
             "'category' must match [a-z0-9_-]{1,40} (core, daily, conversation, workspace, "
             "archival or a custom name)",
@@ -186,7 +188,7 @@ def category(value: Any, *, default: str) -> str:
 def kind(value: Any) -> str:
     if value is None:
         return "fact"
-    if not isinstance(value, str) or not KIND_RE.match(value):
+    if not isinstance(value, str) or not KIND_RE.fullmatch(value):
         raise InvalidInput("'kind' must be a short name such as fact or UserProfile", field="kind")
     return value
 
@@ -196,7 +198,7 @@ def normalise_tag(raw: Any) -> str:
     if not isinstance(raw, str):
         raise InvalidInput("Each tag must be a string", field="tags")
     tag = _WS_RE.sub("-", raw.strip().lower())
-    if not TAG_RE.match(tag):
+    if not TAG_RE.fullmatch(tag):
         raise InvalidInput(
             "Each tag must match [a-z0-9][a-z0-9:_./-]{0,63} after normalisation", field="tags"
         )

@@ -26,7 +26,8 @@ Every HTTP request is timed here, from arrival to its last byte, and recorded on
 address and scheme first resolved by the trusted-proxy rule (`memoryhub.proxies`).
 
 `/mcp` requests pass `mcp_transport` first: the `Host` and `Origin` checks (DNS rebinding) with
-Django's ALLOWED_HOSTS rules, the JSON content type and the body limit, answered in our envelope
+Django's ALLOWED_HOSTS rules, the JSON content type and the body limit (`MEMORYHUB_MAX_BODY_BYTES`,
+every method's body read here whole, declared or chunked), answered in our envelope
 (400 INVALID_INPUT, 413 PAYLOAD_TOO_LARGE) rather than the SDK's plain-text pages. A foreign `Origin` is the one
 refusal MCP fixes the status of (403), which has no envelope code: it gets a JSON-RPC error.
 """
@@ -278,17 +279,19 @@ async def mcp_transport(scope, receive, send):
     if length.isdigit() and int(length) > limit:
         await _send_too_large(send, limit)
         return
-    if scope["method"] == "POST":
-        if not headers.get("content-type", "").lower().startswith("application/json"):
-            await _send_error(
-                send, InvalidInput("Send JSON with Content-Type: application/json", field="body")
-            )
-            return
-        body = await _body_or_refuse(receive, send, limit)
-        if body is None:
-            return
-        receive = _replaying(body, receive)
-    await mcp_application(scope, receive, send)
+    if scope["method"] == "POST" and not (
+        headers.get("content-type", "").lower().startswith("application/json")
+    ):
+        await _send_error(
+            send, InvalidInput("Send JSON with Content-Type: application/json", field="body")
+        )
+        return
+    # Every method's body is read here, whole and within the limit: none reaches the SDK, whose
+    # own larger limit answers in plain text.
+    body = await _body_or_refuse(receive, send, limit)
+    if body is None:
+        return
+    await mcp_application(scope, _replaying(body, receive), send)
 
 
 def settle_worker() -> None:

@@ -10,7 +10,7 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def parse_duration(value: str) -> timedelta:
-    match = _RE.match(value) if isinstance(value, str) else None
+    match = _RE.fullmatch(value) if isinstance(value, str) else None
     if not match:
         raise ValueError("Use an integer and a unit s, m, h or d, e.g. 30s, 15m, 24h, 7d")
     amount = int(match.group(1))

@@ -13,11 +13,12 @@ import re
 
 from csp.middleware import CSPMiddleware
 from django.conf import settings
-from django.core.exceptions import DisallowedHost, RequestDataTooBig
+from django.core.exceptions import BadRequest, DisallowedHost, RequestDataTooBig
 from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse
 from django.utils.cache import patch_cache_control
 
+from memories.validation import reject_nul
 from memoryhub import db_outage
 from memoryhub.errors import (
     RETRY_AFTER_SECONDS,
@@ -43,10 +44,10 @@ def is_api_path(path: str) -> bool:
 
 
 def body_limit(path: str) -> int:
-    """The largest request body `path` accepts, in bytes: `MEMORYHUB_MAX_BODY_BYTES`, and the
-    larger `MEMORYHUB_MAX_MESSAGES_BODY_BYTES` for a conversation's messages (and `/mcp`,
-    whose `memory_ingest` carries the same batch)."""
-    if MESSAGES_PATH.match(path) or path.rstrip("/") == "/mcp":
+    """The largest request body `path` accepts, in bytes: `MEMORYHUB_MAX_BODY_BYTES` (`/mcp`
+    included), and the larger `MEMORYHUB_MAX_MESSAGES_BODY_BYTES` for a conversation's
+    messages."""
+    if MESSAGES_PATH.fullmatch(path):
         return max(settings.MEMORYHUB_MAX_MESSAGES_BODY_BYTES, settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
     return settings.DATA_UPLOAD_MAX_MEMORY_SIZE
 
@@ -74,6 +75,18 @@ class ApiErrorMiddleware:
         ):
             return json_error_response(NotFound("No such resource"))
         return response
+
+    def process_view(self, request: HttpRequest, view_func, view_args, view_kwargs):
+        """A path parameter PostgreSQL cannot hold (a NUL, from `%00`) is refused before the
+        view runs: 400 INVALID_INPUT naming it under /api/, a 400 page elsewhere."""
+        for name, value in view_kwargs.items():
+            try:
+                reject_nul(value, name)
+            except InvalidInput as err:
+                if is_api_path(request.path):
+                    return json_error_response(err)
+                raise BadRequest(err.message) from None
+        return None
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
         if not is_api_path(request.path):

@@ -6,6 +6,7 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 
+from memories import validation
 from memories.api import event_schema, schema
 from memories.api.views import AgentAPIView, idempotent_response, query_subject
 from memories.events.feed import events_page
@@ -40,19 +41,23 @@ class EventsView(AgentAPIView):
 class WebhooksView(AgentAPIView):
     @extend_schema(
         operation_id="webhooks_list",
-        description="The tenant's webhook endpoints (admin scope). Secrets are never shown again.",
+        description=(
+            "The tenant's webhook endpoints (admin scope, a key not bound to a subject). Secrets "
+            "are never shown again."
+        ),
         summary="Webhooks",
         responses={200: event_schema.WebhookListResponseSerializer, **schema.READ_ERRORS},
     )
     def get(self, request):
-        request.user.require_scope("admin")
+        request.user.require_tenant_wide("admin")
         hooks = endpoints.webhook_list(tenant=request.user.tenant)
         return Response({"ok": True, "webhooks": [endpoints.webhook_json(h) for h in hooks]})
 
     @extend_schema(
         operation_id="webhooks_create",
         description=(
-            "Add an endpoint (admin scope): `url` (https:// and a public address, checked again "
+            "Add an endpoint (admin scope, a key not bound to a subject: an endpoint receives "
+            "every subject's events): `url` (https:// and a public address, checked again "
             "before every delivery), `events` (types; default all), `description`. The answer "
             "holds the signing `secret`, shown this once: each delivery's body is one event, "
             'signed as `MemoryHub-Signature: t=<unix>,v1=<hex HMAC-SHA256 of "t.body">`.'
@@ -63,8 +68,8 @@ class WebhooksView(AgentAPIView):
         responses={201: event_schema.WebhookCreatedResponseSerializer, **schema.WRITE_ERRORS},
     )
     def post(self, request):
-        request.user.require_scope("admin")
-        data = request.data if isinstance(request.data, dict) else {}
+        request.user.require_tenant_wide("admin")
+        data = validation.require_object(request.data)
 
         def action(_):
             created = endpoints.webhook_create(
@@ -96,12 +101,14 @@ class WebhooksView(AgentAPIView):
 class WebhookDetailView(AgentAPIView):
     @extend_schema(
         operation_id="webhooks_delete",
-        description="Delete an endpoint and its delivery log (admin scope).",
+        description=(
+            "Delete an endpoint and its delivery log (admin scope, a key not bound to a subject)."
+        ),
         summary="Delete a webhook",
         request=None,
         responses={200: event_schema.WebhookDeletedResponseSerializer, **schema.WRITE_ERRORS},
     )
     def delete(self, request, webhook_id: str):
-        request.user.require_scope("admin")
+        request.user.require_tenant_wide("admin")
         endpoints.webhook_delete(tenant=request.user.tenant, webhook_id=webhook_id)
         return Response({"ok": True, "deleted": True})

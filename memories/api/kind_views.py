@@ -1,6 +1,6 @@
 """The kind registry over REST (SPEC §13.1): `GET /api/v1/kinds`, `GET/PUT/DELETE
-/api/v1/kinds/{name}`. Reads need `read`, writes `admin`; thin views over `memories.kinds` and
-`memories.services.kinds`."""
+/api/v1/kinds/{name}`. Reads need `read`, writes `admin` and a key not bound to a subject;
+thin views over `memories.kinds` and `memories.services.kinds`."""
 
 from __future__ import annotations
 
@@ -52,8 +52,9 @@ class KindView(AgentAPIView):
         operation_id="kinds_put",
         summary="Define or redefine a kind (admin)",
         description=(
-            "The whole definition (omitted fields take their defaults): 201 when the kind is "
-            "new, 200 when it replaced one. The schema must be a valid JSON Schema (draft "
+            "Needs the admin scope and a key not bound to a subject (a kind is the whole "
+            "tenant's). The whole definition (omitted fields take their defaults): 201 when the "
+            "kind is new, 200 when it replaced one. The schema must be a valid JSON Schema (draft "
             "2020-12) describing an object. 409 CONFLICT when live memories of the kind would "
             "break it: a schema their data no longer satisfies, or `single` while an owner and "
             "subject have several (`details.memory_ids` names the first ones)."
@@ -67,7 +68,7 @@ class KindView(AgentAPIView):
         },
     )
     def put(self, request, name: str):
-        request.user.require_scope("admin")
+        request.user.require_tenant_wide("admin")
         kind, created = kind_services.kind_save(
             tenant=request.user.tenant, name=name, data=request.data
         )
@@ -77,7 +78,8 @@ class KindView(AgentAPIView):
         operation_id="kinds_delete",
         summary="Delete a kind (admin)",
         description=(
-            "Its name becomes a free label. 409 CONFLICT while live memories use it "
+            "Needs the admin scope and a key not bound to a subject. Its name becomes a free "
+            "label. 409 CONFLICT while live memories use it "
             "(`details.count`)."
         ),
         parameters=[kind_schema.KIND_NAME_PARAM],
@@ -85,6 +87,6 @@ class KindView(AgentAPIView):
         responses={200: kind_schema.KindDeletedSerializer, **schema.WRITE_ERRORS},
     )
     def delete(self, request, name: str):
-        request.user.require_scope("admin")
+        request.user.require_tenant_wide("admin")
         kind_services.kind_delete(tenant=request.user.tenant, name=name)
         return Response({"ok": True, "deleted": True})

@@ -6,6 +6,7 @@ Validation lives in `memories.validation`, shared with MCP, so one rule answers 
 
 from __future__ import annotations
 
+import re
 from typing import Any, ClassVar
 
 from django.conf import settings
@@ -68,6 +69,12 @@ KEY_PREFIX_HELP = (
 )
 
 
+def ecma_pattern(regex: re.Pattern) -> str:
+    r"""A Python pattern as OpenAPI (ECMA-262) writes it: its `\Z` is `$` there, where `$`
+    matches only at the very end."""
+    return regex.pattern.replace(r"\Z", "$")
+
+
 def identifier_field(**kwargs: Any) -> serializers.RegexField:
     kwargs.setdefault("required", False)
     kwargs.setdefault("allow_null", True)
@@ -79,7 +86,7 @@ def category_field(**kwargs: Any) -> serializers.RegexField:
         "help_text",
         "core, daily, conversation (needs a thread_id), workspace, archival, or a custom name",
     )
-    return serializers.RegexField(validation.CATEGORY_RE.pattern, **kwargs)
+    return serializers.RegexField(ecma_pattern(validation.CATEGORY_RE), **kwargs)
 
 
 def kind_field(**kwargs: Any) -> serializers.RegexField:
@@ -444,7 +451,10 @@ KEY_PREFIX_PARAM = OpenApiParameter(
     description=KEY_PREFIX_HELP,
 )
 CATEGORY_PARAM = OpenApiParameter(
-    "category", OpenApiTypes.STR, OpenApiParameter.QUERY, pattern=validation.CATEGORY_RE.pattern
+    "category",
+    OpenApiTypes.STR,
+    OpenApiParameter.QUERY,
+    pattern=ecma_pattern(validation.CATEGORY_RE),
 )
 MEMORY_ID_PARAM = OpenApiParameter(
     "memory_id",

@@ -89,6 +89,9 @@ def memory_forget(
             return False, None
         memory = targets[0]
 
+    if purge and any(t.subject_id != principal.bound_subject for t in targets):
+        # A workspace or subject-less memory is no one subject's: only a tenant-wide key purges it.
+        principal.require_tenant_wide("admin")
     deleted = False
     with transaction.atomic():
         for target in targets:

@@ -2,8 +2,14 @@
 
 A URL must be `https://` with a host and no credentials, and every address its host resolves
 to must be public — not loopback, private (RFC 1918, unique local), link-local (cloud metadata
-services live there), shared, reserved, multicast or unspecified, nor an IPv4 address mapped
-into IPv6. It is checked when the endpoint is created and again, after a fresh lookup, before
+services live there), shared, reserved, multicast or unspecified. An IPv6 address that carries
+an IPv4 one is judged by that IPv4 address too: mapped (`::ffff:a.b.c.d`), compatible
+(`::a.b.c.d`), translated (`::ffff:0:a.b.c.d`) and NAT64 (`64:ff9b::a.b.c.d`) stand for it
+alone; a 6to4 address (`2002:AABB:CCDD::`, its gateway) and a Teredo one (`2001:0::/32`, its
+server and its obfuscated client) must pass both rules; the local-use NAT64 prefix
+(`64:ff9b:1::/48`, its IPv4 address placed where the network chose) is never public. Numeric
+spellings of an IPv4 host (`2130706433`, `0x7f000001`, `127.1`, `0177.0.0.1`) resolve to the
+address they spell and are judged as it. It is checked when the endpoint is created and again, after a fresh lookup, before
 every delivery, which then connects to the very address that was checked (`Target.ip`), the
 original host kept for the `Host` header and TLS (SNI and certificate): a name that resolves
 differently between the check and the connection cannot slip through.
@@ -53,11 +59,35 @@ def resolve(host: str, port: int) -> list[str]:
     return list(dict.fromkeys(info[4][0] for info in infos))
 
 
+# IPv6 forms that stand for the IPv4 address in their last 32 bits.
+_CARRIES_IPV4 = tuple(
+    ipaddress.IPv6Network(net)
+    for net in (
+        "::ffff:0:0/96",  # IPv4-mapped
+        "::/96",  # IPv4-compatible (deprecated; `::` and `::1` fall in it and stay refused)
+        "::ffff:0:0:0/96",  # IPv4-translated (SIIT)
+        "64:ff9b::/96",  # NAT64, the well-known prefix
+    )
+)
+# Local-use NAT64: where the IPv4 address sits depends on the network's prefix length.
+_LOCAL_NAT64 = ipaddress.IPv6Network("64:ff9b:1::/48")
+
+
+def _global(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    return ip.is_global and not ip.is_multicast
+
+
 def public(address: str) -> bool:
     ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return ip.is_global and not ip.is_multicast
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip in _LOCAL_NAT64:
+            return False
+        if any(ip in net for net in _CARRIES_IPV4):
+            return _global(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
+        carried = [ip.sixtofour] if ip.sixtofour is not None else list(ip.teredo or ())
+        if not all(_global(v4) for v4 in carried):
+            return False
+    return _global(ip)
 
 
 def parse(url: str) -> tuple[str, str, int, str]:

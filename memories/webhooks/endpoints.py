@@ -10,6 +10,7 @@ from typing import Any
 from django.db import transaction
 
 from accounts.models import Tenant
+from memories import validation
 from memories.clock import resolve_now
 from memories.events import feed
 from memories.events.nudge import forget_tenants
@@ -58,6 +59,7 @@ def webhook_create(
 ) -> Created:
     """A new endpoint, receiving the events after this moment; its secret is returned once."""
     now = resolve_now(now)
+    validation.reject_nul({"url": url, "events": events, "description": description})
     description = "" if description is None else description
     if not isinstance(description, str) or len(description) > MAX_DESCRIPTION:
         raise InvalidInput(

@@ -326,3 +326,95 @@ def test_a_user_memorys_event_says_its_scope_and_source_user(receiver, tenant, a
     ]
     (user_body,) = [b for b in bodies if b["memory_id"] == memory.pk]
     assert user_body["data"]["scope"] == "user" and user_body["subject_id"] == "ann"
+
+
+# IPv6 addresses that carry a loopback, private or link-local IPv4 address.
+CARRIED_IPV4 = [
+    "::127.0.0.1",  # IPv4-compatible
+    "::a00:1",  # IPv4-compatible, 10.0.0.1
+    "::ffff:127.0.0.1",  # IPv4-mapped
+    "::ffff:0:127.0.0.1",  # IPv4-translated
+    "64:ff9b::7f00:1",  # NAT64, 127.0.0.1
+    "64:ff9b::a9fe:a9fe",  # NAT64, 169.254.169.254
+    "64:ff9b:1::808:808",  # local-use NAT64: never public, whatever it carries
+    "2002:7f00:1::",  # 6to4, gateway 127.0.0.1
+    "2002:c0a8:101::1",  # 6to4, gateway 192.168.1.1
+    "2001:0:4136:e378:8000:63bf:80ff:fffe",  # Teredo, client 127.0.0.1
+    "2001:0:a00:1::1",  # Teredo, server 10.0.0.1
+]
+
+
+@pytest.mark.parametrize("address", CARRIED_IPV4)
+@pytest.mark.django_db
+def test_a_host_that_turns_to_an_ipv6_form_of_a_private_ipv4_is_refused_at_delivery(
+    dns, tenant, agent, address
+):
+    dns["hooks.example.com"] = ["93.184.216.34"]
+    endpoints.webhook_create(tenant=tenant, url="https://hooks.example.com/in", actor="x")
+    dns["hooks.example.com"] = [address]
+    store(agent, "a fact")
+    assert delivery.dispatch_webhooks(now=T0)["refused"] == 1
+    assert "loopback, private or link-local" in WebhookDelivery.objects.get().last_error
+
+
+@pytest.mark.parametrize(
+    "address", ["::ffff:93.184.216.34", "64:ff9b::5db8:d822", "2002:5db8:d822::1", "2606:4700::1"]
+)
+@pytest.mark.django_db
+def test_an_ipv6_form_of_a_public_ipv4_address_is_allowed(dns, tenant, address):
+    dns["hooks.example.com"] = [address]
+    endpoints.webhook_create(tenant=tenant, url="https://hooks.example.com/in", actor="x")
+    assert WebhookEndpoint.objects.count() == 1
+
+
+# Numeric spellings of 127.0.0.1 (and 0.0.0.0, ::1) that the system's resolver reads.
+LOOPBACK_SPELLINGS = [
+    "0x7f000001",
+    "127.1",
+    "2130706433",
+    "0177.0.0.1",
+    "127.0.1",
+    "017700000001",
+    "0x7f.1",
+    "127.000.000.001",
+    "0",
+    "[::1]",
+]
+
+
+@pytest.mark.parametrize("host", LOOPBACK_SPELLINGS + [f"[{a}]" for a in CARRIED_IPV4])
+@pytest.mark.django_db
+def test_every_spelling_of_a_non_public_host_is_refused(settings, tenant, host):
+    """Written in the URL itself, read by the system's resolver (nothing leaves the machine)."""
+    settings.MEMORYHUB_WEBHOOK_ALLOW_INSECURE = False
+    with pytest.raises(InvalidInput, match="loopback, private or link-local"):
+        endpoints.webhook_create(tenant=tenant, url=f"https://{host}/in", actor="x")
+    assert not WebhookEndpoint.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("field", "raw", "named"),
+    [
+        ("description", b'"ops \\u0000 channel"', "description"),
+        ("description", b'"ops \\ud800 channel"', "description"),
+        ("description", b'"\\udfff"', "description"),
+        ("url", b'"https://hooks.example.com/\\ud800"', "url"),
+        ("url", b'"https://hooks.example.com/\\u0000"', "url"),
+        ("events", b'["memory.created\\u0000"]', "events[0]"),
+        ("events", b'["\\ud800"]', "events[0]"),
+    ],
+)
+@pytest.mark.django_db
+def test_a_nul_or_lone_surrogate_in_a_webhook_field_is_invalid_input(
+    dns, agent, key_client, field, raw, named
+):
+    dns["hooks.example.com"] = ["93.184.216.34"]
+    fields = {"url": "https://hooks.example.com/in", "events": [], "description": "ops"}
+    fields.pop(field)
+    body = json.dumps(fields)[:-1].encode() + b', "' + field.encode() + b'": ' + raw + b"}"
+    admin = key_client(agent, scopes=["admin"])
+    response = admin.post("/api/v1/webhooks", body, content_type="application/json")
+    assert response.status_code == 400, response.content
+    error = response.json()["error"]
+    assert (error["code"], error["details"]["field"]) == ("INVALID_INPUT", named)
+    assert not WebhookEndpoint.objects.exists()

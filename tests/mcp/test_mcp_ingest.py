@@ -199,9 +199,10 @@ def test_an_oversized_mcp_body_is_refused_before_anything_runs(asgi_server, inge
         headers={"Authorization": f"Bearer {raw}", "Accept": "application/json, text/event-stream"},
     )
     assert response.status_code == 413
+    # /mcp keeps MEMORYHUB_MAX_BODY_BYTES; the larger messages limit is REST's messages path's.
     assert response.json()["error"] == {
         "code": "PAYLOAD_TOO_LARGE",
         "message": "Request body is too large",
-        "details": {"limit_bytes": 2_000},
+        "details": {"limit_bytes": 1_000},
     }
     assert not Message.objects.exists()

@@ -70,7 +70,7 @@ def test_a_foreign_origin_is_a_403_json_rpc_error(origin):
 
 
 def test_a_declared_body_over_the_limit_is_413(settings):
-    # /mcp takes a conversation's batch (`memory_ingest`): the messages limit applies
+    # /mcp keeps MEMORYHUB_MAX_BODY_BYTES, however large the messages limit
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = settings.MEMORYHUB_MAX_MESSAGES_BODY_BYTES = 1000
     status, _, body = call([*JSON_HEADERS, (b"content-length", b"5000")], chunks=[b"x" * 5000])
     assert status == 413
@@ -117,3 +117,83 @@ def test_allowed_hosts_and_origins_reach_the_tools(asgi_server, transactional_db
         )
         assert response.status_code == 200, (extra, response.text)
         assert "memory_store" in {tool["name"] for tool in response.json()["result"]["tools"]}
+
+
+# --- the documented limit, met the way a client meets it: a real server, over a socket -------
+
+MIB = 1_048_576
+MCP_HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+
+
+def _padded(size: int) -> bytes:
+    """A valid `tools/list` request of exactly `size` bytes (JSON allows trailing white space)."""
+    return TOOLS_LIST_BODY + b" " * (size - len(TOOLS_LIST_BODY))
+
+
+def _assert_too_large(response: httpx.Response) -> None:
+    assert response.status_code == 413, response.content[:200]
+    assert response.headers["content-type"] == "application/json"
+    assert response.json() == envelope(
+        "PAYLOAD_TOO_LARGE", "Request body is too large", limit_bytes=MIB
+    )
+
+
+@pytest.fixture
+def mcp_key(transactional_db):
+    _, raw = make_key(make_agent(make_tenant("acme"), "support-bot"))
+    return raw
+
+
+@pytest.mark.parametrize("size", [2_000_000, 10_000_000], ids=["2MB", "10MB"])
+def test_a_body_over_one_mib_is_413_in_the_envelope(asgi_server, mcp_key, size):
+    headers = {**MCP_HEADERS, "Authorization": f"Bearer {mcp_key}"}
+    with httpx.Client(timeout=30) as client:
+        _assert_too_large(client.post(f"{asgi_server}/mcp", content=_padded(size), headers=headers))
+
+
+@pytest.mark.parametrize("size", [2_000_000, 10_000_000], ids=["2MB", "10MB"])
+def test_a_chunked_body_over_one_mib_is_413_in_the_envelope(asgi_server, mcp_key, size):
+    """No Content-Length: the body is counted as it arrives."""
+    body = _padded(size)
+
+    def chunks():
+        for start in range(0, len(body), 65_536):
+            yield body[start : start + 65_536]
+
+    headers = {**MCP_HEADERS, "Authorization": f"Bearer {mcp_key}"}
+    with httpx.Client(timeout=30) as client:
+        _assert_too_large(client.post(f"{asgi_server}/mcp", content=chunks(), headers=headers))
+
+
+@pytest.mark.parametrize("method", ["GET", "DELETE"])
+def test_a_body_over_the_limit_is_413_whatever_the_method(asgi_server, mcp_key, method):
+    headers = {**MCP_HEADERS, "Authorization": f"Bearer {mcp_key}"}
+    with httpx.Client(timeout=30) as client:
+        response = client.request(
+            method, f"{asgi_server}/mcp", content=iter([_padded(5_000_000)]), headers=headers
+        )
+    _assert_too_large(response)
+
+
+def test_a_body_of_exactly_one_mib_reaches_mcp(asgi_server, mcp_key):
+    headers = {**MCP_HEADERS, "Authorization": f"Bearer {mcp_key}"}
+    with httpx.Client(timeout=30) as client:
+        response = client.post(f"{asgi_server}/mcp", content=_padded(MIB), headers=headers)
+    assert response.status_code == 200, response.content[:300]
+    assert "memory_store" in {tool["name"] for tool in response.json()["result"]["tools"]}
+
+
+@pytest.fixture
+def five_mib_limit(settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 5 * MIB  # set before the server (and its app) starts
+
+
+def test_a_limit_set_above_the_sdks_own_is_the_one_that_holds(five_mib_limit, asgi_server, mcp_key):
+    """The SDK refuses past 4 MiB in plain text unless told otherwise: it is told ours."""
+    headers = {**MCP_HEADERS, "Authorization": f"Bearer {mcp_key}"}
+    with httpx.Client(timeout=30) as client:
+        response = client.post(f"{asgi_server}/mcp", content=_padded(4_500_000), headers=headers)
+        assert response.status_code == 200, response.content[:300]
+        over = client.post(f"{asgi_server}/mcp", content=_padded(5 * MIB + 1), headers=headers)
+    assert over.status_code == 413
+    assert over.json()["error"]["details"] == {"limit_bytes": 5 * MIB}
