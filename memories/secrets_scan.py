@@ -17,7 +17,8 @@ private-key PEM header (`-----BEGIN … PRIVATE KEY-----`), a secret whatever fo
 
 Order: provider-specific shapes first, then passwords in URLs, then `name = value`
 assignments whose name says secret (`password`, `GITHUB_TOKEN`, `apiKey`, …) judged by the
-value's entropy, then bare `Bearer …` tokens. The first hit wins.
+value (`memories.secret_values`: random-looking, and not a file name, a path or code), then
+bare `Bearer …` tokens. The first hit wins.
 
 Speed: every regex starts with a literal, so `re` skips ahead with a fast substring search
 instead of trying each position, and variable-length bodies are possessive (`{m,n}+`), so a
@@ -30,16 +31,23 @@ tens of milliseconds.
 from __future__ import annotations
 
 import codecs
-import math
 import re
 import unicodedata
-from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from string import ascii_letters, digits
 from typing import Any
 from urllib.parse import unquote
 
+from memories.secret_values import (
+    PLACEHOLDER_RE,
+    WORDY_RE,
+    is_code,
+    is_placeholder,
+    looks_random,
+    names_a_file,
+    shannon_entropy,
+)
 from memoryhub.errors import SecretRejected
 
 
@@ -119,53 +127,10 @@ _MAX_SECRET_LEN = 512
 
 _ALNUM = frozenset(ascii_letters + digits)
 
-# Markers of documentation placeholders, in the casings people write them. Exact casings
-# (not case-folded) keep the odds that a real random key contains one negligible.
-_PLACEHOLDER_WORDS = (
-    "xxxx",
-    "your",
-    "example",
-    "placeholder",
-    "redacted",
-    "dummy",
-    "sample",
-    "changeme",
-    "change_me",
-    "change-me",
-    "insert",
-    "replace",
-    "fake",
-)
-_PLACEHOLDER_RE = re.compile(
-    "|".join(
-        re.escape(variant)
-        for word in _PLACEHOLDER_WORDS
-        for variant in (word, word.upper(), word.title())
-    )
-    + r"|\*\*\*|\.\.\.|<|>|\$\{|\{\{|%\("
-)
-
-# A "wordy" value is made of words, numbers and separators: identifiers (`settings.DB_PASS`,
-# `os.getenv`), paths, dates, slugs (`pending-approval-2024`, `gpt-4o-mini`), emails, and
-# `hunter2`-style word-plus-digits. Random keys are not: they interleave letters and digits, or
-# mix case at random.
-_WORD = r"(?:(?:[A-Z]?[a-z]+(?:[A-Z][a-z]+)*|[A-Z]+[a-z]*)[0-9]*|[0-9]+[a-z]?)"
-_SEP = r"[-_./:@\\ ~]"
-_WORDY_RE = re.compile(rf"{_SEP}*{_WORD}(?:{_SEP}+{_WORD})*{_SEP}*")
-_URL_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://\S*")
-
 # Passwords in URLs that are obviously not real ones.
 _PLACEHOLDER_PASSWORDS = frozenset(
     {"password", "passwd", "pass", "pwd", "pw", "secret", "changeme", "token"}
 )
-
-
-def shannon_entropy(text: str) -> float:
-    """Bits per character of `text` (0 for an empty string)."""
-    length = len(text)
-    if not length:
-        return 0.0
-    return -sum(n / length * math.log2(n / length) for n in Counter(text).values())
 
 
 def normalise(text: str) -> str:
@@ -175,47 +140,31 @@ def normalise(text: str) -> str:
     return text.encode("ascii", _FOLD).decode("ascii")
 
 
-def _is_placeholder(text: str) -> bool:
-    return bool(_PLACEHOLDER_RE.search(text)) or len(set(text)) <= 2
-
-
-def _looks_random(value: str, *, min_len: int = 10, min_entropy: float = 3.0) -> bool:
-    """A generic secret value: long enough, high entropy, and not words or a placeholder."""
-    value = value.rstrip(".,;:)]}\\")
-    return (
-        len(value) >= min_len
-        and value[0] not in "$%{[<(>"
-        and not _is_placeholder(value)
-        and not _WORDY_RE.fullmatch(value)
-        and not _URL_RE.fullmatch(value)
-        and shannon_entropy(value) >= min_entropy
-    )
-
-
 # --- provider-specific rules --------------------------------------------------------------
 # Accept functions: given a regex match, is it a real secret rather than a placeholder?
 
 
 def _token(match: re.Match[str]) -> bool:
     secret = match.group("s") if "s" in match.re.groupindex else match.group()
-    return not _is_placeholder(secret) and shannon_entropy(secret) >= 3.0
+    return not is_placeholder(secret) and shannon_entropy(secret) >= 3.0
 
 
 def _token_not_wordy(match: re.Match[str]) -> bool:
-    return _token(match) and not _WORDY_RE.fullmatch(match.group("s"))
+    return _token(match) and not WORDY_RE.fullmatch(match.group("s"))
 
 
 def _bearer_value(match: re.Match[str]) -> bool:
-    return _looks_random(match.group("s"), min_len=16)
+    return looks_random(match.group("s"), min_len=16)
 
 
 def _url_password(match: re.Match[str]) -> bool:
     password = unquote(match.group("s"))
     return not (
         password.lower() in _PLACEHOLDER_PASSWORDS
-        or password[0] in "$%{[<:"
+        # a template or a string concatenated in code (`"postgres://app:"+pw+"@db"`)
+        or password[0] in "$%{[<:\"'`"
         or len(set(password)) == 1
-        or _PLACEHOLDER_RE.search(password)
+        or PLACEHOLDER_RE.search(password)
     )
 
 
@@ -417,18 +366,23 @@ def _is_secret_name(name: str) -> bool:
     return _compact_name(name).endswith(_SECRET_NAME_ENDINGS)
 
 
-def _classify_assignment(name: str, value: str) -> str | None:
-    """The rule for `name = value` when `name` is a secret name, or None if `value` is not one."""
+def _classify_assignment(name: str, value: str, after: str = "") -> str | None:
+    """The rule for `name = value` when `name` is a secret name, or None if `value` is not one.
+    `after` is the character after `value` when it opens a call or subscript (`getToken(`)."""
     if len(value) > _MAX_SECRET_LEN:  # a long document under a secret-named key
         return None
     compact = _compact_name(name)
     value = value.rstrip(".,;:)]}\\")
     if ("aws" in compact or "secretaccesskey" in compact) and _AWS_SECRET_RE.fullmatch(value):
-        real = not _is_placeholder(value) and shannon_entropy(value) >= 3.0
-        return "aws_secret_access_key" if real else None
+        real = not is_placeholder(value) and shannon_entropy(value) >= 3.0
+        return "aws_secret_access_key" if real and not names_a_file(value) else None
     if "heroku" in compact and _UUID_RE.fullmatch(value):
         return "heroku_api_key"
-    return "generic_secret" if _looks_random(value) else None
+    if not looks_random(value):
+        return None
+    # Where a credential lives is not one: a file, a path, a store's reference, code
+    # (docs/api.md#what-the-secret-scan-refuses).
+    return None if names_a_file(value) or is_code(value + after) else "generic_secret"
 
 
 def _scan_assignments(text: str) -> str | None:
@@ -444,7 +398,9 @@ def _scan_assignments(text: str) -> str | None:
             if _is_secret_name(name):
                 assigned = _ASSIGNED_VALUE_RE.match(text, end)
                 if assigned is not None:
-                    rule = _classify_assignment(name, assigned.group("s"))
+                    after = text[assigned.end() : assigned.end() + 1]
+                    after = after if after in ("(", "[") else ""
+                    rule = _classify_assignment(name, assigned.group("s"), after)
                     if rule is not None:
                         return rule
                     resume = assigned.end()  # a value is not also a name: keeps this linear

@@ -6,11 +6,14 @@ import pytest
 
 from memories.redaction import redact
 from memories.secrets_scan import find_secret, normalise
+from tests.memories.nonsecret_corpus import NON_SECRETS, REPORTED
 from tests.memories.secret_corpus import FALSE_POSITIVES, TRUE_POSITIVES, zero_width_split
 
 # ids by index: some corpus values are random per process (xdist workers must agree on ids)
 TP_IDS = [f"{rule}-{index}" for index, (rule, _, _) in enumerate(TRUE_POSITIVES)]
-FP_IDS = [f"fp-{index}" for index in range(len(FALSE_POSITIVES))]
+FP_IDS = [f"fp-{index}" for index in range(len(FALSE_POSITIVES))] + [
+    f"ns-{index}" for index in range(len(NON_SECRETS))
+]
 CONTEXT = "Earlier today the user said:\n{}\nplease remember the rest of this."
 
 
@@ -34,7 +37,7 @@ def test_a_secret_split_by_invisible_characters_is_redacted_too(rule, text, secr
     assert normalise(secret) not in normalise(redacted)
 
 
-@pytest.mark.parametrize("text", FALSE_POSITIVES, ids=FP_IDS)
+@pytest.mark.parametrize("text", FALSE_POSITIVES + NON_SECRETS, ids=FP_IDS)
 def test_near_misses_are_left_alone(text):
     assert redact(CONTEXT.format(text)) == (CONTEXT.format(text), [])
 
@@ -58,3 +61,12 @@ def test_several_secrets_each_get_their_own_marker():
     redacted, rules = redact(f"first {gh} then password = Zq8vLm3Xt9Rk2Wp and done")
     assert redacted == "first [redacted:github_token] then [redacted:generic_secret] and done"
     assert rules == ["github_token", "generic_secret"]
+
+
+def test_a_secret_beside_a_credentials_file_loses_only_the_secret():
+    secret = "Zq8vLm3Xt9Rk2WpQ7sN4"
+    text = f"{REPORTED[0]}\nkey_file = 'creds.json'; api_key = '{secret}' and {REPORTED[2]}"
+    assert redact(text) == (
+        f"{REPORTED[0]}\nkey_file = 'creds.json'; [redacted:generic_secret] and {REPORTED[2]}",
+        ["generic_secret"],
+    )

@@ -208,6 +208,38 @@ TRUE_POSITIVES += [
     ),
 ]
 
+# Real secrets beside what is not one: a file name, a path, a secret store's reference or
+# code on the same line or the next must not hide them. A generator of its own, as above.
+_near_rng = random.Random(4404)
+
+
+def _near(length: int, alphabet: str = ALNUM) -> str:
+    return "".join(_near_rng.choice(alphabet) for _ in range(length))
+
+
+_CREDENTIALS_PATH = "C:\\Users\\me\\keys\\caramel-base-379922-9d9af53bf1a0.json"
+TRUE_POSITIVES += [
+    _tp("generic_secret", _near(32), "key_file = 'creds.json'; api_key = '{}'"),
+    _tp(
+        "generic_secret",
+        "hunter2" + _near(3) + "#" + _near(5),
+        f'GOOGLE_APPLICATION_CREDENTIALS = "{_CREDENTIALS_PATH}"\nDB_PASSWORD = "{{}}"',
+    ),
+    _tp("generic_secret", _near(24, B64URL), "token = getToken(user.id)  # it was token = '{}'"),
+    _tp(
+        "stripe_key",
+        "sk_live_" + _near(24),
+        'api_key = os.environ["STRIPE_KEY"]  # fallback {}',
+    ),
+    _tp("generic_secret", _near(40, B64URL), "password: vault:secret/data/db#password\ntoken: {}"),
+    # base64 holds `/`; a key with one is not a path
+    _tp("generic_secret", _near(12, B64) + "/" + _near(27, B64), "client_secret = {}"),
+    # a random value with a dotted tail, or named like a file, is still a random value
+    _tp("generic_secret", _near(24) + "." + _near(6), "SECRET = '{}'"),
+    _tp("generic_secret", _near(28) + ".json", "private_key = '{}'"),
+    _tp("generic_secret", _near(20), "credentials = ~/.aws/credentials; aws_session_token={}"),
+]
+
 ZERO_WIDTH = ("\u200b", "\u200c", "\u200d", "\u200e", "\u2060", "\u2063", "\ufeff", "\u00ad")
 ZERO_WIDTH += ("\u180e", "\u2064", "\u200f", "\u202c")
 
