@@ -1,7 +1,7 @@
-"""Serve MemoryHub: uvicorn, the django-q2 cluster and the embedded PostgreSQL, supervised.
+"""`serve`'s supervisor: uvicorn, the django-q2 cluster and the embedded PostgreSQL, kept up.
 
-`serve` starts the web server and the cluster as children, each in a process group of its
-own, and watches them every `TICK`:
+`supervise` (what `python manage.py serve` runs) starts the web server and the cluster as
+children, each in a process group of its own, and watches them every `TICK`:
 
 - a child that dies (killed, crashed, failed to start) is restarted, after a back-off that
   doubles with each failure in a row (`BACKOFF_FIRST` … `BACKOFF_MAX`; a child that ran for
@@ -20,6 +20,10 @@ console, API, MCP (and, with MEMORYHUB_METRICS_TOKEN, metrics) URLs; scripts may
 With MEMORYHUB_METRICS_TOKEN set, every child shares one PROMETHEUS_MULTIPROC_DIR (the
 variable's value, else `<data dir>/metrics`), emptied at start; the files of a process that has
 died are marked (`mark_process_dead`: its live gauges drop out, its counts stay in the sums).
+
+`available_cores` is the one count of the cores this process may use (the CPU quota of its
+cgroup applied): the web processes' default number, the embedder's idle threads and the
+bench all size themselves by it.
 """
 
 from __future__ import annotations
@@ -35,11 +39,11 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
 
 from django.conf import settings
-from django.core.management.base import BaseCommand
 from prometheus_client import multiprocess
 
 logger = logging.getLogger("memoryhub.serve")
@@ -277,90 +281,73 @@ def answers_http(host: str, port: int, timeout: float = 2.0) -> bool:
     return True
 
 
-class Command(BaseCommand):
-    help = (
-        "Start the web server (uvicorn, ASGI: console, REST, MCP) and the django-q2 cluster, "
-        "and keep them (and the embedded PostgreSQL) running."
-    )
+def supervise(
+    *, host: str, port: int, workers: int, cluster: bool, out: Callable[[str], None]
+) -> None:
+    """Start the children (`processes`) and keep them, and the embedded PostgreSQL, running
+    until SIGTERM or SIGINT, or until the web server stops by itself; then stop them. `out`
+    gets the ready line once the web server answers."""
+    # The web processes size their share of PostgreSQL's connections by their number.
+    env = dict(os.environ, WEB_CONCURRENCY=str(workers))
+    metrics_path = metrics_dir(env)
+    commands = processes(host=host, port=port, workers=workers, cluster=cluster)
+    children = [
+        Child("web server" if command is commands[-1] else "django-q2 cluster", command, env)
+        for command in commands
+    ]
+    web = children[-1]
+    database = EmbeddedDatabase(settings.EMBEDDED_DB.data_dir) if settings.EMBEDDED_DB else None
+    stop = threading.Event()
 
-    def add_arguments(self, parser):
-        parser.add_argument("--host", default=os.environ.get("MEMORYHUB_HOST", "127.0.0.1"))
-        parser.add_argument("--port", type=int, default=int(os.environ.get("MEMORYHUB_PORT", 8000)))
-        parser.add_argument(
-            "--workers",
-            type=int,
-            default=default_workers(),
-            help="web processes (default: WEB_CONCURRENCY, else one per core)",
-        )
-        parser.add_argument("--no-cluster", action="store_true", help="do not start django-q2")
+    def request_stop(*_):
+        stop.set()
 
-    def handle(self, *args, **opts):
-        # The web processes size their share of PostgreSQL's connections by their number.
-        env = dict(os.environ, WEB_CONCURRENCY=str(opts["workers"]))
-        metrics_path = metrics_dir(env)
-        commands = processes(
-            host=opts["host"],
-            port=opts["port"],
-            workers=opts["workers"],
-            cluster=not opts["no_cluster"],
-        )
-        children = [
-            Child("web server" if command is commands[-1] else "django-q2 cluster", command, env)
-            for command in commands
-        ]
-        web = children[-1]
-        database = EmbeddedDatabase(settings.EMBEDDED_DB.data_dir) if settings.EMBEDDED_DB else None
-        stop = threading.Event()
-
-        def request_stop(*_):
-            stop.set()
-
-        signal.signal(signal.SIGTERM, request_stop)
-        signal.signal(signal.SIGINT, request_stop)
-        for child in children:
-            child.start()
-        threading.Thread(
-            target=self._announce_ready, args=(opts["host"], opts["port"], stop), daemon=True
-        ).start()
-        marked: set[int] = set()
-        reaped_at = time.monotonic()
-        try:
-            while not stop.is_set():
-                if metrics_path is not None and time.monotonic() - reaped_at >= REAP_EVERY:
-                    mark_dead_processes(metrics_path, marked)
-                    reaped_at = time.monotonic()
-                # The pause between rounds is a wait on the web server, so its exit is seen
-                # at once.
-                if web.running:
-                    try:
-                        code = web.process.wait(timeout=TICK)
-                    except subprocess.TimeoutExpired:
-                        pass
-                    else:
-                        if code == 0:
-                            logger.warning("the web server stopped: stopping")
-                            break
-                        web.died(code)
-                else:
-                    stop.wait(TICK)
-                if database is not None:
-                    database.check()
-                for child in children:
-                    child.check()
-        except KeyboardInterrupt:
-            pass
-        finally:
-            for child in reversed(children):  # the web server first: no new requests
-                child.terminate()
-            deadline = time.monotonic() + STOP_TIMEOUT
-            for child in reversed(children):
-                child.wait_stopped(deadline)
-
-    def _announce_ready(self, host: str, port: int, stop: threading.Event) -> None:
-        """Print the ready line once, when the web server first answers."""
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    for child in children:
+        child.start()
+    threading.Thread(target=_announce_ready, args=(host, port, stop, out), daemon=True).start()
+    marked: set[int] = set()
+    reaped_at = time.monotonic()
+    try:
         while not stop.is_set():
-            if answers_http(host, port):
-                self.stdout.write(ready_line(host, port))
-                self.stdout.flush()
-                return
-            stop.wait(READY_POLL)
+            if metrics_path is not None and time.monotonic() - reaped_at >= REAP_EVERY:
+                mark_dead_processes(metrics_path, marked)
+                reaped_at = time.monotonic()
+            # The pause between rounds is a wait on the web server, so its exit is seen
+            # at once.
+            if web.running:
+                try:
+                    code = web.process.wait(timeout=TICK)
+                except subprocess.TimeoutExpired:
+                    pass
+                else:
+                    if code == 0:
+                        logger.warning("the web server stopped: stopping")
+                        break
+                    web.died(code)
+            else:
+                stop.wait(TICK)
+            if database is not None:
+                database.check()
+            for child in children:
+                child.check()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for child in reversed(children):  # the web server first: no new requests
+            child.terminate()
+        deadline = time.monotonic() + STOP_TIMEOUT
+        for child in reversed(children):
+            child.wait_stopped(deadline)
+
+
+def _announce_ready(
+    host: str, port: int, stop: threading.Event, out: Callable[[str], None]
+) -> None:
+    """Write the ready line once, when the web server first answers."""
+    while not stop.is_set():
+        if answers_http(host, port):
+            out(ready_line(host, port))
+            return
+        stop.wait(READY_POLL)

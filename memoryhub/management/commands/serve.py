@@ -1,0 +1,43 @@
+"""`python manage.py serve`: the web server (uvicorn, ASGI: console, REST, MCP) and the
+django-q2 cluster, kept running with the embedded PostgreSQL by `memoryhub.supervisor` (how it
+restarts what dies, stops on SIGTERM/SIGINT and says when it is ready: that module's
+docstring)."""
+
+from __future__ import annotations
+
+import os
+
+from django.core.management.base import BaseCommand
+
+from memoryhub.supervisor import default_workers, supervise
+
+
+class Command(BaseCommand):
+    help = (
+        "Start the web server (uvicorn, ASGI: console, REST, MCP) and the django-q2 cluster, "
+        "and keep them (and the embedded PostgreSQL) running."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--host", default=os.environ.get("MEMORYHUB_HOST", "127.0.0.1"))
+        parser.add_argument("--port", type=int, default=int(os.environ.get("MEMORYHUB_PORT", 8000)))
+        parser.add_argument(
+            "--workers",
+            type=int,
+            default=default_workers(),
+            help="web processes (default: WEB_CONCURRENCY, else one per core)",
+        )
+        parser.add_argument("--no-cluster", action="store_true", help="do not start django-q2")
+
+    def handle(self, *args, **opts):
+        supervise(
+            host=opts["host"],
+            port=opts["port"],
+            workers=opts["workers"],
+            cluster=not opts["no_cluster"],
+            out=self.write_line,
+        )
+
+    def write_line(self, line: str) -> None:
+        self.stdout.write(line)
+        self.stdout.flush()
