@@ -65,8 +65,9 @@ format: install
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
+# The benchmarks: the repository's bench/, never in the installed package (docs/benchmarks.md).
 bench: install
-	$(BIN)/python manage.py bench $(BENCH_ARGS)
+	$(BIN)/python -m bench $(BENCH_ARGS)
 
 # Stop the embedded PostgreSQL of ./var (data stays).
 stop-db: install

@@ -1,5 +1,6 @@
-"""`python manage.py bench`: latency over real HTTP, pruning, memory formation (ingest and
-extraction server time) and LoCoMo retrieval quality (docs/benchmarks.md).
+"""`python -m bench` (or `python manage.py bench`): latency over real HTTP, pruning, memory
+formation (ingest and extraction server time) and LoCoMo retrieval quality
+(docs/benchmarks.md).
 
 Runs on a throwaway embedded PostgreSQL in a temp dir with a real uvicorn server on a free
 127.0.0.1 port; prints tables and writes bench-results.json. `--charts` draws a results file's
@@ -20,17 +21,17 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from accounts.services import agent_get_or_create, api_key_create, tenant_get_or_create
-from memories.bench import latency
-from memories.bench.charts import write_charts
-from memories.bench.corpus import CORPORA
-from memories.bench.formation import formation_table, run_extraction_bench, run_ingest_bench
-from memories.bench.load import load_table, run_load_bench
-from memories.bench.locomo import KS, MODES, run_locomo
-from memories.bench.pair import PAIRS, pair_table, run_pair_bench
-from memories.bench.prune import run_prune_bench
-from memories.bench.server import ApiServer, durability, throwaway_database
-from memories.bench.versus import run_versus_bench, versus_table
+from bench import latency
+from bench.charts import write_charts
+from bench.corpus import CORPORA
+from bench.formation import formation_table, run_extraction_bench, run_ingest_bench
+from bench.load import load_table, run_load_bench
+from bench.locomo import KS, MODES, run_locomo
+from bench.pair import PAIRS, pair_table, run_pair_bench
+from bench.prune import run_prune_bench
+from bench.versus import run_versus_bench, versus_table
 from memories.models import Memory
+from memoryhub.throwaway import ApiServer, durability, throwaway_database
 
 SCALES = (10_000, 100_000, 1_000_000)
 DEFAULT_LOCOMO = settings.BASE_DIR.parent / "shared" / "datasets" / "locomo10.json"
@@ -151,7 +152,7 @@ class Command(BaseCommand):
             "--versus-mem0",
             metavar="URL",
             help="only the side-by-side with mem0's REST server at URL (started beforehand: "
-            "memories/bench/mem0-side-by-side.sh): all LoCoMo turns bulk-loaded, then --requests "
+            "bench/mem0-side-by-side.sh): all LoCoMo turns bulk-loaded, then --requests "
             "(default 300) writes, hybrid and semantic searches, the two systems interleaved; "
             'its figures go under "versus_mem0" in --output (bench/versus.py)',
         )
@@ -251,7 +252,7 @@ class Command(BaseCommand):
         self.stdout.write(line)
         self.stdout.flush()
 
-    # --- charts (memories/bench/charts.py) ------------------------------------------------
+    # --- charts (bench/charts.py) ------------------------------------------------
 
     def charts(self, results_path: Path, directory: Path) -> None:
         try:
@@ -264,7 +265,7 @@ class Command(BaseCommand):
         for path in written:
             self.out(f"wrote {path}")
 
-    # --- mixed load (memories/bench/load.py) ------------------------------------------------
+    # --- mixed load (bench/load.py) ------------------------------------------------
 
     def load(self, opts: dict) -> None:
         """The mixed load alone; its figures go under "load" → embedder (then "/" corpus and
@@ -323,7 +324,7 @@ class Command(BaseCommand):
         write_results(path, results)
         self.out(f"wrote the load figures to {path}")
 
-    # --- side by side with mem0 (memories/bench/versus.py) ------------------------------------
+    # --- side by side with mem0 (bench/versus.py) ------------------------------------
 
     def versus_mem0(self, opts: dict) -> None:
         """The comparison alone; its figures go under "versus_mem0" in --output, next to
@@ -432,12 +433,12 @@ class Command(BaseCommand):
                 )
         self.out("")
 
-    # --- prune (memories/bench/prune.py) --------------------------------------------------------
+    # --- prune (bench/prune.py) --------------------------------------------------------
 
     def prune(self, scale: int, samples: int) -> dict | None:
         return run_prune_bench(scale=scale, samples=samples, out=self.out)
 
-    # --- formation (memories/bench/formation.py) ----------------------------------------------
+    # --- formation (bench/formation.py) ----------------------------------------------
 
     def formation(
         self,

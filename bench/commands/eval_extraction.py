@@ -1,13 +1,14 @@
-"""`python manage.py eval_extraction`: memory formation (SPEC §11) measured on LoCoMo.
+"""`python -m bench eval_extraction` (or `python manage.py eval_extraction`): memory formation
+measured on LoCoMo (docs/formation.md).
 
-    python manage.py eval_extraction --dataset ../shared/datasets/locomo10.json \\
+    python -m bench eval_extraction --dataset ../shared/datasets/locomo10.json \\
         [--conversations N] [--sessions N] [--roles user|alternate] [--embedder auto] \\
         [--output results.json]
 
 Needs a model (`MEMORYHUB_LLM_URL`, ...): without one it says so and exits with status 2.
 Everything happens in a throwaway embedded PostgreSQL in a temp dir (as `bench` does), so an
 evaluation never writes to a real database; the model is the configured one. How the
-conversations are ingested, extracted and scored: memories/bench/extraction_eval.py.
+conversations are ingested, extracted and scored: bench/extraction_eval.py.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from accounts.services import tenant_get_or_create
-from memories.bench.extraction_eval import (
+from bench.extraction_eval import (
     CATEGORIES,
     HEADLINE_K,
     KS,
@@ -31,9 +32,9 @@ from memories.bench.extraction_eval import (
     EvaluationAborted,
     evaluate,
 )
-from memories.bench.server import throwaway_database
 from memories.embeddings import get_embedder, reset_embedder
 from memories.formation.llm import llm_configured
+from memoryhub.throwaway import throwaway_database
 
 DEFAULT_DATASET = settings.BASE_DIR.parent / "shared" / "datasets" / "locomo10.json"
 NO_LLM = (
