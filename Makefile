@@ -73,8 +73,9 @@ format: $(STAMP) format-ts
 format-ts: $(NODE_STAMP)
 	cd $(TS_CLIENT) && npm run --silent format
 
+# The benchmarks: the repository's bench/, never in the installed package (docs/benchmarks.md).
 bench: install
-	$(BIN)/python manage.py bench $(BENCH_ARGS)
+	$(BIN)/python -m bench $(BENCH_ARGS)
 
 # Stop the embedded PostgreSQL of ./var (data stays).
 stop-db: install

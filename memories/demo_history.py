@@ -3,9 +3,9 @@ have something to show in screenshots (`python manage.py screenshots`). Never pa
 
 Everything goes through the services an agent's requests use, each at its own past `now`:
 stores (now and then an inferred one, which waits for review), reads (search, hydrate,
-recall), an operator's tombstones, and conversations whose extraction runs against the bench's
-stand-in model (an OpenAI-compatible server on 127.0.0.1 that answers at once). Seeded, so
-every run makes the same history.
+recall), an operator's tombstones, and conversations whose extraction runs against the
+stand-in model (`memories.formation.standin_llm`: an OpenAI-compatible server on 127.0.0.1 that
+answers at once). Seeded, so every run makes the same history.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from accounts.models import Agent
 from accounts.principal import Principal
 from accounts.services import agent_get_or_create
 from memories.access import flush_access
-from memories.bench.standin_llm import StandInLLM
 from memories.clock import resolve_now
 from memories.formation.ingest import thread_messages_add
 from memories.formation.llm import LLMClient
 from memories.formation.runs import run_execute, run_request
+from memories.formation.standin_llm import StandInLLM
 from memories.models import Thread
 from memories.retrieval.hydrate import memory_hydrate
 from memories.retrieval.search import memory_search

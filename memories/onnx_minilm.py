@@ -23,7 +23,8 @@ channel, activations quantized on the fly. Its passes take about 0.55 of the tim
 are not the model's own (cosine to them about 0.99, the test's bar 0.97), so they are recorded
 under another model name (`MEMORYHUB_EMBEDDER_PRECISION`, memories/embeddings.py).
 
-No Django here: the export runs at install time, before there is a database.
+Nothing here reads Django's settings or a database: the export runs at install time, before
+there is one.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ import sys
 import tempfile
 import warnings
 from pathlib import Path
+
+from memoryhub.supervisor import available_cores
 
 MODEL_FILE = "all-MiniLM-L6-v2.onnx"
 OPSET = 17
@@ -160,14 +163,6 @@ def available(precision: str = "fp32") -> bool:
         and importlib.util.find_spec("tokenizers") is not None
         and model_path(precision).is_file()
     )
-
-
-def available_cores() -> int:
-    """The cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not Linux
-        return os.cpu_count() or 1
 
 
 def runnable_threads(path: str = "/proc/loadavg") -> int | None:

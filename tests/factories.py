@@ -18,8 +18,8 @@ def seed_synthetic(tenant: Tenant, agents: list[Agent], count: int) -> None:
     tenant's), by COPY: a table of some size, for tests of what the planner does with it."""
     import io
 
-    from memories.bench import latency
-    from memories.bench.server import Progress
+    from bench import latency
+    from bench.server import Progress
 
     for index, owner in enumerate(agents):
         latency.seed_agent(

@@ -17,8 +17,8 @@ from django.test import Client
 from django.utils import timezone
 from uvicorn.main import main as uvicorn_command
 
+from memoryhub import supervisor
 from memoryhub.asgi import application
-from memoryhub.management.commands import serve
 from memoryhub.proxies import parse_trusted_proxies
 from tests.factories import (
     TEST_PASSWORD,
@@ -154,7 +154,7 @@ CSRF = "k" * 32  # a cookie secret of the client's choosing, sent back as the he
 def served_app():
     """The ASGI app wrapped as uvicorn wraps it with `serve`'s own command-line options (its
     proxy-header middleware, unless they turn it off)."""
-    web = serve.processes(host="127.0.0.1", port=8000, workers=1, cluster=False)[-1]
+    web = supervisor.processes(host="127.0.0.1", port=8000, workers=1, cluster=False)[-1]
     options = uvicorn_command.make_context("uvicorn", web[3:]).params
     config = uvicorn.Config(
         application,

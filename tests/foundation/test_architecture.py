@@ -1,5 +1,7 @@
-"""The house rules that keep the layout honest (docs/ARCHITECTURE.md): small modules, and no
-import cycles between the application's modules, none hidden by a late or type-only import."""
+"""The house rules that keep the layout honest (docs/ARCHITECTURE.md): small modules, no
+import cycles between the application's modules, none hidden by a late or type-only import,
+and a product that never imports the benchmark harness (the repository's `bench/`, not part
+of the installed package)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,16 @@ PACKAGES = {
     "memories": ".",
     "memoryhub": ".",
     "memoryhub_client": "clients/python",
+    # Not shipped, but held to the same rules.
+    "bench": ".",
+}
+# What the wheel ships (pyproject.toml's packages.find).
+PRODUCT = ("accounts", "memories", "memoryhub")
+# The commands that hand `manage.py bench` / `eval_extraction` over to the harness: each imports
+# it inside a function, so that the product loads without it.
+HARNESS_COMMANDS = {
+    "memories.management.commands.bench",
+    "memories.management.commands.eval_extraction",
 }
 MAX_LINES = 600
 
@@ -43,6 +55,13 @@ def _imports(path: Path, modules: dict[str, Path]) -> set[str]:
             targets.add(node.module)
             targets.update(f"{node.module}.{alias.name}" for alias in node.names)
     return {t for t in targets if t in modules}
+
+
+def _empty_packages(root: Path, packages) -> None:
+    """The packages as empty directories under `root`, for the checks' own tests."""
+    for package in packages:
+        (root / package).mkdir()
+        (root / package / "__init__.py").write_text("")
 
 
 def test_no_application_module_is_over_600_lines():
@@ -79,9 +98,7 @@ def test_no_import_cycles():
 
 def test_the_cycle_check_sees_a_cycle(tmp_path, monkeypatch):
     """The check above would fail on a real cycle (it is not vacuous)."""
-    for package in PACKAGES:
-        (tmp_path / package).mkdir()
-        (tmp_path / package / "__init__.py").write_text("")
+    _empty_packages(tmp_path, PACKAGES)
     (tmp_path / "memories" / "a.py").write_text("from memories import b\n")
     (tmp_path / "memories" / "b.py").write_text("from memories.a import x\n")
     monkeypatch.setattr(__import__(__name__, fromlist=["ROOT"]), "ROOT", tmp_path)
@@ -94,9 +111,7 @@ def test_the_cycle_check_sees_a_cycle(tmp_path, monkeypatch):
 
 def test_the_cycle_check_sees_a_cycle_hidden_by_a_late_import(tmp_path, monkeypatch):
     """A cycle closed by an import inside a function, or under TYPE_CHECKING, is one too."""
-    for package in PACKAGES:
-        (tmp_path / package).mkdir()
-        (tmp_path / package / "__init__.py").write_text("")
+    _empty_packages(tmp_path, PACKAGES)
     (tmp_path / "memories" / "a.py").write_text("from memories import b\n")
     (tmp_path / "memories" / "b.py").write_text(
         "from typing import TYPE_CHECKING\n"
@@ -110,3 +125,67 @@ def test_the_cycle_check_sees_a_cycle_hidden_by_a_late_import(tmp_path, monkeypa
     except AssertionError:
         return
     raise AssertionError("a cycle closed inside a function went unnoticed")
+
+
+def _bench_imports(root: Path) -> dict[str, set[int]]:
+    """Every module of the product under `root` (migrations included) that imports `bench`,
+    with the line numbers of those imports: statements anywhere (top, function, under
+    `TYPE_CHECKING`) and `importlib.import_module("bench…")` / `__import__("bench…")`."""
+
+    def is_bench(name: str | None) -> bool:
+        return name is not None and (name == "bench" or name.startswith("bench."))
+
+    found: dict[str, set[int]] = {}
+    for package in PRODUCT:
+        for path in (root / package).rglob("*.py"):
+            parts = path.relative_to(root).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Import):
+                    hit = any(is_bench(alias.name) for alias in node.names)
+                elif isinstance(node, ast.ImportFrom):
+                    hit = not node.level and is_bench(node.module)
+                elif isinstance(node, ast.Call) and node.args:
+                    func = node.func
+                    called = (
+                        func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+                    )
+                    first = node.args[0]
+                    hit = (
+                        called in ("import_module", "__import__")
+                        and isinstance(first, ast.Constant)
+                        and isinstance(first.value, str)
+                        and is_bench(first.value)
+                    )
+                else:
+                    hit = False
+                if hit:
+                    found.setdefault(name, set()).add(node.lineno)
+    return found
+
+
+def _top_level_lines(path: Path) -> set[int]:
+    """The lines of the module's top-level statements (an import there runs on import)."""
+    return {node.lineno for node in ast.parse(path.read_text()).body}
+
+
+def test_nothing_in_the_product_imports_the_bench():
+    found = _bench_imports(ROOT)
+    assert set(found) == HARNESS_COMMANDS
+    for name in HARNESS_COMMANDS:
+        path = ROOT / (name.replace(".", "/") + ".py")
+        assert found[name].isdisjoint(_top_level_lines(path)), name  # only inside a function
+
+
+def test_the_bench_import_check_sees_late_and_dynamic_imports(tmp_path):
+    """The check above would see the bench imported anywhere in the product (not vacuous)."""
+    _empty_packages(tmp_path, PRODUCT)
+    (tmp_path / "memories" / "a.py").write_text("def f():\n    from bench.latency import x\n")
+    (tmp_path / "memoryhub" / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import bench\n"
+    )
+    (tmp_path / "accounts" / "c.py").write_text(
+        "import importlib\nimportlib.import_module('bench.load')\n"
+    )
+    (tmp_path / "accounts" / "d.py").write_text("import benchmarks\nfrom .bench import y\n")
+    assert _bench_imports(tmp_path) == {"memories.a": {2}, "memoryhub.b": {3}, "accounts.c": {2}}

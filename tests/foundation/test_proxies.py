@@ -15,8 +15,7 @@ from django.db import connections
 from django.http import HttpResponse
 from django.test import Client, RequestFactory
 
-from memoryhub import asgi
-from memoryhub.management.commands import serve
+from memoryhub import asgi, supervisor
 from memoryhub.proxies import (
     MAX_HOPS,
     TrustedProxyMiddleware,
@@ -318,6 +317,6 @@ def test_serve_turns_uvicorns_proxy_headers_off_whatever_is_trusted(settings, tr
     """uvicorn would otherwise believe X-Forwarded-For from 127.0.0.1 and rewrite the client
     before the app applies the rule (memoryhub/proxies.py)."""
     settings.MEMORYHUB_TRUSTED_PROXIES = parse_trusted_proxies(trusted)
-    web = serve.processes(host="127.0.0.1", port=8000, workers=2, cluster=False)[-1]
+    web = supervisor.processes(host="127.0.0.1", port=8000, workers=2, cluster=False)[-1]
     assert "--no-proxy-headers" in web and "--proxy-headers" not in web
     assert not any(arg.startswith("--forwarded-allow-ips") for arg in web)

@@ -12,29 +12,40 @@ import threading
 import pytest
 from django.conf import settings
 
+from memories import onnx_minilm
 from memories.mcp import calls as mcp_calls
-from memoryhub import asgi
+from memoryhub import asgi, supervisor
 from memoryhub.management.commands import serve
 from memoryhub.web_pool import web_executor
 
 
 def test_serve_runs_one_web_process_per_core_unless_told(monkeypatch, tmp_path):
     monkeypatch.delenv("WEB_CONCURRENCY", raising=False)
-    monkeypatch.setattr(serve, "CGROUP_CPU_MAX", tmp_path / "absent")
+    monkeypatch.setattr(supervisor, "CGROUP_CPU_MAX", tmp_path / "absent")
     monkeypatch.setattr(serve.os, "sched_getaffinity", lambda pid: {0, 1})
-    assert serve.default_workers() == 2
+    assert supervisor.default_workers() == 2
     monkeypatch.setattr(serve.os, "sched_getaffinity", lambda pid: set(range(64)))
-    assert serve.default_workers() == 64  # no fixed cap
+    assert supervisor.default_workers() == 64  # no fixed cap
     quota = tmp_path / "cpu.max"
     quota.write_text("250000 100000\n")  # a container allowed 2.5 CPUs
-    monkeypatch.setattr(serve, "CGROUP_CPU_MAX", quota)
-    assert serve.default_workers() == 3
+    monkeypatch.setattr(supervisor, "CGROUP_CPU_MAX", quota)
+    assert supervisor.default_workers() == 3
     quota.write_text("max 100000\n")
-    assert serve.default_workers() == 64
+    assert supervisor.default_workers() == 64
     monkeypatch.setenv("WEB_CONCURRENCY", "3")
-    assert serve.default_workers() == 3
+    assert supervisor.default_workers() == 3
     parser = serve.Command().create_parser("manage.py", "serve")
     assert parser.parse_args([]).workers == 3
+
+
+def test_the_embedder_counts_the_cores_as_serve_does(monkeypatch, tmp_path):
+    """The local embedder's idle threads are sized by the same count as the web processes: a
+    container allowed one CPU of a 4-core host has one core for both."""
+    monkeypatch.setattr(supervisor.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    quota = tmp_path / "cpu.max"
+    quota.write_text("100000 100000\n")
+    monkeypatch.setattr(supervisor, "CGROUP_CPU_MAX", quota)
+    assert onnx_minilm.available_cores() == supervisor.available_cores() == 1
 
 
 @pytest.mark.parametrize(

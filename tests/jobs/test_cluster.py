@@ -10,7 +10,7 @@ import sys
 from django.conf import settings
 from django.core.management import call_command
 
-from memoryhub.management.commands import serve
+from memoryhub import supervisor
 from tests.jobs.conftest import BASE_DIR, command_env
 
 
@@ -53,12 +53,12 @@ def test_redis_url_switches_the_broker():
 
 
 def test_serve_starts_the_cluster_beside_uvicorn():
-    cluster, web = serve.processes(host="127.0.0.1", port=8123, workers=2)
+    cluster, web = supervisor.processes(host="127.0.0.1", port=8123, workers=2)
 
     assert cluster == [sys.executable, "manage.py", "qcluster"]
     assert web[:4] == [sys.executable, "-m", "uvicorn", "memoryhub.asgi:application"]
     assert web[web.index("--port") + 1] == "8123" and web[web.index("--workers") + 1] == "2"
-    assert len(serve.processes(host="127.0.0.1", port=8000, workers=1, cluster=False)) == 1
+    assert len(supervisor.processes(host="127.0.0.1", port=8000, workers=1, cluster=False)) == 1
 
 
 class FakeProcess:
@@ -83,13 +83,13 @@ def test_serve_command_spawns_both_and_stops_both(monkeypatch):
         started.append(FakeProcess(command, env))
         return started[-1]
 
-    monkeypatch.setattr(serve.subprocess, "Popen", popen)
-    monkeypatch.setattr(serve.signal, "signal", lambda *args: None)  # leave pytest's handlers
+    monkeypatch.setattr(supervisor.subprocess, "Popen", popen)
+    monkeypatch.setattr(supervisor.signal, "signal", lambda *args: None)  # leave pytest's handlers
 
     call_command("serve", "--port", "8124")
 
-    assert [p.command for p in started] == serve.processes(
-        host="127.0.0.1", port=8124, workers=serve.default_workers()
+    assert [p.command for p in started] == supervisor.processes(
+        host="127.0.0.1", port=8124, workers=supervisor.default_workers()
     )
     # The web server returning (here: at once) stops the cluster too.
     assert [p.signals for p in started] == [[signal.SIGTERM], [signal.SIGTERM]]
@@ -102,8 +102,8 @@ def test_serve_without_the_cluster(monkeypatch):
         started.append(command)
         return FakeProcess(command, env)
 
-    monkeypatch.setattr(serve.subprocess, "Popen", popen)
-    monkeypatch.setattr(serve.signal, "signal", lambda *args: None)
+    monkeypatch.setattr(supervisor.subprocess, "Popen", popen)
+    monkeypatch.setattr(supervisor.signal, "signal", lambda *args: None)
 
     call_command("serve", "--no-cluster")
 

@@ -11,7 +11,7 @@ import pytest
 from django.db import connection, connections, transaction
 
 from accounts.principal import Principal
-from memories.bench.prune import insert_memories
+from bench.prune import insert_memories
 from memories.jobs.prune import prune_memories
 from memories.models import Memory, MemoryRevision, PruneRun
 from memories.services.changes import memory_update

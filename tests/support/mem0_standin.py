@@ -1,5 +1,5 @@
 """A stand-in for mem0's REST server (its server/main.py) on loopback, for the side-by-side
-bench's tests (memories/bench/versus.py): `POST /memories` and `POST /search` as mem0 answers
+bench's tests (bench/versus.py): `POST /memories` and `POST /search` as mem0 answers
 them, every request recorded.
 
 - `POST /memories` stores each message's content under the body's `user_id` (what mem0 does

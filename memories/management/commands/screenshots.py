@@ -19,10 +19,10 @@ from django.core.management.base import BaseCommand, CommandError
 
 from accounts.models import Agent
 from accounts.services import operator_create, operator_password_reset, tenant_get_or_create
-from memories.bench.server import ApiServer, throwaway_database
 from memories.demo_history import seed_history
 from memories.embeddings import reset_embedder
 from memories.models import Memory, Thread
+from memoryhub.throwaway import ApiServer, throwaway_database
 
 try:
     from playwright.sync_api import sync_playwright

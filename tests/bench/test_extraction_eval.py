@@ -13,8 +13,8 @@ from datetime import UTC, datetime
 import pytest
 from django.conf import settings
 
-from memories.bench.extraction_eval import load, recall, session_time
-from memories.bench.standin_llm import operations_for
+from bench.extraction_eval import load, recall, session_time
+from memories.formation.standin_llm import operations_for
 from tests.support.bench import throwaway_dir
 
 TINY_LOCOMO = [

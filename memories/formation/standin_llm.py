@@ -1,8 +1,9 @@
-"""A stand-in model for the extraction bench: an OpenAI-compatible chat-completions server on
-127.0.0.1 that answers at once, so that a run's time is all ours (SPEC §11's "server time per
-run, the model's own time excluded").
+"""A stand-in model: an OpenAI-compatible chat-completions server on 127.0.0.1 that answers at
+once, by rule. The demo history (`memories.demo_history`, for `manage.py screenshots`) extracts
+its conversations against it, and the formation bench (the repository's `bench/`) times runs
+with it, so that a run's time is all the server's (the model's own time excluded).
 
-Part of the benchmark tool, not of the product. Every extraction request gets one `add`
+It is never the configured model of a real deployment. Every extraction request gets one `add`
 operation citing every message of the run (the `[<seq>]` lines of the prompt's new messages),
 its text made from the run's first message so that no two runs add the same memory; a summary
 request (the JSON schema `thread_summary`; the bench's client asks with `json_schema` output)

@@ -1,6 +1,6 @@
 """One client process of the mixed load (`bench --load`; the orchestration is in load.py).
 
-Run as `python -m memories.bench.load_client`: reads its configuration as one JSON line on
+Run as `python -m bench.load_client`: reads its configuration as one JSON line on
 stdin, opens a keep-alive connection, answers `ready`, waits for a `go` line, then sends
 requests back to back (a closed loop: the next one when the last has answered) for `warmup`
 seconds unmeasured and `duration` seconds measured, each operation drawn from the mix. Prints

@@ -1,6 +1,6 @@
 """Side by side with mem0 (`bench --versus-mem0 URL`, docs/benchmarks.md "Side by side with
 mem0"): the same LoCoMo workload against mem0's own REST server (its `server/main.py`, started
-beforehand: memories/bench/mem0-side-by-side.sh) and against MemoryHub's `serve`, interleaved.
+beforehand: bench/mem0-side-by-side.sh) and against MemoryHub's `serve`, interleaved.
 
 MemoryHub runs on a throwaway durable database with `serve`'s defaults and the embedder under
 test (local: MiniLM), its query-vector cache off (mem0 has none). The workload:
@@ -18,7 +18,7 @@ first alternates, so that whatever the shared machine does meanwhile falls on bo
 phase's order is kept with the figures ("H" MemoryHub, "M" mem0). Reported per call: p50/p95 of
 each system and how many times faster MemoryHub is (mem0's time over MemoryHub's; for the bulk
 load, memories per second), and the evidence recall@k of both systems' searches on the questions
-asked (the metric of memories/bench/locomo.py).
+asked (the metric of bench/locomo.py).
 """
 
 from __future__ import annotations
@@ -35,13 +35,13 @@ from itertools import zip_longest
 from pathlib import Path
 
 from accounts.services import agent_get_or_create, api_key_create, tenant_get_or_create
-from memories.bench import locomo
-from memories.bench.latency import percentiles
-from memories.bench.load import serving
-from memories.bench.load_client import Client
-from memories.bench.server import Progress
+from bench import locomo
+from bench.latency import percentiles
+from bench.load import serving
+from bench.load_client import Client
+from bench.server import Progress
 from memories.models import Memory
-from memoryhub.management.commands.serve import default_workers
+from memoryhub.supervisor import default_workers
 
 SYSTEMS = ("memoryhub", "mem0")
 LETTER = {"memoryhub": "H", "mem0": "M"}
@@ -97,7 +97,7 @@ class MemoryHubSide:
         return Request("POST", "/api/v1/search", body, self._auth(self.keys[conversation]))
 
     def stored_ids(self, status: int, answer: dict) -> list[str]:
-        # 422: a turn that looks like a secret is refused, as in memories/bench/locomo.py.
+        # 422: a turn that looks like a secret is refused, as in bench/locomo.py.
         return [] if status == 422 else [answer["memory_id"]]
 
     def hit_ids(self, answer: dict) -> list[str]:

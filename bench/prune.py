@@ -28,9 +28,10 @@ from django.db import connection, connections
 from django.utils import timezone
 
 from accounts.services import agent_get_or_create, api_key_create, tenant_get_or_create
-from memories.bench.server import ApiServer, api_client
+from bench.server import api_client
 from memories.ids import new_ulid
 from memories.jobs.prune import prune_memories
+from memoryhub.throwaway import ApiServer
 
 INSERT_CHUNK = 100_000
 

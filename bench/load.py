@@ -2,10 +2,10 @@
 hybrid search, 30% recall by key, against `python manage.py serve` with its defaults.
 
 The bench process seeds a throwaway database (one agent per client, `SEED_PER_AGENT` memories
-each, texts of the `--corpus` (memories/bench/corpus.py), embedded by the embedder under test
+each, texts of the `--corpus` (bench/corpus.py), embedded by the embedder under test
 so that search sees real vectors), starts `serve` on it (web workers, thread pool and the
 django-q2 cluster as `serve` chooses them, or `--workers`), then starts the clients
-(memories/bench/load_client.py). Each is a closed loop: it sends its next request when the last
+(bench/load_client.py). Each is a closed loop: it sends its next request when the last
 has answered. After a warm-up, every request of `duration` seconds is timed; the figures are the
 requests answered per second and the latency percentiles of each operation.
 
@@ -35,11 +35,12 @@ from django.conf import settings
 from django.db import connection
 
 from accounts.services import agent_get_or_create, api_key_create, tenant_get_or_create
-from memories.bench import cpu, latency, statements
-from memories.bench.corpus import CORPORA, Corpus
-from memories.bench.server import Progress, free_port, server_env
+from bench import cpu, latency, statements
+from bench.corpus import CORPORA, Corpus
+from bench.server import Progress
 from memories.embeddings import build_embedder
-from memoryhub.management.commands.serve import default_workers
+from memoryhub.supervisor import default_workers
+from memoryhub.throwaway import free_port, server_env
 
 MIX = {"store": 30, "search_hybrid": 40, "recall": 30}
 SEED_PER_AGENT = 500
@@ -252,7 +253,7 @@ def drive(
         _warm(url, creds, configs[0]["queries"][-8:])
     processes = [
         subprocess.Popen(
-            [sys.executable, "-m", "memories.bench.load_client"],
+            [sys.executable, "-m", "bench.load_client"],
             cwd=settings.BASE_DIR,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -329,7 +330,7 @@ def run_load_bench(
     agents: int | None = None,
 ) -> dict:
     """`statement_stats`: also where PostgreSQL's time went, statement by statement
-    (`memories.bench.statements`; the database must load pg_stat_statements).
+    (`bench.statements`; the database must load pg_stat_statements).
     `agents`: how many agents are seeded (default one per client); client i works as agent
     i mod `agents`. A fixed number keeps the database the same size whatever the clients, so
     that runs with different `--workers` (and clients) compare the code, not the data."""

@@ -1,4 +1,6 @@
-"""A throwaway embedded PostgreSQL for the bench process, and the real web server on top of it."""
+"""A throwaway embedded PostgreSQL for this process, and the real web server on top of it: what
+`manage.py screenshots` and the benchmarks (the repository's `bench/`) run on, so that nothing
+touches the developer's database."""
 
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ def throwaway_database(
     `durable`: with PostgreSQL's settings as a real install has them (every commit flushed to
     disk, full-page writes), for figures that are timed; else without (faster, for what is only
     counted, such as an evaluation's recall). `statement_stats`: with pg_stat_statements loaded
-    (`memories.bench.statements`). On exit the server is stopped and the directory
+    (the bench's `statements`). On exit the server is stopped and the directory
     removed; this process's `default` connection is pointed back where it was.
     """
     data_dir = Path(tempfile.mkdtemp(prefix="memoryhub-bench-"))
@@ -91,7 +93,7 @@ def free_port() -> int:
 
 
 def server_env(data_dir: Path, embedder: str) -> dict[str, str]:
-    """The environment of a bench server on `data_dir`: its embedder, offline, quiet, and
+    """The environment of a server on `data_dir`: its embedder, offline, quiet, and
     never the developer's database."""
     env = dict(
         os.environ,
@@ -163,39 +165,3 @@ class ApiServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
-
-
-def api_client(base_url: str, key: str):
-    """A keep-alive HTTP client with the agent's key."""
-    return httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {key}"}, timeout=60.0)
-
-
-class Progress:
-    """A one-line progress bar on stderr (plain lines when stderr is not a terminal)."""
-
-    def __init__(self, label: str, total: int, stream=None):
-        self.label, self.total, self.done = label, max(total, 1), 0
-        self.stream = stream or sys.stderr
-        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
-        self.started = time.monotonic()
-        self._last_decile = -1
-
-    def advance(self, n: int = 1) -> None:
-        self.done += n
-        if self.tty:
-            filled = int(30 * self.done / self.total)
-            bar = "#" * filled + "." * (30 - filled)
-            self.stream.write(f"\r{self.label} [{bar}] {self.done}/{self.total}")
-            self.stream.flush()
-        else:
-            decile = 10 * self.done // self.total
-            if decile != self._last_decile:
-                self._last_decile = decile
-                self.stream.write(f"{self.label}: {self.done}/{self.total}\n")
-                self.stream.flush()
-
-    def close(self) -> None:
-        seconds = time.monotonic() - self.started
-        end = "\n" if self.tty else ""
-        self.stream.write(f"{end}{self.label}: {self.done}/{self.total} in {seconds:.1f}s\n")
-        self.stream.flush()

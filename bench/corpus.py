@@ -19,7 +19,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from memories.bench import latency
+from bench import latency
 
 # 300 words, none an English stop word (each is a lexeme of `to_tsvector('english', …)`), the
 # most frequent first.

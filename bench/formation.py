@@ -6,8 +6,8 @@
   the very build it measures, which has the route, so a 404 is a defect of the bench.
 - **extraction server time**: with `threads` threads of 10 messages each in the tenant, one
   extraction run per thread (`run_request` + `run_execute`, as the worker does) against a
-  stand-in model that answers at once (`standin_llm.py`: one `add` per run citing its
-  messages); reported is each run's `server_ms` (ours; `llm_ms`, the model's, is excluded by
+  stand-in model that answers at once (`memories/formation/standin_llm.py`: one `add` per run
+  citing its messages); reported is each run's `server_ms` (ours; `llm_ms`, the model's, is excluded by
   the run itself), and where it goes: window read, related-memories search, apply (operations
   through the services, and the commit), summary check, and the rest (run bookkeeping).
   Target: p50 ≤ 50 ms at 1,000 threads.
@@ -36,15 +36,16 @@ from django.db import connection
 
 from accounts.principal import Principal
 from accounts.services import agent_get_or_create, api_key_create, tenant_get_or_create
-from memories.bench import cpu
-from memories.bench.latency import fact, percentiles
-from memories.bench.server import ApiServer, Progress, api_client
-from memories.bench.standin_llm import StandInLLM
+from bench import cpu
+from bench.latency import fact, percentiles
+from bench.server import Progress, api_client
 from memories.embeddings import get_embedder, reset_embedder
 from memories.formation import runs
 from memories.formation.ingest import thread_messages_add
 from memories.formation.llm import LLMClient
+from memories.formation.standin_llm import StandInLLM
 from memories.models import ExtractionRun, RunState, Thread
+from memoryhub.throwaway import ApiServer
 
 BATCH = 10  # messages per ingest batch
 MESSAGES_PER_THREAD = 10

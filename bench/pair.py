@@ -28,9 +28,9 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-from memories.bench import cpu
-from memories.bench.corpus import CORPORA
-from memories.bench.load import (
+from bench import cpu
+from bench.corpus import CORPORA
+from bench.load import (
     MIX,
     SEED_PER_AGENT,
     WARMUP,
@@ -44,7 +44,7 @@ from memories.bench.load import (
     serving,
     summarise,
 )
-from memoryhub.management.commands.serve import default_workers
+from memoryhub.supervisor import default_workers
 
 SIDES = ("off", "on")
 ROUNDS = 2

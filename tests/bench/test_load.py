@@ -14,10 +14,10 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 
-from memories.bench import cpu
-from memories.bench.corpus import CORPORA, WORDS
-from memories.bench.load import KINDS, MIX, _ended_kind, _kind, spread, summarise
-from memories.bench.pair import PAIRS, side_env, side_of
+from bench import cpu
+from bench.corpus import CORPORA, WORDS
+from bench.load import KINDS, MIX, _ended_kind, _kind, spread, summarise
+from bench.pair import PAIRS, side_env, side_of
 from tests.support.bench import run_bench
 
 

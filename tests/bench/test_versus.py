@@ -14,8 +14,8 @@ import socket
 
 import pytest
 
-from memories.bench import locomo
-from memories.bench.versus import (
+from bench import locomo
+from bench.versus import (
     BLOCK,
     TOP_K,
     WARMUP,

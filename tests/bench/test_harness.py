@@ -12,9 +12,9 @@ import sys
 
 import pytest
 
-from memories.bench import cpu, formation, latency
-from memories.bench.latency import percentiles
-from memories.bench.locomo import evidence_ids, load, turn_text
+from bench import cpu, formation, latency
+from bench.latency import percentiles
+from bench.locomo import evidence_ids, load, turn_text
 from tests.events.receivers import Receiver
 from tests.support.bench import run_bench, throwaway_dir
 from tests.support.live_server import asgi_server  # noqa: F401 - the fixture
@@ -208,7 +208,7 @@ def test_bench_command_runs_end_to_end_at_tiny_scale(tmp_path):
 def test_the_latency_client_times_requests_and_reports_a_failure_with_its_body(
     asgi_server,  # noqa: F811 - the fixture imported above
 ):
-    from memories.bench.load_client import Client
+    from bench.load_client import Client
 
     client = Client(asgi_server, "mh_not-a-key")
     with pytest.raises(RuntimeError, match=r"bench request failed: 401 .*UNAUTHENTICATED"):

@@ -37,7 +37,7 @@ from pathlib import Path
 from accounts.models import Agent, Tenant
 from accounts.principal import Principal
 from accounts.services import agent_get_or_create
-from memories.bench.locomo import evidence_ids
+from bench.locomo import evidence_ids
 from memories.formation.ingest import MAX_BATCH, thread_messages_add
 from memories.formation.runs import run_execute, run_request
 from memories.models import ExtractionRun, Memory, MemoryRevision, Message, RunState, Thread

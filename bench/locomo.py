@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from memories.bench.server import Progress, api_client
+from bench.server import Progress, api_client
 
 KS = (1, 5, 10, 20)
 MODES = ("keyword", "semantic", "hybrid")
