@@ -25,7 +25,7 @@ from django.db import connection
 from jsonschema import Draft202012Validator
 
 from accounts.models import Tenant
-from memories import kind_checks
+from memories import kind_checks, kind_schema_rules
 from memories.models import Cardinality, Category, Kind, MemoryType
 from memoryhub.errors import InvalidInput
 
@@ -306,8 +306,8 @@ def check_schema(schema: Any) -> None:
             f"'$schema' must be {kind_checks.DRAFT_2020_12} (or left out)", "/$schema"
         )
     try:
-        kind_checks.check_limits(schema)
-    except kind_checks.SchemaProblem as problem:
+        kind_schema_rules.check_limits(schema)
+    except kind_schema_rules.SchemaProblem as problem:
         raise _invalid_schema(problem.message, problem.pointer) from None
     try:
         error = kind_checks.meta_errors(schema)
@@ -329,8 +329,8 @@ def check_schema(schema: Any) -> None:
             "'schema' must describe an object: a memory's data is a JSON object", field="schema"
         )
     try:
-        kind_checks.inspect(schema)
-    except kind_checks.SchemaProblem as problem:
+        kind_schema_rules.inspect(schema)
+    except kind_schema_rules.SchemaProblem as problem:
         raise _invalid_schema(problem.message, problem.pointer) from None
     _exercise(schema)
 
@@ -339,7 +339,7 @@ def _exercise(schema: dict) -> None:
     """Validate a few sample instances with the new schema, as a store would: a schema that
     raises, or that runs past the budget on them, is refused now rather than on every store."""
     validator = kind_checks.validator_for(schema)
-    for sample in kind_checks.samples(schema):
+    for sample in kind_schema_rules.samples(schema):
         try:
             data_errors(validator, sample)
         except kind_checks.CheckTooCostly:
