@@ -20,7 +20,7 @@ MAX_SUBSCHEMAS = 500
 MAX_KEYWORDS = 5_000  # keys of all the schema objects together
 MAX_PATTERNS = 200  # `pattern` values and `patternProperties` keys
 
-_SPEC = referencing.jsonschema.DRAFT202012
+_DIALECT = referencing.jsonschema.DRAFT202012
 # Where subschemas sit (as the resolver walks them): a keyword's value, its list's items, its
 # object's values.
 _IN_VALUE = (
@@ -186,7 +186,7 @@ def inspect(schema: dict) -> None:
             if isinstance(child, dict):
                 if keyword in _IN_PLACE:
                     edges.append(id(child))
-                inner = resolver.in_subresource(_SPEC.create_resource(child))
+                inner = resolver.in_subresource(_DIALECT.create_resource(child))
             else:
                 inner = resolver
             stack.append((child, where, inner, depth + 1))
