@@ -7,6 +7,7 @@ grows to the scale. Embeddings come from the hashing embedder, the one the targe
 
 from __future__ import annotations
 
+import json
 import random
 import statistics
 import time
@@ -162,6 +163,8 @@ def seed_agent(
     progress,
     embedder=None,
     text: Callable[[random.Random, int], str] = fact,
+    kind: str = "fact",
+    data: Callable[[int], dict] | None = None,
 ) -> None:
     """COPY `count` synthetic memories for one agent (workspace ones belong to the tenant),
     their texts made by `text(rng, index)` (`fact` by default), embedded by `embedder` (the
@@ -181,6 +184,7 @@ def seed_agent(
             keyed = i % 5 == 0 and category not in ("workspace", "conversation")
             subject = f"user-{i % 100}" if i % 3 == 0 and owner is not None else None
             when = now - timedelta(seconds=(count - i) * 30)
+            value = data(i) if data is not None else None
             copy.write_row(
                 (
                     "mem_" + new_ulid(int(when.timestamp() * 1000)),
@@ -189,9 +193,9 @@ def seed_agent(
                     "system:bench",
                     key_for(agent_index, i) if keyed else None,
                     category,
-                    "fact",
+                    kind,
                     text,
-                    None,
+                    json.dumps(value) if value is not None else None,
                     [rng.choice(("crm", "billing", "travel", "support"))],
                     subject,
                     thread_id,
@@ -211,7 +215,7 @@ def seed_agent(
                     None,
                     "none",
                     len(text.encode()),
-                    content_hash(text, None),
+                    content_hash(text, value),
                     _vector_text(vectors[i % SEED_CHUNK]),
                     embedder.model_name,
                     "",

@@ -12,17 +12,20 @@ holds the kind's lock shared while the change holds it exclusively.
 
 from __future__ import annotations
 
+import json
+import logging
 import re
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.db import connection
 from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
 
 from accounts.models import Tenant
+from memories import kind_checks, kind_schema_rules
 from memories.models import Cardinality, Category, Kind, MemoryType
 from memoryhub.errors import InvalidInput
 
@@ -31,6 +34,9 @@ DEFAULT_KIND = "fact"
 MAX_SCHEMA_BYTES = 65_536
 MAX_DATA_ERRORS = 20  # `details.errors` of one refused write
 MAX_ERROR_MESSAGE = 300
+MAX_COLLECTED_ERRORS = 1_000  # a check stops collecting errors past this many
+
+logger = logging.getLogger(__name__)
 
 # Every tenant starts with these (migration 0043 writes them for the tenants that existed, and
 # its trigger for every tenant created since; tests/memories/test_kinds.py holds the trigger's
@@ -146,7 +152,7 @@ def registry(tenant: Tenant) -> Registry:
             kind.name: KindRule(
                 name=kind.name,
                 single=kind.single,
-                validator=None if kind.schema is None else Draft202012Validator(kind.schema),
+                validator=None if kind.schema is None else kind_checks.validator_for(kind.schema),
                 default_category=kind.default_category,
                 registered=True,
             )
@@ -200,25 +206,65 @@ def _message(text: str) -> str:
 
 def data_errors(validator: Draft202012Validator, data: Any) -> list[dict[str, str]]:
     """Where `data` fails the schema: `[{"path": "/favoriteColor", "message": …}]`, in path
-    order, at most `MAX_DATA_ERRORS`. A missing required property is named in its path."""
+    order, at most `MAX_DATA_ERRORS`. A missing required property is named in its path.
+
+    The check runs under its budget (`kind_checks.budget`): over it, `CheckTooCostly`. Any
+    other failure of the validator itself (a schema stored before today's checks existed) is
+    `SchemaUnusable`; neither is ever a 500."""
     errors = []
-    for error in validator.iter_errors(data if data is not None else {}):
-        parts = list(error.absolute_path)
-        if error.validator == "required" and isinstance(error.instance, dict):
-            missing = [name for name in error.validator_value if name not in error.instance]
-            named = next((name for name in missing if repr(name) in error.message), None)
-            if named is not None:
-                parts.append(named)
-        errors.append({"path": _pointer(parts), "message": _message(error.message)})
+    try:
+        with kind_checks.budget():
+            for error in validator.iter_errors(data if data is not None else {}):
+                parts = list(error.absolute_path)
+                if error.validator == "required" and isinstance(error.instance, dict):
+                    missing = [name for name in error.validator_value if name not in error.instance]
+                    named = next((name for name in missing if repr(name) in error.message), None)
+                    if named is not None:
+                        parts.append(named)
+                errors.append({"path": _pointer(parts), "message": _message(error.message)})
+                if len(errors) >= MAX_COLLECTED_ERRORS:
+                    break
+    except kind_checks.CheckTooCostly:
+        raise
+    except Exception as exc:  # noqa: BLE001 - whatever the validator raises, never a 500
+        logger.warning("a kind schema could not be evaluated: %s", type(exc).__name__)
+        raise SchemaUnusable(type(exc).__name__) from None
     errors.sort(key=lambda e: (e["path"], e["message"]))
     return errors[:MAX_DATA_ERRORS]
 
 
+class SchemaUnusable(Exception):
+    """The validator failed on its own account (not the data's): the stored schema is one
+    today's registration checks would refuse."""
+
+
 def check_data(rule: KindRule, data: Any) -> None:
-    """INVALID_INPUT naming every failing path when `data` fails the kind's schema."""
+    """INVALID_INPUT naming every failing path when `data` fails the kind's schema (or its
+    check runs past its budget, or the stored schema cannot be evaluated)."""
     if rule.validator is None:
         return
-    errors = data_errors(rule.validator, data)
+    try:
+        errors = data_errors(rule.validator, data)
+    except kind_checks.CheckTooCostly:
+        raise InvalidInput(
+            f"'data' of kind '{rule.name}': {kind_checks.budget_message()}",
+            field="data",
+            details={
+                "errors": [{"path": "", "message": kind_checks.budget_message()}],
+                "limit_steps": settings.MEMORYHUB_KIND_CHECK_STEPS,
+                "limit_ms": settings.MEMORYHUB_KIND_CHECK_MS,
+            },
+        ) from None
+    except SchemaUnusable as exc:
+        message = (
+            f"the schema of kind '{rule.name}' cannot be evaluated ({exc}); "
+            "an admin must register it again"
+        )
+        raise InvalidInput(
+            f"'data': {message}",
+            field="data",
+            details={"errors": [{"path": "", "message": message}]},
+        ) from None
     if errors:
         raise InvalidInput(
             f"'data' does not match the schema of kind '{rule.name}' "
@@ -228,52 +274,51 @@ def check_data(rule: KindRule, data: Any) -> None:
         )
 
 
-def _local_refs(node: Any, root: dict, path: list) -> None:
-    """Only references inside the schema itself (`#`, `#/$defs/x`) that resolve: a schema never
-    makes the server fetch anything."""
-    if isinstance(node, dict):
-        for name in ("$ref", "$dynamicRef"):
-            ref = node.get(name)
-            if ref is None:
-                continue
-            if not isinstance(ref, str) or not (ref == "#" or ref.startswith("#/")):
-                raise InvalidInput(
-                    f"'schema': only references within the schema are allowed ({_pointer(path)})",
-                    field="schema",
-                )
-            target: Any = root
-            for part in ref[2:].split("/") if ref != "#" else []:
-                part = part.replace("~1", "/").replace("~0", "~")
-                if isinstance(target, dict) and part in target:
-                    target = target[part]
-                elif isinstance(target, list) and part.isdigit() and int(part) < len(target):
-                    target = target[int(part)]
-                else:
-                    raise InvalidInput(
-                        f"'schema': the reference {ref[:80]} does not resolve", field="schema"
-                    )
-        for key, value in node.items():
-            _local_refs(value, root, [*path, key])
-    elif isinstance(node, list):
-        for index, value in enumerate(node):
-            _local_refs(value, root, [*path, index])
+def _invalid_schema(message: str, pointer: str) -> InvalidInput:
+    return InvalidInput(
+        f"'schema': {_message(message)}",
+        field="schema",
+        details={"errors": [{"path": pointer, "message": _message(message)}]},
+    )
 
 
 def check_schema(schema: Any) -> None:
     """A kind's schema, refused unless it is a valid draft 2020-12 JSON Schema describing an
-    object (a memory's `data` is one), with references only within itself."""
+    object (a memory's `data` is one), within the size limits, with every pattern one RE2
+    evaluates and every reference resolving within itself, that validates sample instances
+    within the check's budget: nothing registered can make a later store fail otherwise than
+    on its data."""
     if schema is None:
         return
     if not isinstance(schema, dict):
         raise InvalidInput("'schema' must be a JSON Schema object", field="schema")
-    try:
-        Draft202012Validator.check_schema(schema)
-    except SchemaError as exc:
+    if len(json.dumps(schema)) > MAX_SCHEMA_BYTES:
         raise InvalidInput(
-            f"'schema' is not a valid JSON Schema (draft 2020-12): {_message(exc.message)}",
+            f"'schema' is larger than {MAX_SCHEMA_BYTES} bytes",
             field="schema",
-            details={"errors": [{"path": _pointer(exc.absolute_path), "message": exc.message}]},
-        ) from None
+            details={"limit_bytes": MAX_SCHEMA_BYTES},
+        )
+    dialect = schema.get("$schema")
+    if dialect is not None and (
+        not isinstance(dialect, str) or dialect.rstrip("#") != kind_checks.DRAFT_2020_12
+    ):
+        raise _invalid_schema(
+            f"'$schema' must be {kind_checks.DRAFT_2020_12} (or left out)", "/$schema"
+        )
+    try:
+        kind_schema_rules.check_limits(schema)
+    except kind_schema_rules.SchemaProblem as problem:
+        raise _invalid_schema(problem.message, problem.pointer) from None
+    try:
+        error = kind_checks.meta_errors(schema)
+    except kind_checks.CheckTooCostly:
+        raise _invalid_schema("the schema is too large to check", "") from None
+    if error is not None:
+        raise InvalidInput(
+            f"'schema' is not a valid JSON Schema (draft 2020-12): {_message(error.message)}",
+            field="schema",
+            details={"errors": [{"path": _pointer(error.absolute_path), "message": error.message}]},
+        )
     declared = schema.get("type")
     if (
         declared is not None
@@ -283,4 +328,26 @@ def check_schema(schema: Any) -> None:
         raise InvalidInput(
             "'schema' must describe an object: a memory's data is a JSON object", field="schema"
         )
-    _local_refs(schema, schema, [])
+    try:
+        kind_schema_rules.inspect(schema)
+    except kind_schema_rules.SchemaProblem as problem:
+        raise _invalid_schema(problem.message, problem.pointer) from None
+    _exercise(schema)
+
+
+def _exercise(schema: dict) -> None:
+    """Validate a few sample instances with the new schema, as a store would: a schema that
+    raises, or that runs past the budget on them, is refused now rather than on every store."""
+    validator = kind_checks.validator_for(schema)
+    for sample in kind_schema_rules.samples(schema):
+        try:
+            data_errors(validator, sample)
+        except kind_checks.CheckTooCostly:
+            raise _invalid_schema(
+                "checking even a small object against this schema runs past the budget of one "
+                f"check ({settings.MEMORYHUB_KIND_CHECK_STEPS} steps, "
+                f"{settings.MEMORYHUB_KIND_CHECK_MS} ms)",
+                "",
+            ) from None
+        except SchemaUnusable as exc:
+            raise _invalid_schema(f"the schema cannot be evaluated ({exc})", "") from None

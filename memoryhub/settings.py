@@ -310,6 +310,14 @@ MEMORYHUB_MAX_MESSAGES_BODY_BYTES = env_int(
 )
 MAX_TEXT_CHARS = env_int("MAX_TEXT_CHARS", 16000)
 MEMORYHUB_MAX_DATA_BYTES = env_int("MEMORYHUB_MAX_DATA_BYTES", 65536)
+# One check of `data` against a kind's schema (a store, a PATCH, formation, an import, each stored
+# memory when a schema changes) may evaluate this many keywords and take this many milliseconds;
+# past either it is refused (400 INVALID_INPUT), so no schema holds a worker.
+MEMORYHUB_KIND_CHECK_STEPS = env_int("MEMORYHUB_KIND_CHECK_STEPS", 20_000)
+MEMORYHUB_KIND_CHECK_MS = env_int("MEMORYHUB_KIND_CHECK_MS", 250)
+# A schema change checks the kind's stored memories while stores of that kind wait: refused when
+# that check would take longer than this.
+MEMORYHUB_KIND_RECHECK_SECONDS = env_int("MEMORYHUB_KIND_RECHECK_SECONDS", 60)
 MEMORYHUB_RETENTION_DAYS = env_int("MEMORYHUB_RETENTION_DAYS", 30)
 # Messages of a thread ended this many days ago are deleted by `purge_retention` (SPEC §11).
 MEMORYHUB_MESSAGE_RETENTION_DAYS = env_int("MEMORYHUB_MESSAGE_RETENTION_DAYS", 30)

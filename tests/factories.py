@@ -13,9 +13,10 @@ from accounts.services import (
 TEST_PASSWORD = "correct-horse-battery-staple"
 
 
-def seed_synthetic(tenant: Tenant, agents: list[Agent], count: int) -> None:
+def seed_synthetic(tenant: Tenant, agents: list[Agent], count: int, **options) -> None:
     """`count` of the bench's synthetic memories for each agent (its workspace ones the
-    tenant's), by COPY: a table of some size, for tests of what the planner does with it."""
+    tenant's), by COPY: a table of some size, for tests of what the planner does with it.
+    `options`: `latency.seed_agent`'s (`kind`, `data`)."""
     import io
 
     from bench import latency
@@ -28,6 +29,7 @@ def seed_synthetic(tenant: Tenant, agents: list[Agent], count: int) -> None:
             agent_index=index,
             count=count,
             progress=Progress("seeding", count, stream=io.StringIO()),
+            **options,
         )
 
 

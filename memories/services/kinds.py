@@ -21,16 +21,17 @@ sends `NOTIFY memoryhub_kinds, '<tenant id>'` at commit, which the MCP server tu
 
 from __future__ import annotations
 
-import json
+import logging
+import time
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Count
-from jsonschema import Draft202012Validator
 
 from accounts.models import Tenant
-from memories import kinds
+from memories import kind_checks, kinds
 from memories.clock import resolve_now
 from memories.models import Cardinality, Kind, Memory, MemoryType, Status
 from memories.secrets_scan import scan_secrets
@@ -42,6 +43,9 @@ KIND_FIELDS = frozenset({"cardinality", "memory_type", "description", "schema", 
 MAX_DESCRIPTION_CHARS = 2000
 OFFENDING_IDS = 10  # memory ids a refusal names
 NOTIFY_CHANNEL = "memoryhub_kinds"
+RECHECK_BATCH = 1000  # stored memories read and checked at a time when a schema changes
+
+logger = logging.getLogger(__name__)
 
 
 def kind_name(value: Any) -> str:
@@ -74,10 +78,6 @@ def parse_kind(data: Any) -> dict[str, Any]:
             field="description",
         )
     schema = data.get("schema")
-    if schema is not None and len(json.dumps(schema)) > kinds.MAX_SCHEMA_BYTES:
-        raise InvalidInput(
-            f"'schema' is larger than {kinds.MAX_SCHEMA_BYTES} bytes", field="schema"
-        )
     kinds.check_schema(schema)
     category = data.get("default_category")
     if category is not None and (not isinstance(category, str) or not CATEGORY_RE.match(category)):
@@ -180,23 +180,62 @@ def _check_tool_name(tenant: Tenant, name: str) -> None:
 
 def _check_stored_data(rows, schema: dict, old_schema: dict | None, name: str) -> None:
     """CONFLICT when live memories of the kind satisfied the old definition (or none) and fail
-    `schema`."""
-    new = Draft202012Validator(schema)
-    old = Draft202012Validator(old_schema) if old_schema is not None else None
+    `schema`.
+
+    Runs under the kind's lock (stores of this kind wait; reads, and writes of other kinds, do
+    not): in batches of `RECHECK_BATCH` by id (one short query each, no cursor held open), each
+    memory's check under the budget of one check, a log line per batch, and the whole bounded by
+    `settings.MEMORYHUB_KIND_RECHECK_SECONDS` (refused past it: the lock is not held longer).
+    A memory whose check under the new schema runs past its budget offends like a failing one
+    (its next store would be refused); one past the budget under the old schema counts as
+    failing it already."""
+    new = kind_checks.validator_for(schema)
+    old = kind_checks.validator_for(old_schema) if old_schema is not None else None
+    total = rows.count()
+    limit = settings.MEMORYHUB_KIND_RECHECK_SECONDS
+    deadline = time.monotonic() + limit
     offending: list[str] = []
     first_errors: list[dict] = []
-    for memory_id, data in rows.order_by("id").values_list("id", "data").iterator(2000):
-        errors = kinds.data_errors(new, data)
-        if errors and (old is None or not kinds.data_errors(old, data)):
-            offending.append(memory_id)
-            first_errors = first_errors or errors
-            if len(offending) >= OFFENDING_IDS:
-                break
+    done, after = 0, ""
+    while done < total and len(offending) < OFFENDING_IDS:
+        batch = list(
+            rows.filter(id__gt=after).order_by("id").values_list("id", "data")[:RECHECK_BATCH]
+        )
+        if not batch:
+            break
+        for memory_id, data in batch:
+            errors = _stored_errors(new, data)
+            if errors and (old is None or not _stored_errors(old, data)):
+                offending.append(memory_id)
+                first_errors = first_errors or errors
+                if len(offending) >= OFFENDING_IDS:
+                    break
+        done += len(batch)
+        after = batch[-1][0]
+        logger.info("kind %s: stored data checked against the new schema, %d/%d", name, done, total)
+        if time.monotonic() > deadline and done < total and len(offending) < OFFENDING_IDS:
+            raise InvalidInput(
+                f"Checking the {total} stored memories of '{name}' against the new schema "
+                f"takes longer than {limit} s (checked {done}); simplify the schema",
+                field="schema",
+                details={"checked": done, "total": total, "limit_seconds": limit},
+            )
     if offending:
         raise Conflict(
             f"Stored memories of '{name}' do not satisfy the new schema",
             details={"memory_ids": offending, "errors": first_errors},
         )
+
+
+def _stored_errors(validator, data: Any) -> list[dict]:
+    """A stored memory's errors under `validator`: a check past its budget, or one the
+    validator cannot run, is an error like any other."""
+    try:
+        return kinds.data_errors(validator, data)
+    except kind_checks.CheckTooCostly:
+        return [{"path": "", "message": kind_checks.budget_message()}]
+    except kinds.SchemaUnusable as exc:
+        return [{"path": "", "message": f"the schema cannot be evaluated ({exc})"}]
 
 
 def _check_one_per_owner(rows, name: str) -> None:

@@ -185,6 +185,41 @@ def test_an_add_carries_kind_and_data_and_data_failing_the_schema_is_invalid(
 
 
 @pytest.mark.django_db
+def test_formed_data_meets_the_bounded_schema_check_and_hostile_data_is_invalid(
+    alice, tenant, fake_llm, llm
+):
+    """A model's `data` goes through the same check as a store: a backtracking pattern answers
+    at once, and a check past its budget drops the operation as `invalid`, like any failure."""
+    doubling = {
+        f"d{i}": {"allOf": [{"$ref": f"#/$defs/d{i + 1}"}, {"$ref": f"#/$defs/d{i + 1}"}]}
+        for i in range(16)
+    }
+    doubling["d16"] = {"type": "array"}
+    schema = {
+        "properties": {
+            "code": {"type": "string", "pattern": "^(a+)+$"},
+            "parts": {"if": {"type": "array"}, "then": {"$ref": "#/$defs/d0"}},
+        },
+        "$defs": doubling,
+    }
+    kind_save(tenant=tenant, name="Code", data={"schema": schema})
+    ingest(alice, "My code is aaaa, and here are some parts")
+    fake_llm.queue_json(
+        {
+            "operations": [
+                add_op("The user's code", kind="Code", data='{"code": "' + "a" * 50 + '!"}'),
+                add_op("The user's parts", kind="Code", data='{"parts": []}'),
+                add_op("The user's code is aaaa", kind="Code", data='{"code": "aaaa"}'),
+            ]
+        }
+    )
+    run = extract(alice, llm)
+
+    assert counts(run) == {"added": 1, "invalid": 2}
+    assert Memory.objects.get(kind="Code").data == {"code": "aaaa"}
+
+
+@pytest.mark.django_db
 def test_an_add_of_a_single_kind_replaces_the_record_with_evidence_and_review(
     alice, agent, fake_llm, llm
 ):

@@ -7,14 +7,16 @@ import asyncio
 import json
 
 import pytest
+from django.db.models import F
 from mcp.client.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server.subscriptions import ToolsListChanged
 from mcp.shared._httpx_utils import create_mcp_http_client
 
+from accounts.models import Tenant
 from accounts.principal import Principal
 from memories.mcp.listen import CURRENT_TENANT, TenantBus
-from memories.models import Memory, MemoryRevision
+from memories.models import Kind, Memory, MemoryRevision
 from memories.services import kinds as kind_services
 from tests.factories import make_agent, make_key, make_tenant
 from tests.mcp.test_mcp import body, run_session
@@ -220,3 +222,55 @@ def test_user_scoped_store_over_mcp_needs_a_subject(asgi_server, mcp_agent):
     assert [(m["id"], m["source"]) for m in found["memories"]] == [(stored["memory_id"], "user")]
     assert without["memories"] == []
     assert json.dumps(found).count("Allergic to peanuts") == 1
+
+
+def test_a_kind_tool_answers_hostile_data_with_a_tool_error(asgi_server, mcp_agent):
+    """A kind tool's data meets the same bounded check as REST: a backtracking pattern, a check
+    past its budget, and a stored schema the validator cannot run (one stored before today's
+    registration checks, written here straight into the table) are each an INVALID_INPUT
+    envelope, never a raw exception's text."""
+    agent, raw = mcp_agent
+    doubling = {
+        f"d{i}": {"allOf": [{"$ref": f"#/$defs/d{i + 1}"}, {"$ref": f"#/$defs/d{i + 1}"}]}
+        for i in range(16)
+    }
+    doubling["d16"] = {"type": "array"}
+    kind_services.kind_save(
+        tenant=agent.tenant,
+        name="Probe",
+        data={
+            "schema": {
+                "properties": {
+                    "s": {"pattern": "^(a+)+$"},
+                    "x": {"if": {"type": "array"}, "then": {"$ref": "#/$defs/d0"}},
+                },
+                "$defs": doubling,
+            }
+        },
+    )
+    Kind.objects.create(
+        tenant=agent.tenant,
+        name="Legacy",
+        schema={
+            "properties": {"p": {"$id": "http://h/sub", "$ref": "#/$defs/x"}},
+            "$defs": {"x": {"type": "string"}},
+        },
+    )
+    Tenant.objects.filter(pk=agent.tenant_id).update(kinds_version=F("kinds_version") + 1)
+    _, results = run_session(
+        asgi_server,
+        raw,
+        [
+            ("create_probe", {"s": "a" * 50 + "!"}),
+            ("create_probe", {"x": []}),
+            ("create_legacy", {"p": "a"}),
+        ],
+    )
+    pattern, costly, legacy = map(body, results)
+    assert all(result.is_error for result in results)
+    assert pattern["error"]["code"] == "INVALID_INPUT"
+    assert pattern["error"]["details"]["errors"][0]["path"] == "/s"
+    assert costly["error"]["code"] == "INVALID_INPUT" and "budget" in costly["error"]["message"]
+    assert legacy["error"]["code"] == "INVALID_INPUT"
+    assert "cannot be evaluated" in legacy["error"]["message"]
+    assert not Memory.objects.filter(kind__in=["Probe", "Legacy"]).exists()
