@@ -1,4 +1,4 @@
-"""The kind registry (SPEC §13.1): what a kind is, the built-in ones, a tenant's registry as a
+"""The kind registry: what a kind is, the built-in ones, a tenant's registry as a
 store reads it, and the JSON Schema rules (a kind's schema checked on registration, a memory's
 `data` checked against it on every write).
 

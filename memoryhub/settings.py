@@ -311,14 +311,14 @@ MEMORYHUB_MAX_MESSAGES_BODY_BYTES = env_int(
 MAX_TEXT_CHARS = env_int("MAX_TEXT_CHARS", 16000)
 MEMORYHUB_MAX_DATA_BYTES = env_int("MEMORYHUB_MAX_DATA_BYTES", 65536)
 MEMORYHUB_RETENTION_DAYS = env_int("MEMORYHUB_RETENTION_DAYS", 30)
-# Messages of a thread ended this many days ago are deleted by `purge_retention` (SPEC §11).
+# Messages of a thread ended this many days ago are deleted by `purge_retention`.
 MEMORYHUB_MESSAGE_RETENTION_DAYS = env_int("MEMORYHUB_MESSAGE_RETENTION_DAYS", 30)
 # Reads counted per day (`DailyReads`, the dashboard's reads chart of 30 days) are deleted by
 # `purge_retention` this many days after their day; never fewer than the chart draws.
 MEMORYHUB_READS_RETENTION_DAYS = env_int("MEMORYHUB_READS_RETENTION_DAYS", 60)
 MEMORYHUB_RATE_LIMIT_PER_MINUTE = env_int("MEMORYHUB_RATE_LIMIT_PER_MINUTE", 0)  # 0 = off
 
-# --- Operating it (SPEC §14; docs/operations.md) --------------------------------------------
+# --- Operating it (docs/operations.md) ----------------------------------------------------
 # Events (the change feed, `GET /api/v1/events`, and webhook deliveries) are kept this long.
 MEMORYHUB_EVENT_RETENTION_DAYS = env_int("MEMORYHUB_EVENT_RETENTION_DAYS", 7)
 # `GET /metrics` answers only `Authorization: Bearer <this>`; unset, it is a 404 and nothing is
@@ -363,7 +363,7 @@ MEMORYHUB_EMBEDDER_TIMEOUT = env_float("MEMORYHUB_EMBEDDER_TIMEOUT", 10.0)
 # background thread) or "sync" (one UPDATE inside the request; what tests assert on).
 MEMORYHUB_ACCESS_BUMP = env_str("MEMORYHUB_ACCESS_BUMP", "sync" if TESTING else "deferred")
 
-# --- Memory formation (SPEC §11) --------------------------------------------------------------
+# --- Memory formation -------------------------------------------------------------------------
 # Any OpenAI-compatible chat-completions endpoint (OpenAI, vLLM, Ollama, LM Studio, ...).
 # Unset: messages are still stored, and extraction reports the state `disabled`.
 MEMORYHUB_LLM_URL = env_str("MEMORYHUB_LLM_URL")
@@ -400,7 +400,7 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     # Secret spans in any log line (a model server's error body, an exception quoting input)
-    # are redacted like message content (SPEC §11: nothing secret is logged).
+    # are redacted like message content (nothing secret is logged).
     "filters": {"redact_secrets": {"()": "memories.redaction.RedactSecrets"}},
     "handlers": {
         "console": {

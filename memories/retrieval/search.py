@@ -1,4 +1,4 @@
-"""Search (SPEC §4): the LLM-facing result list of `POST /api/v1/search` and `memory_search`.
+"""Search (docs/api.md): the LLM-facing result list of `POST /api/v1/search` and `memory_search`.
 
 Visibility comes from `memories.visibility` only; expired and tombstoned memories are never
 candidates because every search starts from `visible_memories` (`search_scope`).
@@ -433,7 +433,7 @@ def _old_version(memory: Memory, revision: MemoryRevision) -> Memory:
 
 
 def memory_search(*, principal: Principal, data: dict, now: datetime | None = None) -> dict:
-    """POST /api/v1/search: the LLM-facing result list (SPEC §4 Search)."""
+    """POST /api/v1/search: the LLM-facing result list."""
     principal.require_scope("read")
     now = resolve_now(now)
     params = parse_search(principal, data)
