@@ -134,7 +134,7 @@ DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DATABASES["default"].setdefault("OPTIONS", {})
 DATABASES["default"]["OPTIONS"].setdefault("connect_timeout", 5)
 # Under ASGI each request runs in a thread of its own, so per-thread persistent connections
-# mean a new PostgreSQL connection (~10 ms) per request; a psycopg pool shares them instead.
+# mean a new PostgreSQL connection (costly) per request; a psycopg pool shares them instead.
 # Never in the django-q2 cluster: it forks its workers, and forked children would share the
 # pool's open sockets (two workers interleaving on one session corrupts both).
 _QCLUSTER = len(sys.argv) > 1 and sys.argv[1] == "qcluster"
@@ -165,9 +165,9 @@ if env_bool("MEMORYHUB_DB_POOL", default=not TESTING and not _QCLUSTER):
     }
 # Server-side parameter binding, and statements run 5 times on a connection are prepared there
 # (psycopg's prepare_threshold): PostgreSQL then parses and plans a simple statement once (the
-# API-key lookup planned for 0.3 ms and ran for 0.06). Statements whose best plan depends on
-# the values (the search ranking over a large scope) keep custom plans: PostgreSQL's
-# plan_cache_mode=auto decides; a small scope's exact ranking asks for its generic plan
+# API-key lookup took longer to plan than to run: docs/performance.md#code-figures). Statements
+# whose best plan depends on the values (the search ranking over a large scope) keep custom plans:
+# PostgreSQL's plan_cache_mode=auto decides; a small scope's exact ranking asks for its generic plan
 # (memories/retrieval/ranking.py, `generic_plan`).
 # Off (MEMORYHUB_DB_PREPARE=0) behind a transaction-mode pooler that cannot keep prepared
 # statements (PgBouncer before 1.21).

@@ -168,7 +168,7 @@ def _compiled_pools(shape: _PoolShape) -> tuple[list[CompiledSQL], ...]:
         [
             # Custom plans (no `inline`): how far a part walks depends on the budget left
             # (`size_bytes <= %s`), which only a custom plan sees; a generic plan walked the
-            # owner's whole list (3.3 ms against 0.05 at 10k memories).
+            # owner's whole list, far slower (docs/performance.md#code-figures).
             CompiledSQL(
                 *sql_with_params(_part_rows(part, core=index < 2)), slots, optional=optional
             )
