@@ -32,9 +32,9 @@ MAX_SCHEMA_BYTES = 65_536
 MAX_DATA_ERRORS = 20  # `details.errors` of one refused write
 MAX_ERROR_MESSAGE = 300
 
-# Every tenant starts with these (migration 0043 writes them for the tenants that existed, and
-# its trigger for every tenant created since; tests/memories/test_kinds.py holds the trigger's
-# rows equal to this list).
+# Every tenant starts with these (migration 0083_builtin_kinds writes them for the tenants that
+# existed, and its trigger for every tenant created since; tests/memories/test_kinds.py holds the
+# trigger's rows equal to this list).
 BUILTIN_KINDS: tuple[dict[str, Any], ...] = (
     {
         "name": "fact",
