@@ -49,12 +49,12 @@ class Tenant(models.Model):
     workspace_cap = models.PositiveIntegerField(default=10000)
     # LLM tokens extraction may spend per UTC day (0: unlimited); over it runs wait `deferred`.
     extraction_daily_token_budget = models.PositiveBigIntegerField(default=0)
-    # Live user-scoped memories (SPEC §13.2) allowed per subject before the coldest is evicted.
+    # Live user-scoped memories allowed per subject before the coldest is evicted.
     user_cap = models.PositiveIntegerField(default=1000)
-    # The longest a memory of a category may live after its last write (SPEC §13.4), in
+    # The longest a memory of a category may live after its last write, in
     # seconds by category ({"daily": 259200}); an agent's own entry for a category wins.
     max_retention = models.JSONField(default=dict, blank=True, validators=[validate_retention])
-    # Bumped with every change to the tenant's kind registry (SPEC §13.1): a process caches a
+    # Bumped with every change to the tenant's kind registry: a process caches a
     # registry under (tenant, version), and the version comes with the tenant's row.
     kinds_version = models.PositiveBigIntegerField(default=0)
     created_at = models.DateTimeField(default=timezone.now)
@@ -115,7 +115,7 @@ class Membership(models.Model):
 
 
 class Extraction(models.TextChoices):
-    """How an agent's conversations become memories (SPEC §11)."""
+    """How an agent's conversations become memories."""
 
     OFF = "off", "Off"
     REVIEW = "review", "Review"  # every extracted memory waits in the review queue
@@ -147,7 +147,7 @@ class Agent(models.Model):
     reads_from = models.ManyToManyField(
         "self", symmetrical=False, blank=True, related_name="readers"
     )
-    # Memory formation from conversations (SPEC §11).
+    # Memory formation from conversations.
     extraction = models.CharField(max_length=8, choices=Extraction.choices, default="auto")
     extraction_idle_seconds = models.PositiveIntegerField(default=120)
     extraction_min_confidence = models.FloatField(
@@ -169,15 +169,15 @@ class Agent(models.Model):
         default=50,
         validators=[MinValueValidator(1), MaxValueValidator(MAX_EXTRACTION_OPERATIONS)],
     )
-    # Block limits of hydrate (SPEC §13.3): per core block (user, agent), and the archival list.
+    # Block limits of hydrate: per core block (user, agent), and the archival list.
     core_max_entries = models.PositiveIntegerField(default=20)
     core_max_chars = models.PositiveIntegerField(default=4000)
     archival_max_chars = models.PositiveIntegerField(default=8000)
-    # Formation (SPEC §13.2, §13.5): messages before the watermark shown as read-only context,
+    # Formation: messages before the watermark shown as read-only context,
     # and whether facts about the person may be formed as user-scoped memories.
     context_messages = models.PositiveIntegerField(default=20, validators=[MaxValueValidator(200)])
     formation_user_scope = models.BooleanField(default=True)
-    # Retention by category in seconds (SPEC §13.4); wins over the tenant's for that category.
+    # Retention by category in seconds; wins over the tenant's for that category.
     max_retention = models.JSONField(default=dict, blank=True, validators=[validate_retention])
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
@@ -240,7 +240,7 @@ class ApiKey(models.Model):
     revoked_at = models.DateTimeField(null=True, blank=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     # Every memory written through this key expires at most this long after its last write
-    # (SPEC §13.4: an anonymous tier's 24 h, a trial's 30 d).
+    # (an anonymous tier's 24 h, a trial's 30 d).
     memory_ttl = models.DurationField(null=True, blank=True)
 
     objects = TenantQuerySet.as_manager()

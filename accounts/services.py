@@ -14,7 +14,7 @@ from memoryhub.errors import InvalidInput, NotFound
 
 User = get_user_model()
 
-# The agent policy of memory formation (SPEC §11): `agent_policy`, the console's form, this.
+# The agent policy of memory formation: `agent_policy`, the console's form, this.
 EXTRACTION_POLICY_FIELDS = (
     "extraction",
     "extraction_idle_seconds",
@@ -24,7 +24,7 @@ EXTRACTION_POLICY_FIELDS = (
     "summary_threshold_bytes",
     "extraction_max_operations",
 )
-# Hydrate's block limits (SPEC §13.3).
+# Hydrate's block limits.
 BLOCK_POLICY_FIELDS = ("core_max_entries", "core_max_chars", "archival_max_chars")
 _POLICY_FIELDS = (
     "entry_cap",
@@ -129,7 +129,7 @@ def api_key_create(
 ) -> tuple[ApiKey, str]:
     """Create a key; returns the row and the raw key, which is never stored and shown once.
     `memory_ttl`: every memory written through the key expires at most that long after its
-    last write (SPEC §13.4)."""
+    last write."""
     if agent.tenant_id != tenant.pk:
         raise NotFound("No such agent")
     scopes = list(dict.fromkeys(scopes or [Scope.READ, Scope.WRITE]))

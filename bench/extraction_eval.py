@@ -1,4 +1,4 @@
-"""`eval_extraction`: how well memory formation (SPEC §11) remembers a LoCoMo conversation.
+"""`eval_extraction`: how well memory formation (docs/formation.md) remembers a LoCoMo conversation.
 
 Each session of a conversation is ingested as one thread of the conversation's agent
 (`thread_messages_add`, exactly what the REST endpoint calls), then extracted synchronously

@@ -1,4 +1,4 @@
-"""The memory-formation figures of `bench` (SPEC §11):
+"""The memory-formation figures of `bench` (docs/formation.md):
 
 - **ingest**: `POST /api/v1/threads/{thread_id}/messages` with 10-message batches (`"extract":
   "off"`) over real HTTP, one client, back to back: p50/p95/p99 per batch and messages/s.
@@ -52,7 +52,7 @@ MESSAGES_PER_THREAD = 10
 INGEST_WARMUP = 10
 EXTRACTION_WARMUP = 5
 TARGETS = {
-    # (statistic, ms): SPEC §11's issue targets
+    # (statistic, ms): formation's targets (docs/benchmarks.md#formation)
     "ingest": ("p50", 15.0),
     "extraction_server": ("p50", 50.0),
 }

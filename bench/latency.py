@@ -1,4 +1,4 @@
-"""Latency over real HTTP (SPEC §10): store, recall by key, list, search (each mode), hydrate.
+"""Latency over real HTTP: store, recall by key, list, search (each mode), hydrate.
 
 Synthetic memories are bulk-loaded with COPY (loading is not what is measured), spread over
 agents of 10k memories each so the measured agent always has 10k memories while the tenant
@@ -415,7 +415,8 @@ def measure(
 
 
 TARGETS = {
-    # SPEC §10 (hashing embedder): (operation, statistic, ms, at scale)
+    # The latency bars (docs/benchmarks.md#targets; hashing embedder): (operation, statistic, ms,
+    # at scale)
     "recall_by_key": ("p50", 3.0, 100_000),
     "store": ("p50", 10.0, 100_000),
     "search_hybrid": ("p95", 30.0, 100_000),

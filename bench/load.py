@@ -1,4 +1,4 @@
-"""The mixed load (`bench --load`, SPEC §10 throughput): 8 client processes, 30% store, 40%
+"""The mixed load (`bench --load`, the throughput bar): 8 client processes, 30% store, 40%
 hybrid search, 30% recall by key, against `python manage.py serve` with its defaults.
 
 The bench process seeds a throwaway database (one agent per client, `SEED_PER_AGENT` memories

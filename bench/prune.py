@@ -1,4 +1,4 @@
-"""The pruning figures of `bench` (SPEC §10): rows/s pruning N due memories, and store latency
+"""The pruning figures of `bench`: rows/s pruning N due memories, and store latency
 over HTTP while a prune runs against its idle value.
 
 `run_prune_bench(scale=..., base_url=..., api_key=...)` returns a dict for bench-results.json.
@@ -144,7 +144,7 @@ def run_prune_bench(
     base_url: str | None = None,
     api_key: str | None = None,
     samples: int = 200,
-    workers: int = 2,  # the SPEC's machine has 2 cores
+    workers: int = 2,  # the reference machine has 2 cores
     max_rounds: int = 5,
     out: Callable[[str], None] = print,
 ) -> dict:

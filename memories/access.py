@@ -1,10 +1,11 @@
 """Access bookkeeping for reads (`last_accessed_at`, `access_count`) without slowing them down.
 
-Bumping those columns is an UPDATE of every returned row. No index names either column and the
-table leaves a quarter of each page free (migration 0020), so a bump is a heap-only (HOT)
-update: no entry in the HNSW graph, the GIN index or the B-trees (~0.1 ms a row instead of
-~1 ms). Still, reads hand their ids to a per-process bumper that merges them and writes them
-with ONE UPDATE per flush (about once a second) from a background thread, off the request path.
+Bumping those columns is an UPDATE of every returned row. No index names either column and the table
+leaves a quarter of each page free (migration 0020), so a bump is a heap-only (HOT) update: no entry
+in the HNSW graph, the GIN index or the B-trees (a fraction of the cost a row:
+docs/performance.md#code-figures). Still, reads hand their ids to a per-process bumper that merges
+them and writes them with ONE UPDATE per flush (about once a second) from a background thread, off
+the request path.
 
 Each read also counts once in its tenant's `DailyReads` for the day (the dashboard's chart),
 merged the same way and written by the same statement.

@@ -1,4 +1,4 @@
-"""Compare-and-set preconditions (SPEC §4): `expected_version`, `expected_updated_at`, or a
+"""Compare-and-set preconditions (docs/api.md): `expected_version`, `expected_updated_at`, or a
 PATCH's `If-Match`, parsed from raw input into a `Cas` the writes check (`services.writes`)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Near duplicates (SPEC §4 Store): the one rule for "this memory says the same thing".
+"""Near duplicates: the one rule for "this memory says the same thing".
 
 A candidate duplicates a probe when it has the same normalised text (the same `content_hash`:
 similarity 1.0) or when their embeddings, from the same model, have a cosine similarity of at

@@ -1,4 +1,4 @@
-"""Embedding backends behind one small interface (SPEC §9).
+"""Embedding backends behind one small interface (docs/operations.md#embedders).
 
 `get_embedder()` returns the process-wide embedder chosen by `MEMORYHUB_EMBEDDER`:
 `hashing` (deterministic, lexical, dependency-free), `local` (all-MiniLM-L6-v2),

@@ -1,4 +1,4 @@
-"""The Markdown export (SPEC §4 Export), shared by `GET /api/v1/export.md` and the console.
+"""The Markdown export, shared by `GET /api/v1/export.md` and the console.
 
 `export_markdown(...)` is a generator: it yields the header before it touches the queryset and
 then walks the rows through a server-side cursor (`iterator(chunk_size=...)`), so an export of

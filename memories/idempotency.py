@@ -14,7 +14,8 @@ scanned for secrets (SECRET_REJECTED) and never stored, only `key_digest(tenant,
 HMAC-SHA256 keyed by `SECRET_KEY` (Django's `salted_hmac`, its own salt). Keyed, not a plain
 hash, so that a low-entropy value cannot be recovered from a database dump by guessing. Rotating
 `SECRET_KEY` makes the records of the last 24 h unreachable: a retry across the rotation runs
-again, as one after 24 h does. Migration 0013 turned the keys stored before into digests.
+again, as one after 24 h does. Migration 0016_idempotency_key_digests turned the clear keys
+stored before it into digests.
 """
 
 from __future__ import annotations

@@ -138,7 +138,7 @@ def _parse_line(number: int, line: str) -> dict[str, Any]:
         # First, as written (before tags are lower-cased), and before any check that quotes.
         scan_secrets(record)
     except SecretRejected as exc:
-        # Rule and field only: the value itself is never echoed (SPEC §4 Secrets).
+        # Rule and field only: the value itself is never echoed.
         field, rule = exc.details["field"], exc.details["rule"]
         raise ImportLineError(
             number, f"{field}: a secret-shaped value ({rule}) is never stored"
@@ -227,7 +227,7 @@ def _apply(
             setattr(memory, name, record[name])
     # The line's `expires_at` is what the memory asked for (a backup's effective expiry at
     # most); this tenant's policies bound it again (`memories.retention`), and its registry
-    # says whether the kind is single (SPEC §13.1, §13.4).
+    # says whether the kind is single.
     memory.requested_expires_at = memory.expires_at
     memory.expires_at = retention.effective_expiry(
         requested=memory.requested_expires_at,
@@ -241,7 +241,7 @@ def _apply(
     if memory.purged_at is None or memory.text or memory.data is not None:
         # Derived as a store derives them, never taken from the file: a smaller size would cheat
         # hydrate's budget, a wrong hash dedup and `previously_corrected`. A purged memory has no
-        # content left to derive from and keeps the hash the backup carries (SPEC §2).
+        # content left to derive from and keeps the hash the backup carries.
         memory.size_bytes = fingerprints.size_bytes(memory.text, memory.data)
         memory.content_hash = fingerprints.content_hash(memory.text, memory.data)
 
@@ -387,7 +387,7 @@ def _refuse_unimportable_ids(tenant: Tenant, records: list[tuple[int, dict[str, 
 
 def _check_owner(number: int, memory: Memory) -> None:
     """Workspace if and only if no agent: an agent-less core memory would be visible to every
-    agent as workspace and never counted by the cap sweep. A user memory (SPEC §13.2) has no
+    agent as workspace and never counted by the cap sweep. A user memory has no
     agent and a subject, and is neither workspace nor conversation."""
     if memory.scope == Scope.USER:
         try:

@@ -1,4 +1,4 @@
-"""The kind registry (SPEC §13.1): what a kind is, the built-in ones, a tenant's registry as a
+"""The kind registry: what a kind is, the built-in ones, a tenant's registry as a
 store reads it, and the JSON Schema rules (a kind's schema checked on registration, a memory's
 `data` checked against it on every write).
 
@@ -38,9 +38,9 @@ MAX_COLLECTED_ERRORS = 1_000  # a check stops collecting errors past this many
 
 logger = logging.getLogger(__name__)
 
-# Every tenant starts with these (migration 0043 writes them for the tenants that existed, and
-# its trigger for every tenant created since; tests/memories/test_kinds.py holds the trigger's
-# rows equal to this list).
+# Every tenant starts with these (migration 0083_builtin_kinds writes them for the tenants that
+# existed, and its trigger for every tenant created since; tests/memories/test_kinds.py holds the
+# trigger's rows equal to this list).
 BUILTIN_KINDS: tuple[dict[str, Any], ...] = (
     {
         "name": "fact",

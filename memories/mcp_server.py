@@ -1,4 +1,4 @@
-"""The MCP endpoint (`/mcp`, SPEC §5): the server of `memories.mcp` over streamable HTTP.
+"""The MCP endpoint (`/mcp`): the server of `memories.mcp` over streamable HTTP.
 
 Authentication is the same Bearer API key as REST, checked before the MCP app sees the request:
 no valid key → 401 with the REST error body, and no tool runs; the same per-key rate limit

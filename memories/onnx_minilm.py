@@ -10,18 +10,18 @@ tokenizer (truncated at its `max_seq_length`, 256; padded to the longest text of
 the transformer's last hidden state, mean pooling over the attention mask, L2 normalisation.
 The vectors match the torch ones to float precision (cosine > 0.999 is the test's bar).
 
-A pass runs on `threads` intra-op threads (1 by default: under load the web threads and
-PostgreSQL need the other cores). A pass that finds the machine idle (few runnable threads,
-read from `/proc/loadavg`: cores for all `idle_threads`; `pick_session`) runs on a second
-session of `idle_threads` threads instead: a pass inside `serve` 7.0 → 4.1–5.2 ms on two
-cores, so a lone request is not kept waiting on one core while the other does nothing. The two
-sessions give the same vectors, bit for bit (the test holds them to it).
+A pass runs on `threads` intra-op threads (1 by default: under load the web threads and PostgreSQL
+need the other cores). A pass that finds the machine idle (few runnable threads, read from
+`/proc/loadavg`: cores for all `idle_threads`; `pick_session`) runs on a second session of
+`idle_threads` threads instead, faster on two cores (docs/performance.md#code-figures), so a lone
+request is not kept waiting on one core while the other does nothing. The two sessions give the same
+vectors, bit for bit (the test holds them to it).
 
-`python -m memories.onnx_minilm quantize` (also run by `make install`) writes an 8-bit copy
-beside it (`model_path("int8")`): ONNX Runtime's dynamic quantization, weights per output
-channel, activations quantized on the fly. Its passes take about 0.55 of the time; its vectors
-are not the model's own (cosine to them about 0.99, the test's bar 0.97), so they are recorded
-under another model name (`MEMORYHUB_EMBEDDER_PRECISION`, memories/embeddings.py).
+`python -m memories.onnx_minilm quantize` (also run by `make install`) writes an 8-bit copy beside
+it (`model_path("int8")`): ONNX Runtime's dynamic quantization, weights per output channel,
+activations quantized on the fly. Its passes are faster (docs/benchmarks.md#the-8-bit-local-model);
+its vectors are not the model's own (cosine to them about 0.99, the test's bar 0.97), so they are
+recorded under another model name (`MEMORYHUB_EMBEDDER_PRECISION`, memories/embeddings.py).
 
 Nothing here reads Django's settings or a database: the export runs at install time, before
 there is one.
@@ -141,7 +141,7 @@ def quantize(source: Path | None = None, target: Path | None = None) -> Path:
 
     def write(temporary: str) -> None:
         # Its one warning, on the root logger, advises a pre-processing pass (shape inference,
-        # which fails on this graph, and graph fusions, 7 % faster passes): not an error.
+        # which fails on this graph, and graph fusions, slightly faster passes): not an error.
         root = logging.getLogger()
         level = root.level
         root.setLevel(logging.ERROR)
@@ -220,9 +220,9 @@ class OnnxMiniLM:
         options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
         if threads > 1:
             # A pool thread spins 50 µs for its next piece of work, then sleeps: long enough to
-            # bridge the gaps between one pass's operators (sleeping through them: 6.1–7.4 ms a
-            # text against 5.3–6.4), short enough not to burn a core between passes (the
-            # default spin: 16 ms of CPU a pass, against 10).
+            # bridge the gaps between one pass's operators (sleeping through them makes a pass
+            # slower), short enough not to burn a core between passes (the default spin costs
+            # a pass more CPU: docs/performance.md#code-figures).
             options.add_session_config_entry("session.intra_op.spin_duration_us", "50")
         return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
@@ -230,10 +230,9 @@ class OnnxMiniLM:
         """The idle session when the machine has `idle_threads` cores for this pass, else the
         default one. The kernel's count of runnable threads includes the caller, and, most of
         the time, the thread that just handed it the request (the web server's event loop, on
-        its way back to sleep): two runnable threads on two cores is an idle machine. (Served
-        one request at a time, 1 or 2 in 98% of the readings, and a pass on the idle session
-        took as long either way: 4.5–5.1 ms against 7.0 on one thread; under the mixed load,
-        2 or more in every reading, 4–12 in 97%.)"""
+        its way back to sleep): two runnable threads on two cores is an idle machine. (The readings
+        behind this, served one request at a time and under the mixed load:
+        docs/performance.md#code-figures.)"""
         if self.idle_session is not None:
             running = self.runnable()
             if running is not None and running - 2 + self.idle_threads <= self.cores:
@@ -275,8 +274,8 @@ class OnnxMiniLM:
 
 
 # A forward pass costs about as much as this many tokens of work besides its tokens' own (one
-# thread, this machine: 2.1 ms a pass + 0.22 ms a token, padding included, from 8 to 128
-# tokens and 1 to 4 texts).
+# thread, padding included, from 8 to 128 tokens and 1 to 4 texts: the fit is in
+# docs/performance.md#code-figures).
 PASS_COST_TOKENS = 10
 
 

@@ -1,4 +1,4 @@
-"""Secret redaction for conversation messages (SPEC §11): a transcript is not rejected for a
+"""Secret redaction for conversation messages: a transcript is not rejected for a
 pasted token; each secret span is replaced by `[redacted:<rule>]` before anything is stored,
 logged or sent to a model. Detection is `memories.secrets_scan` (the same rules that reject
 secrets everywhere else)."""

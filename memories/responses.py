@@ -1,5 +1,5 @@
-"""The bodies of the write answers that REST and MCP share: a store (SPEC §4 Store) and an
-ingest (SPEC §11). Services return plain results (`StoreResult`, `IngestResult`) that know
+"""The bodies of the write answers that REST and MCP share: a store and an
+ingest. Services return plain results (`StoreResult`, `IngestResult`) that know
 nothing of HTTP; this module, above both the services and `memories.serialization`, turns
 them into the status and body each surface sends.
 """
@@ -15,7 +15,7 @@ from memories.services.store import StoreResult
 
 
 def store_response(result: StoreResult, *, agent: Agent) -> tuple[int, dict[str, Any]]:
-    """The status and body of `POST /api/v1/memories` (SPEC §4 Store; the MCP tool returns the
+    """The status and body of `POST /api/v1/memories` (the MCP tool returns the
     same body): 201 when inserted, 200 when updated, replaced or already remembered."""
     memory = result.memory
     body: dict[str, Any] = {
@@ -46,7 +46,7 @@ def store_response(result: StoreResult, *, agent: Agent) -> tuple[int, dict[str,
 
 
 def ingest_response(result: IngestResult) -> tuple[int, dict[str, Any]]:
-    """`POST /threads/{id}/messages` and MCP `memory_ingest`: 202 and the SPEC body."""
+    """`POST /threads/{id}/messages` and MCP `memory_ingest`: 202 and the ingest body."""
     return 202, {
         "ok": True,
         "thread_id": result.thread.thread_id,

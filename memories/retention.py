@@ -1,4 +1,4 @@
-"""A memory's effective expiry (SPEC §3, §13.4): THE rule, in Python for the writes and in SQL
+"""A memory's effective expiry: THE rule, in Python for the writes and in SQL
 for the recompute after a policy change (tests/memories/test_retention.py holds them equal).
 
 effective `expires_at` = the earliest of

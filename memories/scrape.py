@@ -1,4 +1,4 @@
-"""`GET /metrics` (SPEC §14): Prometheus text format, for `Authorization: Bearer
+"""`GET /metrics`: Prometheus text format, for `Authorization: Bearer
 <MEMORYHUB_METRICS_TOKEN>` only (a 404 otherwise, and while the token is unset).
 
 The counters and histograms come from every process (`memoryhub.metrics`: prometheus-client's

@@ -1,4 +1,4 @@
-"""Secret detection for everything an agent asks us to store (SPEC §4 "Secrets").
+"""Secret detection for everything an agent asks us to store.
 
 `find_secret(value, field)` scans a string, or every string value and dict key of a JSON-like
 structure, and returns the first `SecretFinding(rule, field)` or None. A finding carries only
@@ -23,9 +23,8 @@ bare `Bearer …` tokens. The first hit wins.
 Speed: every regex starts with a literal, so `re` skips ahead with a fast substring search
 instead of trying each position, and variable-length bodies are possessive (`{m,n}+`), so a
 candidate never backtracks; assignments are found from a handful of keyword `str.find`s.
-Measured on a loaded 2-core box: 16 KB of English or German prose in 0.5-1 ms, of CJK or
-full-width text (which needs NFKC) in about 3 ms; no crafted input found takes more than a few
-tens of milliseconds.
+Prose, CJK or full-width text (which needs NFKC) and every crafted input found are scanned in
+milliseconds (docs/performance.md#code-figures).
 """
 
 from __future__ import annotations
@@ -199,7 +198,7 @@ def _rule(name: str, pattern: str, accept=_token, *, bounded: bool = True) -> _R
 _B64URL = r"[A-Za-z0-9_\-]"
 _END = r"(?![A-Za-z0-9])"  # right boundary for alphanumeric bodies
 _END_URL = r"(?![A-Za-z0-9_\-])"  # right boundary for base64url bodies
-# A private-key PEM header is a secret on its own, whatever follows it (SPEC §4): a paste cut
+# A private-key PEM header is a secret on its own, whatever follows it: a paste cut
 # short, or with its body elided, still says a private key was about to be stored. Five dashes
 # (PEM, OpenSSH, PGP armor) or four and a space (SSH2: `---- BEGIN SSH2 ENCRYPTED PRIVATE KEY
 # ----`). Public keys, certificates and requests (`BEGIN PUBLIC KEY`, `BEGIN CERTIFICATE`) are not.
@@ -476,7 +475,7 @@ def find_secret(value: object, field: str) -> SecretFinding | None:
     return None
 
 
-# SPEC §4 Secrets: every free-text field an agent or operator writes, under the name its input
+# The scanned fields: every free-text field an agent or operator writes, under the name its input
 # gives it: store and PATCH bodies (`session_id` is `thread_id`'s alias), forget and tombstone
 # reasons, the ids in confirm and thread-end URLs, the `Idempotency-Key` header, the console's
 # tag and name fields, a JSONL line's provenance strings, and a kind's description and schema. Numbers, timestamps and fixed

@@ -1,4 +1,4 @@
-"""A memory as the agent API shows it: the SPEC §4 `memory` object (never the embedding).
+"""A memory as the agent API shows it: the `memory` object (never the embedding).
 
 Its fields are `models.PUBLIC_FIELDS`, in that order. A column is written by its type, by one
 rule in Python (`memory_json`) and in SQL (`memory_json_sql`); `agent` and `source` come from
@@ -54,13 +54,13 @@ MEMORY_JSON_COLUMNS = ("agent_id", *(field.column for field in _COLUMNS))
 def memory_json(
     memory: Memory, *, agent: Agent | None, slugs: dict[int, str] | None = None
 ) -> dict[str, Any]:
-    """The SPEC §4 memory object as seen by `agent` (None: an operator, source by owner:
+    """The memory object as seen by `agent` (None: an operator, source by owner:
     `agent:<slug>`, `workspace` or `user`)."""
     owner_slug = None
     if memory.agent_id is not None:
         owner_slug = (slugs or {}).get(memory.agent_id) or memory.agent.slug
     source = source_label(memory, agent, {memory.agent_id: owner_slug} if owner_slug else None)
-    out: dict[str, Any] = dict.fromkeys(PUBLIC_FIELDS)  # the keys in the SPEC's order
+    out: dict[str, Any] = dict.fromkeys(PUBLIC_FIELDS)  # the keys in the API's order
     for name, encode in _PYTHON_ENCODERS:
         value = getattr(memory, name)
         out[name] = value if encode is None else encode(value)
@@ -120,7 +120,7 @@ def memory_json_sql(
     return "(" + " || ".join(parts) + " || '}')"
 
 
-# --- conversations (SPEC §11) ------------------------------------------------------------------
+# --- conversations -----------------------------------------------------------------------------
 
 
 def thread_json(thread: Thread, extraction: dict[str, Any]) -> dict[str, Any]:
@@ -146,7 +146,7 @@ def message_json(message: Message) -> dict[str, Any]:
     }
 
 
-# --- the kind registry (SPEC §13.1) -------------------------------------------------------------
+# --- the kind registry --------------------------------------------------------------------------
 
 
 def kind_json(kind: Kind) -> dict[str, Any]:

@@ -106,7 +106,7 @@ def identifier(value: Any, field: str, *, max_len: int = MAX_ID_CHARS) -> str | 
 
 
 def memory_key(value: Any, field: str = "key") -> str | None:
-    """A memory key (SPEC §4 Keys): NFKC-normalised, so full-width and other compatibility
+    """A memory key: NFKC-normalised, so full-width and other compatibility
     forms name the same key; control and invisible characters (zero-width, bidi controls,
     fillers) are refused rather than dropped, so look-alike keys cannot coexist."""
     if isinstance(value, str):

@@ -4,7 +4,7 @@ An agent (through its key) sees, within its tenant:
 - its own memories (`source: own`);
 - workspace memories, owned by the tenant (`agent` NULL, `source: workspace`);
 - the user memories of the request's subject (`scope: user`, `agent` NULL, `source: user`):
-  they belong to the subject across every agent of the tenant (SPEC §13.2);
+  they belong to the subject across every agent of the tenant;
 - memories of the agents named in its `reads_from`, except their `conversation` memories
   (`source: shared:<slug>`), and only when `include_shared` is true;
 and of those, only the ones that are live (active, not past `expires_at`: the effective expiry,
@@ -16,7 +16,7 @@ request's `thread_id` by the reads that load context (hydrate).
 What an agent may change (`owned_q`) is what it sees but the shared agents' memories: its own,
 the workspace's, and its subject's user memories.
 
-Memory formation (SPEC §13.5) is narrower: a conversation of an agent with one end user may
+Memory formation is narrower: a conversation of an agent with one end user may
 change only what that agent holds for that end user (`formation_q`); the rest of what the agent
 owns and sees (subject-less and workspace memories) is shown to the model read-only
 (`formation_shown_q`), and anything else never reaches the model.
@@ -101,7 +101,7 @@ def _exact_subject_q(subject_id: str | None) -> Q:
 
 
 def formation_q(*, agent: Agent, subject_id: str | None) -> Q:
-    """THE formation scope (SPEC §13.5): what an extraction run over a thread of `agent` for
+    """THE formation scope: what an extraction run over a thread of `agent` for
     `subject_id` may update, forget or confirm, and where its `add`s look for near duplicates
     (and tombstones): the agent's own memories of exactly the thread's subject, other than
     `conversation` memories (those belong to the thread that wrote them, and a durable fact
@@ -111,7 +111,7 @@ def formation_q(*, agent: Agent, subject_id: str | None) -> Q:
     so its scope is the agent's subject-less memories. Such a thread can only be written by a
     key not bound to a subject, the same key that may change those memories through the API.
 
-    The subject's user-scoped memories (SPEC §13.2) are the subject's as well: a thread with a
+    The subject's user-scoped memories are the subject's as well: a thread with a
     subject may change them. Workspace memories (tenant-wide), subject-less ones when the thread
     has a subject, and other agents' are outside it: an `add` never creates a workspace memory
     either. Liveness is `MemoryQuerySet.live`'s."""
@@ -205,7 +205,7 @@ def visible_parts(
 def source_label(
     owned: Memory | Event, agent: Agent | None, slugs: dict[int, str] | None = None
 ) -> str:
-    """A memory's `source` (SPEC §4), of the memory or of one of its events (they carry its
+    """A memory's `source`, of the memory or of one of its events (they carry its
     owner and scope): `own`, `workspace`, `user` or `shared:<agent-slug>` as seen by `agent`;
     with no agent (an operator, the tenant's webhooks) `agent:<slug>` names the owner."""
     if owned.scope == Scope.USER:

@@ -1,25 +1,25 @@
 """ASGI entry point: the MCP SDK serves `/mcp`; Django serves everything else, as WSGI.
 
 Every Django view is synchronous, and Django's own ASGI handler runs each request through
-`sync_to_async` in a new thread of its own (a fresh executor per request): ~4 ms of overhead
-per request on a small machine, more than a whole recall by key. So Django runs as a WSGI app
-in a fixed pool of threads (the pool is memoryhub/web_pool.py's, shared with the MCP tools),
-`MEMORYHUB_WEB_THREADS` of them. The request body is read here first, whole, up to
-`MEMORYHUB_MAX_BODY_BYTES` (413 beyond; a conversation's messages may be larger:
-`body_limit`); a chunked body (no length, which WSGI would hand Django as empty) is given its
-length. Django's answer is made in a pool thread and sent from here in one piece with its
-length: one hand-over from the thread to the event loop a request, where `a2wsgi` (what
-uvicorn's `--interface wsgi` uses) made one per ASGI message. Streamed responses (markdown and
-JSONL exports) stream chunk by chunk with backpressure. A body declared longer than its limit
-goes to Django unread (through `a2wsgi`), and Django's middleware answers the 413.
+`sync_to_async` in a new thread of its own (a fresh executor per request): an overhead per request
+on a small machine larger than a whole recall by key (docs/performance.md#code-figures). So Django
+runs as a WSGI app in a fixed pool of threads (the pool is memoryhub/web_pool.py's, shared with the
+MCP tools), `MEMORYHUB_WEB_THREADS` of them. The request body is read here first, whole, up to
+`MEMORYHUB_MAX_BODY_BYTES` (413 beyond; a conversation's messages may be larger: `body_limit`); a
+chunked body (no length, which WSGI would hand Django as empty) is given its length. Django's answer
+is made in a pool thread and sent from here in one piece with its length: one hand-over from the
+thread to the event loop a request, where `a2wsgi` (what uvicorn's `--interface wsgi` uses) made one
+per ASGI message. Streamed responses (markdown and JSONL exports) stream chunk by chunk with
+backpressure. A body declared longer than its limit goes to Django unread (through `a2wsgi`), and
+Django's middleware answers the 413.
 
 The MCP app's lifespan (its session manager) runs with the server's; Django has no lifespan
 handler, so lifespan events go to the MCP app, after `settle_worker` has run at start-up: each
 uvicorn worker imports its views and loads the local embedding model before it takes its first
-request (which would otherwise wait 0.4-0.7 s for them), then freezes what start-up allocated
+request (which would otherwise wait for them), then freezes what start-up allocated
 out of the cyclic garbage collector's sight (`MEMORYHUB_GC_FREEZE`): the ~150k objects of
 Django, the MCP SDK and the model's runtime never become garbage, yet each full collection
-walked them all (50-100 ms, the worker's requests stalled).
+walked them all, stalling the worker's requests (docs/performance.md#code-figures).
 
 Every HTTP request is timed here, from arrival to its last byte, and recorded once
 (`observed`: the access log line and the HTTP metrics of `memoryhub.observe`), its client's
@@ -296,7 +296,7 @@ async def mcp_transport(scope, receive, send):
 
 def settle_worker() -> None:
     """A web process's start-up, before its first request: the URLconf imported (every view
-    module: ~140 ms), the local model loaded and run once (a failure is logged by the embedder
+    module), the local model loaded and run once (a failure is logged by the embedder
     and each request answers it with a 502, as without), then, with `MEMORYHUB_GC_FREEZE`,
     everything allocated so far frozen (`gc.freeze`). An embedder that is not ready does not
     stop the process: its requests answer it, as they would have."""

@@ -1,10 +1,10 @@
 """Faster timestamp loading for PostgreSQL connections.
 
-Django reads `timestamptz` with a subclass of psycopg's pure-Python loader (to pin the
-timezone), which costs ~7 µs a value on a small machine: a hydrate of 150 memories parses
-~500 of them. This loader wraps psycopg's C loader instead (~1.7 µs) and pins the timezone the
-same way. It carries the `timezone` attribute Django's `create_cursor` compares against, so
-Django keeps it instead of registering its own per cursor.
+Django reads `timestamptz` with a subclass of psycopg's pure-Python loader (to pin the timezone),
+slow enough to matter on a small machine: a hydrate of 150 memories parses ~500 of them. This loader
+wraps psycopg's C loader instead (several times faster: docs/performance.md#code-figures) and pins
+the timezone the same way. It carries the `timezone` attribute Django's `create_cursor` compares
+against, so Django keeps it instead of registering its own per cursor.
 """
 
 from __future__ import annotations

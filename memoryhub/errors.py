@@ -1,4 +1,4 @@
-"""The one error envelope of SPEC §4: `{"ok": false, "error": {"code", "message", "details"}}`.
+"""The API's one error envelope: `{"ok": false, "error": {"code", "message", "details"}}`.
 
 Services raise `DomainError` subclasses; the DRF exception handler (and the middleware, for
 failures outside DRF) turn every failure into that envelope. Nothing here echoes user input

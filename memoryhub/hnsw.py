@@ -1,14 +1,14 @@
 """pgvector's HNSW scan settings, held by every connection from its start.
 
-Every statement that walks an HNSW index (search's ranking, a store's look-alikes) wants
-iterative scans (`relaxed_order`: a selective tenant/agent/subject filter still yields its rows)
-and a candidate list of `EF_SEARCH`. They used to be set per transaction (`SET LOCAL`), which
-cost every search a BEGIN, a SET and a COMMIT around its one statement and every store one
-statement more (docs/performance.md, "Where a request's CPU goes"). They are now startup
-options of the connection (`-c name=value`: no round trip at all), and the code sets them
-locally only where it needs another value (a search deeper than `EF_SEARCH`) or where the
-connection does not carry them (`MEMORYHUB_DB_SESSION_SETTINGS=0`: behind a transaction-mode
-pooler, which refuses or drops startup options).
+Every statement that walks an HNSW index (search's ranking, a store's look-alikes) wants iterative
+scans (`relaxed_order`: a selective tenant/agent/subject filter still yields its rows) and a
+candidate list of `EF_SEARCH`. They are startup options of the connection (`-c name=value`: no round
+trip at all) rather than set per transaction (`SET LOCAL`), which would cost every search a BEGIN, a
+SET and a COMMIT around its one statement and every store one statement more
+(docs/performance.md#where-a-requests-cpu-goes); the code sets them locally only where it needs
+another value (a search deeper than `EF_SEARCH`) or where the connection does not carry them
+(`MEMORYHUB_DB_SESSION_SETTINGS=0`: behind a transaction-mode pooler, which refuses or drops startup
+options).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Prometheus metrics (SPEC §14; docs/operations.md "Monitoring").
+"""Prometheus metrics (docs/operations.md#monitoring).
 
 The families are defined here, recorded where things happen (requests: `memoryhub.observe`;
 embeddings, the LLM, extraction runs, webhook deliveries: their modules) and exposed by

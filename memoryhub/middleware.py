@@ -1,7 +1,7 @@
 """Keeps every `/api/` and `/mcp` failure in the JSON envelope, even outside DRF views.
 
 Django answers an over-size body, an unknown URL, a `Host` not in ALLOWED_HOSTS or a database
-outage with an HTML page of its own; an agent must always get the envelope of SPEC §4 instead.
+outage with an HTML page of its own; an agent must always get the API's error envelope instead.
 The middleware is the outermost one, so it sees the request before any other calls
 `request.get_host()` (SecurityMiddleware does, for its HTTPS redirect).
 """

@@ -1,4 +1,4 @@
-"""One observation per request: the access log line and the HTTP metrics (SPEC §14).
+"""One observation per request: the access log line and the HTTP metrics.
 
 Served by uvicorn, a request is timed by the ASGI app (`memoryhub.asgi`) from its arrival to
 its response's last byte, wait for a thread of the pool included; `ObserveMiddleware` (the

@@ -1,12 +1,12 @@
 """The API's JSON renderer: DRF's output from orjson.
 
-A hydrate answers with ~150 memory objects; DRF's `json.dumps` with its encoder class spends
-~4 ms on them here, orjson about a third of that. The bytes are DRF's: compact separators,
-UTF-8, U+2028/U+2029 escaped, and every type orjson does not take natively (datetimes,
+A hydrate answers with ~150 memory objects; orjson renders them several times faster than DRF's
+`json.dumps` with its encoder class (docs/performance.md#code-figures). The bytes are DRF's: compact
+separators, UTF-8, U+2028/U+2029 escaped, and every type orjson does not take natively (datetimes,
 decimals, lazy strings, …) formatted by DRF's own encoder. Anything orjson refuses (an integer
-beyond 64 bits, …) falls back to DRF's renderer. Floats use the shortest round-trip form, as
-`json` does (exponents are written `1e-7` rather than `1e-07`). Bodies may carry
-`orjson.Fragment`s: JSON text written elsewhere (hydrate's entries, built by PostgreSQL).
+beyond 64 bits, …) falls back to DRF's renderer. Floats use the shortest round-trip form, as `json`
+does (exponents are written `1e-7` rather than `1e-07`). Bodies may carry `orjson.Fragment`s: JSON
+text written elsewhere (hydrate's entries, built by PostgreSQL).
 """
 
 from __future__ import annotations

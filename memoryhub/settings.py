@@ -134,7 +134,7 @@ DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DATABASES["default"].setdefault("OPTIONS", {})
 DATABASES["default"]["OPTIONS"].setdefault("connect_timeout", 5)
 # Under ASGI each request runs in a thread of its own, so per-thread persistent connections
-# mean a new PostgreSQL connection (~10 ms) per request; a psycopg pool shares them instead.
+# mean a new PostgreSQL connection (costly) per request; a psycopg pool shares them instead.
 # Never in the django-q2 cluster: it forks its workers, and forked children would share the
 # pool's open sockets (two workers interleaving on one session corrupts both).
 _QCLUSTER = len(sys.argv) > 1 and sys.argv[1] == "qcluster"
@@ -165,9 +165,9 @@ if env_bool("MEMORYHUB_DB_POOL", default=not TESTING and not _QCLUSTER):
     }
 # Server-side parameter binding, and statements run 5 times on a connection are prepared there
 # (psycopg's prepare_threshold): PostgreSQL then parses and plans a simple statement once (the
-# API-key lookup planned for 0.3 ms and ran for 0.06). Statements whose best plan depends on
-# the values (the search ranking over a large scope) keep custom plans: PostgreSQL's
-# plan_cache_mode=auto decides; a small scope's exact ranking asks for its generic plan
+# API-key lookup took longer to plan than to run: docs/performance.md#code-figures). Statements
+# whose best plan depends on the values (the search ranking over a large scope) keep custom plans:
+# PostgreSQL's plan_cache_mode=auto decides; a small scope's exact ranking asks for its generic plan
 # (memories/retrieval/ranking.py, `generic_plan`).
 # Off (MEMORYHUB_DB_PREPARE=0) behind a transaction-mode pooler that cannot keep prepared
 # statements (PgBouncer before 1.21).
@@ -319,14 +319,14 @@ MEMORYHUB_KIND_CHECK_MS = env_int("MEMORYHUB_KIND_CHECK_MS", 250)
 # that check would take longer than this.
 MEMORYHUB_KIND_RECHECK_SECONDS = env_int("MEMORYHUB_KIND_RECHECK_SECONDS", 60)
 MEMORYHUB_RETENTION_DAYS = env_int("MEMORYHUB_RETENTION_DAYS", 30)
-# Messages of a thread ended this many days ago are deleted by `purge_retention` (SPEC §11).
+# Messages of a thread ended this many days ago are deleted by `purge_retention`.
 MEMORYHUB_MESSAGE_RETENTION_DAYS = env_int("MEMORYHUB_MESSAGE_RETENTION_DAYS", 30)
 # Reads counted per day (`DailyReads`, the dashboard's reads chart of 30 days) are deleted by
 # `purge_retention` this many days after their day; never fewer than the chart draws.
 MEMORYHUB_READS_RETENTION_DAYS = env_int("MEMORYHUB_READS_RETENTION_DAYS", 60)
 MEMORYHUB_RATE_LIMIT_PER_MINUTE = env_int("MEMORYHUB_RATE_LIMIT_PER_MINUTE", 0)  # 0 = off
 
-# --- Operating it (SPEC §14; docs/operations.md) --------------------------------------------
+# --- Operating it (docs/operations.md) ----------------------------------------------------
 # Events (the change feed, `GET /api/v1/events`, and webhook deliveries) are kept this long.
 MEMORYHUB_EVENT_RETENTION_DAYS = env_int("MEMORYHUB_EVENT_RETENTION_DAYS", 7)
 # `GET /metrics` answers only `Authorization: Bearer <this>`; unset, it is a 404 and nothing is
@@ -371,7 +371,7 @@ MEMORYHUB_EMBEDDER_TIMEOUT = env_float("MEMORYHUB_EMBEDDER_TIMEOUT", 10.0)
 # background thread) or "sync" (one UPDATE inside the request; what tests assert on).
 MEMORYHUB_ACCESS_BUMP = env_str("MEMORYHUB_ACCESS_BUMP", "sync" if TESTING else "deferred")
 
-# --- Memory formation (SPEC §11) --------------------------------------------------------------
+# --- Memory formation -------------------------------------------------------------------------
 # Any OpenAI-compatible chat-completions endpoint (OpenAI, vLLM, Ollama, LM Studio, ...).
 # Unset: messages are still stored, and extraction reports the state `disabled`.
 MEMORYHUB_LLM_URL = env_str("MEMORYHUB_LLM_URL")
@@ -408,7 +408,7 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     # Secret spans in any log line (a model server's error body, an exception quoting input)
-    # are redacted like message content (SPEC §11: nothing secret is logged).
+    # are redacted like message content (nothing secret is logged).
     "filters": {"redact_secrets": {"()": "memories.redaction.RedactSecrets"}},
     "handlers": {
         "console": {

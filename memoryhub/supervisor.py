@@ -75,10 +75,10 @@ def available_cores() -> int:
 
 
 def default_workers() -> int:
-    """`WEB_CONCURRENCY` when set, else one web process per core it may use: a Python process
-    runs one thread at a time. (No fixed cap: on 16 cores 8 and 14 workers served 844 and
-    750-870 req/s against 635 at 4; each process's share of PostgreSQL's connections is sized
-    by the count, `memoryhub.settings`, docs/performance.md.)"""
+    """`WEB_CONCURRENCY` when set, else one web process per core it may use: a Python process runs
+    one thread at a time. (No fixed cap: on 16 cores 8 and 14 workers served more than 4 did,
+    docs/performance.md#code-figures; each process's share of PostgreSQL's connections is sized by
+    the count, `memoryhub.settings`, docs/performance.md.)"""
     configured = os.environ.get("WEB_CONCURRENCY", "").strip()
     if configured:
         return int(configured)

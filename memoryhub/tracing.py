@@ -1,4 +1,4 @@
-"""OpenTelemetry traces (SPEC §14; docs/operations.md "Tracing"), off unless
+"""OpenTelemetry traces (docs/operations.md#tracing), off unless
 OTEL_EXPORTER_OTLP_ENDPOINT is set.
 
 `setup()` runs once per process before Django serves anything (the ASGI app, the django-q2

@@ -1,4 +1,4 @@
-"""Hydrate's block limits per agent (SPEC §13.3)."""
+"""Hydrate's block limits per agent (docs/memory-model.md#block-limits-what-hydrate-loads)."""
 
 from django.db import migrations, models
 

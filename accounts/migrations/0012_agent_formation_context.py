@@ -1,4 +1,4 @@
-"""Formation's context window and user scope per agent (SPEC §13.2, §13.5)."""
+"""Formation's context window and user scope per agent."""
 
 import django.core.validators
 from django.db import migrations, models

@@ -1,4 +1,4 @@
-"""Retention policies (SPEC §13.4): `max_retention` per tenant and agent, a key's `memory_ttl`."""
+"""Retention policies: `max_retention` per tenant and agent, a key's `memory_ttl`."""
 
 from django.db import migrations, models
 

@@ -1,4 +1,4 @@
-"""The cap of user-scoped memories per subject (SPEC §13.2)."""
+"""The cap of user-scoped memories per subject (docs/memory-model.md#scopes-agent-and-user)."""
 
 from django.db import migrations, models
 

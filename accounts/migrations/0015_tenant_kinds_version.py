@@ -1,4 +1,4 @@
-"""The kind registry's version, cached with the tenant (SPEC §13.1)."""
+"""The kind registry's version, cached with the tenant (docs/memory-model.md#kinds)."""
 
 from django.db import migrations, models
 

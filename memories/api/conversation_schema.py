@@ -1,4 +1,4 @@
-"""OpenAPI description of the conversation endpoints (SPEC §11: threads, messages, extraction,
+"""OpenAPI description of the conversation endpoints (threads, messages, extraction,
 subject erasure), in the style of `memories.api.schema`: these serializers describe JSON for
 the schema only; `memories.formation` validates."""
 

@@ -1,4 +1,4 @@
-"""OpenAPI descriptions of the change feed and webhook endpoints (SPEC §14)."""
+"""OpenAPI descriptions of the change feed and webhook endpoints."""
 
 from __future__ import annotations
 

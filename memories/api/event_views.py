@@ -1,4 +1,4 @@
-"""`GET /api/v1/events` (the change feed) and `/api/v1/webhooks` (SPEC §14): thin views over
+"""`GET /api/v1/events` (the change feed) and `/api/v1/webhooks`: thin views over
 `memories.events.feed` and `memories.webhooks.endpoints`."""
 
 from __future__ import annotations

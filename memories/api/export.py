@@ -1,4 +1,4 @@
-"""`GET /api/v1/export.md` (SPEC §4 Export): the calling agent's memories as Markdown, streamed."""
+"""`GET /api/v1/export.md`: the calling agent's memories as Markdown, streamed."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""OpenAPI description of the kind registry's endpoints (SPEC §13.1)."""
+"""OpenAPI description of the kind registry's endpoints (docs/memory-model.md#kinds)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The kind registry over REST (SPEC §13.1): `GET /api/v1/kinds`, `GET/PUT/DELETE
+"""The kind registry over REST (docs/memory-model.md#kinds): `GET /api/v1/kinds`, `GET/PUT/DELETE
 /api/v1/kinds/{name}`. Reads need `read`, writes `admin` and a key not bound to a subject;
 thin views over `memories.kinds` and `memories.services.kinds`."""
 

@@ -57,7 +57,7 @@ class SearchContextSerializer(serializers.Serializer):
     expires_at = serializers.DateTimeField(allow_null=True)
     mentions = serializers.ListField(child=serializers.DictField())
     tags = serializers.ListField(child=serializers.CharField())
-    isLatest = serializers.BooleanField()  # noqa: N815 - the SPEC's LLM-facing name
+    isLatest = serializers.BooleanField()  # noqa: N815 - the API's LLM-facing name
     lastConfirmedAt = serializers.DateTimeField(  # noqa: N815
         help_text="When the fact was last confirmed (freshness)"
     )

@@ -1,4 +1,4 @@
-"""`DELETE /api/v1/subjects/{subject_id}` (SPEC §11): a thin view over
+"""`DELETE /api/v1/subjects/{subject_id}` (docs/formation.md): a thin view over
 `services.erasure.subject_erase`."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Conversations (SPEC §11): a thread's messages in and out, its extraction and its end. Thin
+"""Conversations: a thread's messages in and out, its extraction and its end. Thin
 views over `memories.formation` and the services; every POST goes through
 `idempotency.respond`.
 """

@@ -1,4 +1,4 @@
-"""The agent REST API (SPEC §4): thin views that parse the request, call a service or selector
+"""The agent REST API (docs/api.md): thin views that parse the request, call a service or selector
 and render its result. Every rule (scopes, visibility, validation, CAS) lives in the services;
 every error becomes the envelope through `memoryhub.errors.api_exception_handler`.
 """

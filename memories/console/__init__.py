@@ -1,9 +1,9 @@
-"""The operator console (SPEC §6): server-rendered pages with HTMX fragments.
+"""The operator console (docs/console.md): server-rendered pages with HTMX fragments.
 
 - `urls.py`: every `/console/` route (namespace `console`).
 - `memories.py`: the memories table, detail (Edit → Save), single and bulk actions, review
   queue, tombstones, activity.
-- `threads.py`: conversations (SPEC §11): the Threads page, a thread's detail (messages,
+- `threads.py`: conversations: the Threads page, a thread's detail (messages,
   summary, runs and the memories each made) and `Run extraction`.
 - `pages.py`: dashboard, export/import, agents and keys, jobs, members.
 - `forms.py`: the console forms (they parse operator input; services decide what is allowed).

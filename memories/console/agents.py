@@ -1,5 +1,5 @@
-"""Agents and their keys (SPEC §6), with each agent's policy: caps, hydration and its block
-limits, retention, formation (SPEC §11, §13)."""
+"""Agents and their keys (docs/console.md), with each agent's policy: caps, hydration and its block
+limits, retention, formation."""
 
 from __future__ import annotations
 

@@ -224,7 +224,7 @@ class AgentPolicyForm(forms.Form):
     reads_from = forms.MultipleChoiceField(
         required=False, widget=forms.CheckboxSelectMultiple, label="Reads from"
     )
-    # Memory formation (SPEC §11). Optional in a post: a field left out keeps its value, so a
+    # Memory formation. Optional in a post: a field left out keeps its value, so a
     # client that only knows the fields above changes nothing else.
     extraction = forms.ChoiceField(
         choices=Extraction.choices,
@@ -283,7 +283,7 @@ class AgentPolicyForm(forms.Form):
         label="Form user-scoped memories",
         help_text="Facts about the person that hold for every agent serving them",
     )
-    # Hydrate's block limits (SPEC §13.3) and retention (SPEC §13.4).
+    # Hydrate's block limits and retention.
     core_max_entries = forms.IntegerField(
         min_value=0, required=False, label="Core entries per block"
     )
@@ -392,7 +392,7 @@ def retention_field(raw: str) -> dict[str, int]:
 
 
 class TenantPolicyForm(forms.Form):
-    """The tenant's memory policy (SPEC §13.2, §13.4): the Tenant page."""
+    """The tenant's memory policy: the Tenant page."""
 
     user_cap = forms.IntegerField(
         min_value=0,
@@ -412,7 +412,7 @@ class TenantPolicyForm(forms.Form):
 
 
 class ApiKeyCreateForm(SecretScannedForm):
-    """A new key; `memory_ttl` bounds every memory written through it (SPEC §13.4)."""
+    """A new key; `memory_ttl` bounds every memory written through it."""
 
     SCANNED = ("name", "subject_id")
 

@@ -1,4 +1,4 @@
-"""The Kinds page (SPEC §13.1): a tenant's kinds with their live counts; create and edit (the
+"""The Kinds page: a tenant's kinds with their live counts; create and edit (the
 schema checked on save by the same service as `PUT /api/v1/kinds/{name}`), delete; and the
 Tenant page: the tenant's memory policy (user cap, retention). Also how a memory's `data` is
 shown: a table of its kind's schema fields."""
@@ -197,7 +197,7 @@ def tenant_settings(request: HttpRequest) -> HttpResponse:
 
 
 def data_rows(memory: Memory, registry: kinds.Registry) -> list[dict[str, Any]]:
-    """A memory's `data` as its kind's schema fields (SPEC §13.1): one row per property of the
+    """A memory's `data` as its kind's schema fields: one row per property of the
     schema (name, type, description, the value or none), then the fields the schema does not
     name. Empty for a memory without data."""
     data = memory.data if isinstance(memory.data, dict) else None

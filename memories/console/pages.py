@@ -99,7 +99,7 @@ def export_page(request: HttpRequest) -> HttpResponse:
 
 @require_role(Role.VIEWER)
 def export_markdown_view(request: HttpRequest) -> StreamingHttpResponse:
-    """`Export markdown`: the SPEC §4 format, streamed from a server-side cursor."""
+    """`Export markdown`: the API's export format, streamed from a server-side cursor."""
     qs, filters = _export_queryset(request)
     now = resolve_now()
     agent_slug = filters.get("agent") or "all"

@@ -113,7 +113,7 @@ def agents_for(tenant: Tenant) -> list[Agent]:
 
 
 def core_over_limits(*, tenant: Tenant, agents: list[Agent], now=None) -> dict[int, dict]:
-    """The agents whose live core is over their block limits (SPEC §13.3), with the most one
+    """The agents whose live core is over their block limits, with the most one
     hydrate would find in their core block: the subject-less core plus the fullest subject's.
     {agent id: {"entries", "chars"}}, from one grouping query."""
     chars = Length("text") + Coalesce(Length(Cast("data", TextField())), Value(0))
@@ -144,7 +144,7 @@ def _filtered(tenant: Tenant, filters: dict[str, str], now: datetime) -> QuerySe
     agent = filters.get("agent")
     if agent == "workspace":
         qs = qs.filter(agent__isnull=True, scope=Scope.AGENT)
-    elif agent == "user":  # every subject's user-scoped memories (SPEC §13.2)
+    elif agent == "user":  # every subject's user-scoped memories
         qs = qs.filter(scope=Scope.USER)
     elif agent:
         qs = qs.filter(agent__slug=agent)
@@ -360,7 +360,7 @@ def dashboard_stats(*, tenant: Tenant, now: datetime | None = None) -> dict[str,
     recent = list(MemoryRevision.objects.for_tenant(tenant).order_by("-created_at", "-id")[:10])
     _label_memories(tenant, recent)
     # Only runs this tenant may see (its own `Run now`s and the global ones), each showing the
-    # tenant's counts: never another tenant's run or its numbers (SPEC §6, as on the Jobs page).
+    # tenant's counts: never another tenant's run or its numbers (as on the Jobs page).
     last_prune = (
         JobRun.objects.visible_to(tenant)
         .filter(job="prune_memories")
@@ -381,4 +381,4 @@ def dashboard_stats(*, tenant: Tenant, now: datetime | None = None) -> dict[str,
     }
 
 
-# --- conversations (SPEC §11) ----------------------------------------------------------------
+# --- conversations ---------------------------------------------------------------------------

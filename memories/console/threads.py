@@ -1,4 +1,4 @@
-"""Conversations (SPEC §11): the Threads page, a thread's detail and `Run extraction`."""
+"""Conversations (docs/formation.md): the Threads page, a thread's detail and `Run extraction`."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The console's Webhooks page (SPEC §14; admins): endpoints, the secret shown once, the
+"""The console's Webhooks page (admins): endpoints, the secret shown once, the
 delivery log with `Resend`, `Enable` for an endpoint that failing disabled. The same services
 as REST (`memories.webhooks.endpoints`)."""
 

@@ -1,4 +1,4 @@
-"""The change feed (SPEC §14). Import the module you need; this package re-exports nothing.
+"""The change feed. Import the module you need; this package re-exports nothing.
 
 - `record`: writing events in the transaction of the change (Python for the services, SQL for
   the jobs' one-statement batches), and erasing a purged memory's content from its events.

@@ -1,4 +1,4 @@
-"""Reading the change feed (SPEC §14): positions, an agent's page, an event as JSON.
+"""Reading the change feed: positions, an agent's page, an event as JSON.
 
 Positions. An event's public `id` is its `position`, given after its transaction commits by
 `sequence()`: one sequencer at a time (an advisory lock) numbers the committed events that have
@@ -144,7 +144,7 @@ def events_page(
 
 
 def event_json(event: Event, *, tenant: Tenant, viewer: Agent | None) -> dict[str, Any]:
-    """The SPEC §14 event object, with the memory's `scope`; `viewer` is the reading agent
+    """The event object of the change feed, with the memory's `scope`; `viewer` is the reading agent
     (None: the tenant's webhook). A memory's object in `data` gets the `source` that viewer
     sees (`visibility.source_label`, as the memory's own reads)."""
     data = event.data

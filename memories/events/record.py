@@ -1,4 +1,4 @@
-"""Events are written where the change is, in its transaction (SPEC §14).
+"""Events are written where the change is, in its transaction.
 
 Every change to a memory writes exactly one revision (`memories.revisions`), so the memory's
 events are written with it: `revision_write` runs `memory_events_statement`'s INSERT in the

@@ -1,4 +1,4 @@
-"""Memory formation from conversations (SPEC §11).
+"""Memory formation from conversations (docs/formation.md).
 
 The model's side of it lives here: `llm` (the client for an OpenAI-compatible chat-completions
 endpoint: `extract` and `summarize`), `prompts` (the versioned prompt files and how a thread is

@@ -1,7 +1,7 @@
-"""Applying a model's operations (SPEC §11) through the ordinary services: the secret scan,
+"""Applying a model's operations (docs/formation.md) through the ordinary services: the secret scan,
 validation, dedup, caps and compare-and-set of an explicit store apply to every extracted fact.
 
-Confinement (SPEC §13.5, the rule is `visibility.formation_q`): an `update`, `forget` or
+Confinement (the rule is `visibility.formation_q`): an `update`, `forget` or
 `confirm` reaches the services only for a memory the run offered the model as changeable
 (`ExtractionRun.offered_ids`) that is still live and in the formation scope. An operation on
 any other memory the thread's agent owns and sees for the thread's subject (a subject-less or
@@ -12,7 +12,7 @@ kind formation may change, not of this thread's subject); one on a memory it can
 is `invalid`, as the API answers 404 for both. An `add` is confined by the store
 (`services.store.Formation`): never a workspace memory, a `single` kind's record replaced only
 inside the scope, and near duplicates looked for inside the scope only. An `add` may be
-user-scoped (SPEC §13.2) only in a thread with a subject whose agent allows it
+user-scoped only in a thread with a subject whose agent allows it
 (`user_scope_allowed`); elsewhere it is formed for the agent. Its `data` is checked against its
 kind's schema by the store; a failure drops it as `invalid`.
 
@@ -104,14 +104,14 @@ def extraction_principal(thread: Thread) -> Principal:
 
 
 def user_scope_allowed(thread: Thread) -> bool:
-    """Whether a formed `add` may be user-scoped (SPEC §13.2): the thread has a subject and its
+    """Whether a formed `add` may be user-scoped: the thread has a subject and its
     agent's `formation_user_scope` is on. Otherwise such an add is formed for the agent."""
     return bool(thread.subject_id) and thread.agent.formation_user_scope
 
 
 def _evidence(run: ExtractionRun, thread: Thread, seqs: list[int]) -> dict:
     """The messages a memory came from: only seqs this run showed the model count, the
-    earlier messages shown as context included (SPEC §13.5)."""
+    earlier messages shown as context included."""
     first = (run.answer or {}).get(CONTEXT_FROM_SEQ, run.from_seq)
     kept = sorted({s for s in seqs if first <= s <= run.to_seq})
     return {"thread_id": thread.thread_id, "messages": kept, "run_id": run.pk}
@@ -119,7 +119,7 @@ def _evidence(run: ExtractionRun, thread: Thread, seqs: list[int]) -> dict:
 
 def _occurred_at(operation: AddOp, run: ExtractionRun, thread: Thread) -> str | None:
     """When the added fact happened: the model's `occurred_at` when it gives a readable one,
-    else the time of the first message it names as evidence (SPEC §11)."""
+    else the time of the first message it names as evidence."""
     if operation.occurred_at:
         try:
             return iso(validation.parse_timestamp(operation.occurred_at, "occurred_at"))

@@ -1,6 +1,6 @@
-"""What one extraction run shows the model (SPEC §11): the messages after the watermark, the
+"""What one extraction run shows the model: the messages after the watermark, the
 rolling summary, the agent's most related live memories, the messages just before the watermark
-as read-only context (SPEC §13.5), and the tenant's kinds (SPEC §13.1)."""
+as read-only context, and the tenant's kinds."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def message_window(thread: Thread) -> list[PromptMessage]:
 
 def earlier_messages(thread: Thread, *, before_seq: int) -> list[PromptMessage]:
     """The messages before `before_seq` (the run's first new message), oldest first, shown to
-    the model as read-only context (SPEC §13.5): at most the agent's `context_messages` (0: none)
+    the model as read-only context: at most the agent's `context_messages` (0: none)
     and `EARLIER_MAX_CHARS` characters, the newest kept first. The oldest one that does not fit
     whole is cut at its start ("…"), and none before it is shown. PostgreSQL sends at most
     `EARLIER_MAX_CHARS` characters of each."""
@@ -93,7 +93,7 @@ def earlier_messages(thread: Thread, *, before_seq: int) -> list[PromptMessage]:
 
 
 def prompt_kinds(tenant: Tenant) -> list[PromptKind]:
-    """The tenant's kinds as the prompt lists them (SPEC §13.1): the built-in ones first, in
+    """The tenant's kinds as the prompt lists them: the built-in ones first, in
     their order, then the tenant's own by name (`prompts` bounds how many fit)."""
     builtin = {kind["name"]: i for i, kind in enumerate(kinds.BUILTIN_KINDS)}
     ordered = sorted(

@@ -1,4 +1,4 @@
-"""Conversations in (SPEC §11): threads and their messages, stored after secret redaction.
+"""Conversations in (docs/formation.md): threads and their messages, stored after secret redaction.
 
 `thread_messages_add` is the one write path for messages (REST and MCP `memory_ingest`); the
 reads (`thread_get`, `thread_messages`) are the agent's view of its own threads.
@@ -78,7 +78,7 @@ _NAME_REFUSED_CATEGORIES = frozenset({"Cc", "Zl", "Zp"})
 
 
 def _one_line(value: Any, field: str) -> str | None:
-    """A message's `name`: at most 255 characters on one line (SPEC §11). The error names the
+    """A message's `name`: at most 255 characters on one line. The error names the
     field, never the value (it may hold a secret)."""
     if isinstance(value, str) and any(
         unicodedata.category(ch) in _NAME_REFUSED_CATEGORIES for ch in value

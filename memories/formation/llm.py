@@ -1,4 +1,4 @@
-"""The model behind memory formation: an OpenAI-compatible chat-completions endpoint (SPEC §11).
+"""The model behind memory formation: an OpenAI-compatible chat-completions endpoint.
 
     if llm_configured():
         answer = get_llm().extract(summary=..., messages=[PromptMessage(...)], memories=[...])
@@ -98,7 +98,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 OUTPUT_MODES = ("json_schema", "json_object", "prompt")
-MAX_ATTEMPTS = 3  # in all, the first included (SPEC §11)
+MAX_ATTEMPTS = 3  # in all, the first included
 BACKOFF_BASE_SECONDS = 1.0  # before the 2nd attempt; doubled before each next one, jittered
 RETRY_AFTER_CAP_SECONDS = 30.0  # a server asking for longer is waited for this long at most
 MAX_SUMMARY_CHARS = 4000

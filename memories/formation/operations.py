@@ -1,4 +1,4 @@
-"""What the model answers with (SPEC §11): typed operations, their JSON schemas, and the parser.
+"""What the model answers with: typed operations, their JSON schemas, and the parser.
 
 The answer to an extraction is exactly `{"operations": [...]}`, each operation one of
 
@@ -10,7 +10,7 @@ The answer to an extraction is exactly `{"operations": [...]}`, each operation o
     {"op": "confirm", "memory_id", "evidence": [seq]}
 
 and the answer to a summary is `{"summary": "..."}`. An add's `data` (the memory's structured
-data, for a kind with a schema: SPEC §13.1) is written as the JSON text of an object, because
+data, for a kind with a schema) is written as the JSON text of an object, because
 strict structured outputs cannot describe an open object; an object in its place (a server that
 does not enforce the schema) is taken as it is. The parser checks shape only (JSON, the known
 ops, the types of their fields, `data` an object) and raises `OutputError` with a short reason
@@ -80,7 +80,7 @@ class AddOp:
     evidence: list[int]
     # The memory's structured data (checked against its kind's schema when it is applied).
     data: dict[str, Any] | None = None
-    # `user`: a fact about the person for every agent serving them (SPEC §13.2), honoured only
+    # `user`: a fact about the person for every agent serving them, honoured only
     # for a thread with a subject whose agent allows it (`formation_user_scope`).
     scope: str = "agent"
 

@@ -5,11 +5,11 @@ is never edited in place: a new version is a new file, and `EXTRACT_PROMPT` /
 `SUMMARIZE_PROMPT` name the one in use, which every answer records as its `prompt_version`.
 
 In the rendered thread each new message appears as `[<seq>] <role>: <content>`, each earlier
-message shown for context (SPEC §13.5) as `[<seq>] (earlier) <role>: <content>`, and each
-related memory as `(<memory_id> v<version> <category>) <text>` (SPEC §11), with `(read-only)`
-after the parenthesis for one the model may not change (SPEC §13.5) and `(user)` for one of the
-subject's user-scoped memories (SPEC §13.2), then its key, kind and data when it has them. The
-tenant's kinds (SPEC §13.1) are listed one a line, bounded in size. Text is laid out so that
+message shown for context as `[<seq>] (earlier) <role>: <content>`, and each
+related memory as `(<memory_id> v<version> <category>) <text>`, with `(read-only)`
+after the parenthesis for one the model may not change and `(user)` for one of the
+subject's user-scoped memories, then its key, kind and data when it has them. The
+tenant's kinds are listed one a line, bounded in size. Text is laid out so that
 nothing in it can pass for the prompt's own structure: every line break of every kind (`\n`,
 `\r\n`, `\r`, `\v`, `\f`, U+001C-U+001E, U+0085, U+2028, U+2029: what `str.splitlines` breaks on)
 in a message, memory or summary becomes a newline followed by an indent, so no line of it starts
@@ -63,7 +63,7 @@ class PromptMessage:
 @dataclass(frozen=True, slots=True)
 class PromptMemory:
     """A live memory related to the new messages, which the model may update, forget or confirm,
-    unless it is `read_only` (shown for context only: SPEC §13.5)."""
+    unless it is `read_only` (shown for context only)."""
 
     memory_id: str
     key: str | None
@@ -71,14 +71,14 @@ class PromptMemory:
     category: str
     text: str
     read_only: bool = False
-    user: bool = False  # one of the subject's user-scoped memories (SPEC §13.2)
+    user: bool = False  # one of the subject's user-scoped memories
     kind: str = "fact"
     data: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class PromptKind:
-    """A kind of the tenant's registry, as the model reads it (SPEC §13.1)."""
+    """A kind of the tenant's registry, as the model reads it."""
 
     name: str
     single: bool

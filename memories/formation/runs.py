@@ -1,4 +1,4 @@
-"""Extraction runs (SPEC §11): when a thread is extracted, and the life of one run.
+"""Extraction runs (docs/formation.md): when a thread is extracted, and the life of one run.
 
 A run is requested (`run_request`) by the sleep-time schedule (`extract_due_threads`, idle
 threads picked with SKIP LOCKED), by `extract: "now"`, by `/extract`, by `/end` and by the
@@ -83,8 +83,8 @@ ABANDONED = (
     f"The run's worker stopped {MAX_RUN_ATTEMPTS} times before it finished (killed, or past "
     "the task time limit): given up",
 )
-# Test hook: a worker that must die between the model's answer and the apply (SPEC §11's crash
-# test) sets this to "after_answer"; nothing else reads it.
+# Test hook: a worker that must die between the model's answer and the apply (the formation
+# crash test) sets this to "after_answer"; nothing else reads it.
 FAULT_ENV = "MEMORYHUB_EXTRACTION_FAULT"
 
 

@@ -1,4 +1,4 @@
-"""What an agent (and the console) does with a thread once its messages are in (SPEC §11): read
+"""What an agent (and the console) does with a thread once its messages are in: read
 its extraction state, ask for an extraction now, and end it with a last extraction.
 
 REST (`GET /threads/{id}`, `POST /threads/{id}/extract`, `POST /threads/{id}/end`), MCP and
@@ -151,7 +151,7 @@ def thread_end(
     subject_id: str | None = None,
     now: datetime | None = None,
 ) -> int:
-    """End a run (SPEC §4, §11): its stored thread gets a last extraction of its pending
+    """End a run: its stored thread gets a last extraction of its pending
     messages, queued first, and `ended_at` (from which message retention counts); its
     `conversation` memories are marked expired (`lifecycle.conversation_end`), all in one
     transaction.

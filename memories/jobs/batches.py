@@ -29,7 +29,7 @@ class TenantCounts:
     """Each tenant's share of the counts of a run over every tenant.
 
     A scheduled run works across tenants; the console shows an operator only their tenant's
-    slice of it (SPEC §6: the console is scoped to the operator's tenant). Thread-safe: the
+    slice of it (the console is scoped to the operator's tenant). Thread-safe: the
     prune's workers add to one instance.
     """
 

@@ -1,6 +1,6 @@
 """`prune_memories`: expiry, the age rules of `daily` and `conversation`, and the entry caps.
 
-The rules (SPEC §3, §7), all evaluated at one instant `now` (`--now` moves it):
+The rules, all evaluated at one instant `now` (`--now` moves it):
 
 - `expired`: an active memory whose `expires_at` <= now → status `expired`; but one whose
   effective expiry is its category's lifetime (`memories.retention`: the last write + 72 h for
@@ -9,7 +9,7 @@ The rules (SPEC §3, §7), all evaluated at one instant `now` (`--now` moves it)
   before now → status `expired`, reason "daily memory 72 h after its last write".
 - `conversation_ended`: an active `conversation` memory idle (no write, `updated_at`) for 24 h
   or more → status `expired`, reason "conversation idle 24 h". Reads do not keep a
-  conversation alive: SPEC §3 counts from the last write. (Ending a thread explicitly is
+  conversation alive: a lifetime counts from the last write. (Ending a thread explicitly is
   `services.lifecycle.thread_end`'s job.)
 - `evicted`: an agent with more live memories than its `entry_cap` (the tenant's workspace
   memories against `workspace_cap`, a subject's user memories against `user_cap`) loses the

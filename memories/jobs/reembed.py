@@ -1,4 +1,4 @@
-"""`reembed`: (re)compute embeddings that are missing or come from another model (SPEC §9).
+"""`reembed`: (re)compute embeddings that are missing or come from another model.
 
 Candidates are memories whose embedding is NULL or whose `embedding_model` is not the current
 embedder's `model_name` (`--all`: every one). Active memories, and tombstones that still hold

@@ -6,14 +6,14 @@
   where the memory went; earlier revisions stay (the history outlives the row, as designed in
   `MemoryRevision`). Erasing content from history is the operator's `Purge`, not retention.
 - Idempotency records older than 24 h are deleted (their replay window is over).
-- Events (SPEC §14) older than settings.MEMORYHUB_EVENT_RETENTION_DAYS (default 7) are deleted,
+- Events older than settings.MEMORYHUB_EVENT_RETENTION_DAYS (default 7) are deleted,
   with their webhook deliveries. A deleted memory's last event is `memory.purged`, without its
   content.
 - Reads counted per day (`DailyReads`, the dashboard's reads chart) older than
   settings.MEMORYHUB_READS_RETENTION_DAYS (default 60; never fewer than the
   `DASHBOARD_DAYS` the chart draws) are deleted: nothing else reads them.
 - Messages of threads ended at least `message_days` (settings.MEMORYHUB_MESSAGE_RETENTION_DAYS,
-  default 30) before now are deleted (SPEC §11); the thread stays with its summary and counts,
+  default 30) before now are deleted; the thread stays with its summary and counts,
   its message count goes down, and its watermarks move to its last message (what is gone
   cannot be extracted). A thread that got new messages since was reopened by them (its
   `ended_at` is cleared) and keeps them.

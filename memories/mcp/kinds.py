@@ -1,4 +1,4 @@
-"""One MCP tool per registered kind with a schema (SPEC §13.1): `create_<snake_case name>`
+"""One MCP tool per registered kind with a schema: `create_<snake_case name>`
 (`create_user_profile`), listed to the agents of that tenant only. Its input schema is the
 kind's schema (its properties are the memory's `data`) plus `subject_id`, `scope` and `tags`;
 a call is the REST store of that kind, through the same services and validation."""

@@ -1,4 +1,4 @@
-"""`notifications/tools/list_changed` for a tenant whose kind registry changed (SPEC §13.1).
+"""`notifications/tools/list_changed` for a tenant whose kind registry changed.
 
 A change to the registry (`services.kinds`) sends `NOTIFY memoryhub_kinds, '<tenant id>'` at
 commit, from whichever process made it (a web worker serving REST or the console, a command).

@@ -1,4 +1,4 @@
-"""The MCP server (SPEC §5): the official SDK's server with REST's input rules, and the
+"""The MCP server (docs/api.md#mcp): the official SDK's server with REST's input rules, and the
 tools that depend on the caller's tenant.
 
 Every tool is a thin call into the same services as the REST API (same validation, same

@@ -1,4 +1,4 @@
-"""The memory tools (SPEC §5, §13.6), each a thin call into the services REST calls."""
+"""The memory tools (docs/api.md#mcp), each a thin call into the services REST calls."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The django-q2 schedules of the background jobs (SPEC §7); `catch_up=False` lives in Q_CLUSTER.
+"""The django-q2 schedules of the background jobs; `catch_up=False` lives in Q_CLUSTER.
 
 Idempotent: a schedule that already exists (perhaps retuned by an operator) is left as it is.
 """

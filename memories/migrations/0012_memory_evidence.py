@@ -2,7 +2,7 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-    """Memories formed from a conversation name their evidence messages (SPEC §11)."""
+    """Memories formed from a conversation name their evidence messages."""
 
     dependencies = [("memories", "0011_revision_version_unique")]
 

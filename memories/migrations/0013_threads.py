@@ -8,7 +8,7 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-    """Conversations (SPEC §11): threads, their messages and extraction runs."""
+    """Conversations: threads, their messages and extraction runs."""
 
     dependencies = [
         ("accounts", "0002_agent_extraction_policy"),

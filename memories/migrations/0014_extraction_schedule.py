@@ -1,4 +1,4 @@
-"""The sleep-time extraction schedule (SPEC §11): every minute, threads idle past their due time
+"""The sleep-time extraction schedule: every minute, threads idle past their due time
 get an extraction run. Idempotent like 0003: an existing (perhaps retuned) schedule stays."""
 
 from django.db import migrations

@@ -2,7 +2,8 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-    """`IdempotencyRecord.key` becomes `key_digest` (0013 replaces the clear keys by digests)."""
+    """`IdempotencyRecord.key` becomes `key_digest` (0016_idempotency_key_digests
+    replaces the clear keys by digests)."""
 
     dependencies = [("memories", "0014_extraction_schedule")]
 

@@ -1,4 +1,4 @@
-"""`occurred_at` (SPEC §2), and sequences: the neighbours of a memory in its thread.
+"""`occurred_at` (docs/api.md#concepts), and sequences: the neighbours of a memory in its thread.
 
 Memories of one owner, subject and `thread_id` form a sequence ordered by `occurred_at`, else
 `created_at` (then id). Each live memory of a thread holds its neighbours' ids (`prev_id`,

@@ -3,10 +3,9 @@
 With `fastupdate` (GIN's default), an insert appends its lexemes to the index's pending list,
 and the list is merged into the index only by a vacuum or once it outgrows
 `gin_pending_list_limit` (4 MB). Every scan of the index reads the whole list first. Under the
-bench's mixed load (30 % stores) the list held ~2,400 entries in 78 pages after 20 s, and every
-keyword search read them: turned off, the ranking statement took 11.2 ms instead of 15.9 (wall,
-8 clients on 2 cores), PostgreSQL's CPU per request fell from 4.3 to 3.4 ms and the load went
-from 218 to 271 req/s, while an insert cost no more (3.0 against 3.8 ms).
+bench's mixed load the list grew to thousands of entries within seconds, and every keyword
+search read them: turned off, the ranking statement, PostgreSQL's CPU per request and the
+load's throughput all improved, while an insert cost no more (docs/performance.md#code-figures).
 
 `ALTER INDEX ... SET (fastupdate = off)` keeps the indexes (no rebuild); the entries already
 pending are merged once (`gin_clean_pending_list`). The state is what `GinIndex(fastupdate=

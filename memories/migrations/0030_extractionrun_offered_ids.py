@@ -1,4 +1,4 @@
-"""An extraction run keeps the ids of the memories its prompt offered as changeable (SPEC §13.5),
+"""An extraction run keeps the ids of the memories its prompt offered as changeable,
 next to the model's answer, so that a retried run judges the kept answer by what the model was
 shown. A run kept from before has none: its update, forget and confirm operations are dropped as
 `out_of_scope` (the safe reading of "not offered")."""

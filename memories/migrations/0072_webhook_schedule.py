@@ -1,4 +1,4 @@
-"""The webhook dispatcher's schedule (SPEC §14): every minute, besides the nudges that follow
+"""The webhook dispatcher's schedule: every minute, besides the nudges that follow
 each commit with events (memories/webhooks/delivery.py). Idempotent like 0014."""
 
 from django.db import migrations

@@ -1,4 +1,4 @@
-"""User scope (SPEC §13.2): a memory belongs to its agent (`agent`, the default: every existing
+"""User scope: a memory belongs to its agent (`agent`, the default: every existing
 memory) or to its subject across every agent of the tenant (`user`: no agent, a subject, never
 a workspace or conversation memory). The keyed-upsert slot gains the scope, so a subject's user
 memory and a workspace memory about that subject may use one key; the subject's user memories

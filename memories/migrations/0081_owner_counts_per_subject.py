@@ -1,4 +1,4 @@
-"""Caps of user memories per subject (SPEC §13.2): `memories_ownercount` gains a subject, and its
+"""Caps of user memories per subject: `memories_ownercount` gains a subject, and its
 triggers (migration 0004) count a user memory under (tenant, -1, subject) instead of under its
 tenant's workspace (both have no agent). Every existing memory is agent-scoped: the counts stay
 as they are."""

@@ -1,4 +1,4 @@
-"""The kind registry (SPEC §13.1): per tenant, the kinds of memory and their rules."""
+"""The kind registry: per tenant, the kinds of memory and their rules."""
 
 import django.db.models.deletion
 import django.utils.timezone

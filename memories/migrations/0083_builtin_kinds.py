@@ -1,4 +1,4 @@
-"""Every tenant starts with the built-in kinds (SPEC §13.1): written here for the tenants that
+"""Every tenant starts with the built-in kinds: written here for the tenants that
 exist, and by a trigger on `accounts_tenant` for every tenant created from now on, whoever
 creates it (a command, the console, the admin site, a test factory).
 

@@ -1,4 +1,4 @@
-"""`single` kinds (SPEC §13.1): one live memory per (tenant, owner, scope, subject, kind),
+"""`single` kinds: one live memory per (tenant, owner, scope, subject, kind),
 enforced by a partial unique index. An index cannot look at the registry, so the memory row
 carries what it needs (`kind_single`, written with every write). Also an index of a tenant's
 live memories by kind (the Kinds page's counts, a kind change's checks)."""

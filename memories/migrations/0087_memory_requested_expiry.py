@@ -1,4 +1,4 @@
-"""Retention (SPEC §13.4): `expires_at` becomes the effective expiry (what the writer asked for,
+"""Retention: `expires_at` becomes the effective expiry (what the writer asked for,
 bounded by retention policies and the category's lifetime) and `requested_expires_at` keeps what
 the writer asked for, to recompute the effective one when a policy changes."""
 

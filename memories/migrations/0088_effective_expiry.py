@@ -1,6 +1,6 @@
 """Existing memories: what they asked for is their `expires_at`; their effective expiry adds the
 lifetime of `daily` (72 h) and `conversation` (24 h) memories after their last write, which
-reads now enforce like `expires_at` (SPEC §13.4). No policy exists yet. A memory already past
+reads now enforce like `expires_at`. No policy exists yet. A memory already past
 its lifetime becomes invisible at once, as it would have at the next prune."""
 
 from django.db import migrations

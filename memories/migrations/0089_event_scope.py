@@ -1,4 +1,4 @@
-"""Events carry their memory's scope (SPEC §13.2, §14): the owner/subject rule that filters the
+"""Events carry their memory's scope: the owner/subject rule that filters the
 change feed (`visibility.visible_q`) tells a subject's user memories by `scope`, and a user
 memory's events must reach every agent acting for its subject, as the memory does.
 

@@ -22,7 +22,7 @@ class OwnerCount(models.Model):
     tenant_id = models.BigIntegerField()
     # The agent's id; 0 for the tenant's workspace; USER_OWNER for one subject's user memories.
     owner_id = models.BigIntegerField()
-    # The subject of user memories (SPEC §13.2: a cap per subject); '' for every other owner.
+    # The subject of user memories (a cap per subject); '' for every other owner.
     subject_id = models.CharField(max_length=255, default="", blank=True)
     active = models.BigIntegerField(default=0)
 
@@ -123,7 +123,7 @@ class PruneRunManager(models.Manager.from_queryset(JobRunQuerySet)):
 
 
 class PruneRun(JobRun):
-    """The `prune_memories` runs (SPEC §7's PruneRun record)."""
+    """The `prune_memories` runs (the job's run record)."""
 
     objects = PruneRunManager()
 

@@ -1,4 +1,4 @@
-"""The change feed (SPEC §14): events, and the webhooks that deliver them.
+"""The change feed: events, and the webhooks that deliver them.
 
 An `Event` is written in the transaction of the change that causes it (`memories.events`), so a
 rolled-back change leaves none. Its public `id` is `position`, given once the event is committed
@@ -44,7 +44,7 @@ class Event(models.Model):
     owner/subject rule (`memories.visibility.visible_q`) reads, so an agent's feed is filtered
     by the very rule its memory reads are: a memory's event carries the memory's owner,
     category, subject and scope (a user memory's: no agent, scope `user`, its subject: seen by
-    every agent acting for that subject, SPEC §13.2); an extraction run's carries its thread's
+    every agent acting for that subject); an extraction run's carries its thread's
     agent and subject and the category `conversation` (a thread is its agent's own: agents
     reading from it do not see it); a subject's erasure is the tenant's (no agent, category
     `workspace`). Events that are not a memory's have scope `agent`, as a workspace memory
@@ -100,7 +100,7 @@ def new_webhook_id() -> str:
 
 
 class WebhookEndpoint(models.Model):
-    """Where a tenant's events are POSTed (SPEC §14). The signing secret is shown once and kept
+    """Where a tenant's events are POSTed. The signing secret is shown once and kept
     encrypted (`memories.webhooks.secrets`)."""
 
     id = models.CharField(primary_key=True, max_length=30, default=new_webhook_id, editable=False)

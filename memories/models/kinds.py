@@ -1,4 +1,4 @@
-"""The kind registry (SPEC §13.1): per tenant, the kinds of memory with their cardinality, type,
+"""The kind registry: per tenant, the kinds of memory with their cardinality, type,
 description for models, optional JSON Schema of `data`, and default category."""
 
 from __future__ import annotations

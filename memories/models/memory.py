@@ -43,7 +43,7 @@ class CaptureMode(models.TextChoices):
 
 
 class Scope(models.TextChoices):
-    """Whom a memory belongs to (SPEC §13.2): its agent, or the subject across every agent."""
+    """Whom a memory belongs to: its agent, or the subject across every agent."""
 
     AGENT = "agent", "Agent"
     USER = "user", "User"
@@ -75,7 +75,7 @@ VECTOR_FIELDS = ("embedding", "search_vector")
 # not public, not backed up (an import's triggers derive them again).
 SEQUENCE_FIELDS = ("prev_id", "next_id", "context_text")
 
-# The public fields of a memory, in the order of the SPEC §4 `memory` object: the one list that
+# The public fields of a memory, in the order of the API's `memory` object: the one list that
 # the API's JSON (`memory_json`, and `memory_json_sql` for hydrate), search hits, revision
 # snapshots and JSONL backups derive theirs from. All are Memory fields (`agent` is the owner,
 # shown by slug) but `source`, the viewer's relation to the owner (own, workspace, user,
@@ -132,7 +132,7 @@ class Memory(models.Model):
     scope = models.CharField(
         max_length=8, choices=Scope.choices, default=Scope.AGENT, db_default=Scope.AGENT
     )
-    # The kind's cardinality was `single` when the memory was written (SPEC §13.1): what the
+    # The kind's cardinality was `single` when the memory was written: what the
     # partial unique index `memory_live_single_uniq` needs, kept here because an index cannot
     # look at the kind registry. `services.kinds` rewrites it when a kind's cardinality changes.
     kind_single = models.BooleanField(default=False, db_default=False)
@@ -148,9 +148,9 @@ class Memory(models.Model):
     )
     source_provider = models.CharField(max_length=100, null=True, blank=True)
     mentions = models.JSONField(default=list, blank=True)
-    # When the event the memory records happened (SPEC §2); orders a thread's sequence.
+    # When the event the memory records happened; orders a thread's sequence.
     occurred_at = models.DateTimeField(null=True, blank=True)
-    # The effective expiry (SPEC §13.4): the earliest of `requested_expires_at`, the last write +
+    # The effective expiry: the earliest of `requested_expires_at`, the last write +
     # the owner's `max_retention` for the category, and the category's lifetime (daily 72 h,
     # conversation 24 h). Written with every write and recomputed when a policy changes
     # (`memories.retention`), so "live" stays `expires_at > now` on an index.
@@ -198,7 +198,7 @@ class Memory(models.Model):
     tombstoned_by = models.CharField(max_length=255, blank=True, default="")
     tombstoned_at = models.DateTimeField(null=True, blank=True)
     purged_at = models.DateTimeField(null=True, blank=True)
-    # A memory formed from a conversation (SPEC §11): {"thread_id", "messages": [seq…], "run_id"}.
+    # A memory formed from a conversation: {"thread_id", "messages": [seq…], "run_id"}.
     evidence = models.JSONField(null=True, blank=True)
 
     objects = MemoryQuerySet.as_manager()
@@ -214,7 +214,7 @@ class Memory(models.Model):
                 nulls_distinct=False,
                 name="memory_live_key_uniq",
             ),
-            # A `single` kind (SPEC §13.1): one live memory per (tenant, owner, subject, kind).
+            # A `single` kind: one live memory per (tenant, owner, subject, kind).
             models.UniqueConstraint(
                 fields=["tenant", "agent", "scope", "subject_id", "kind"],
                 condition=Q(status="active") & Q(kind_single=True),
@@ -286,7 +286,7 @@ class Memory(models.Model):
                 condition=Q(status="active"),
                 name="memory_live_subject_idx",
             ),
-            # A subject's user memories (SPEC §13.2): hydrate's user core block, lists, recall.
+            # A subject's user memories: hydrate's user core block, lists, recall.
             models.Index(
                 F("tenant"),
                 F("subject_id"),
@@ -296,7 +296,7 @@ class Memory(models.Model):
                 condition=Q(status="active", scope="user"),
                 name="memory_live_user_idx",
             ),
-            # The kind registry (SPEC §13.1): a kind's live memories, counted on the Kinds page
+            # The kind registry: a kind's live memories, counted on the Kinds page
             # and checked when its schema or cardinality changes.
             models.Index(
                 fields=["tenant", "kind"],

@@ -1,4 +1,4 @@
-"""Conversations (SPEC §11): threads, their messages, and the extraction runs that form
+"""Conversations (docs/formation.md): threads, their messages, and the extraction runs that form
 memories from them."""
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ class ExtractionRun(models.Model):
 
     `answer` keeps the model's validated operations once received, so a run retried after its
     worker died applies them without asking the model again; `offered_ids`, kept with it, are
-    the memories the prompt offered as changeable (SPEC §13.5: an operation on any other is
+    the memories the prompt offered as changeable (an operation on any other is
     `out_of_scope`), so a retry judges the kept answer by what the model was shown. Operations
     are applied in batches, each committed with the run's progress (`applied_ops`, `counts`),
     so a retry resumes after the last batch; moving the thread's watermark and marking the run

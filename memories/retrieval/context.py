@@ -1,4 +1,4 @@
-"""Context-aware ranking (SPEC §4 Search): what a hybrid ranking adds to a candidate's own score.
+"""Context-aware ranking: what a hybrid ranking adds to a candidate's own score.
 
 A memory of a thread is part of a sequence (owner, subject, `thread_id`, ordered by
 `occurred_at`, else `created_at`; links kept by the triggers of migration 0018). On top of the

@@ -1,4 +1,4 @@
-"""The output formats of retrieval: one search hit (SPEC §4 Search) and hydrate's markdown block."""
+"""The output formats of retrieval: one search hit and hydrate's markdown block."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def search_hit_json(
     is_latest: bool = True,
     slugs: dict[int, str] | None = None,
 ) -> dict[str, Any]:
-    """One hit of `POST /api/v1/search` (the LLM-facing format of SPEC §4 Search)."""
+    """One hit of `POST /api/v1/search` (the LLM-facing format)."""
     payload = {"text": memory.text}
     if isinstance(memory.data, dict):
         payload.update({k: v for k, v in memory.data.items() if k != "text"})
@@ -52,7 +52,7 @@ def hydrate_markdown(
 ) -> str:
     """Hydrate's `format: markdown` block: one line per entry, under a heading per category,
     in the order the entries were chosen; the archival matches last, under their own heading
-    ("Possibly relevant", SPEC §13.3), best first."""
+    ("Possibly relevant"), best first."""
     lines = [f"## Memory context ({len(entries)} entries, {bytes_used}/{budget} bytes)"]
     current = None
     for memory in entries:

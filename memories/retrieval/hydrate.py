@@ -1,4 +1,4 @@
-"""Hydrate (SPEC §4, §13.3): what an agent loads at the start of a run, within a byte budget.
+"""Hydrate (docs/api.md): what an agent loads at the start of a run, within a byte budget.
 
 The two core blocks first — the subject's user-scoped `core` memories (`include_user_core`),
 then the agent's own (and its shared agents') `core` memories (`include_agent_core`) — each
@@ -61,7 +61,7 @@ class _Budget:
 
 
 class _Block:
-    """A core block's limits (SPEC §13.3): at most `entries` memories and `chars` characters.
+    """A core block's limits: at most `entries` memories and `chars` characters.
     `over` holds what it left out for its limits (explain: `core_limit`); once `full`, every
     memory of the block not taken was left out for them."""
 
@@ -168,7 +168,7 @@ def _compiled_pools(shape: _PoolShape) -> tuple[list[CompiledSQL], ...]:
         [
             # Custom plans (no `inline`): how far a part walks depends on the budget left
             # (`size_bytes <= %s`), which only a custom plan sees; a generic plan walked the
-            # owner's whole list (3.3 ms against 0.05 at 10k memories).
+            # owner's whole list, far slower (docs/performance.md#code-figures).
             CompiledSQL(
                 *sql_with_params(_part_rows(part, core=index < 2)), slots, optional=optional
             )
@@ -346,7 +346,7 @@ ARCHIVAL_SQL = (
 def _archival(
     principal: Principal, params: HydrateParams, now: datetime
 ) -> list[tuple[str, bytes]]:
-    """The `archival` list (SPEC §13.3): the best archival matches of the query above
+    """The `archival` list: the best archival matches of the query above
     `archival_min_score`, at most `archival_limit`, best first, each with its `score`, within
     the agent's `archival_max_chars` (a match that would pass it is skipped; a shorter one after
     it may still fit). Outside the byte budget."""
@@ -387,7 +387,7 @@ def _archival(
 
 
 def hydrate_body(*, principal: Principal, data: dict, now: datetime | None = None) -> dict:
-    """POST /api/v1/hydrate: the context an agent loads at the start of a run (SPEC §4).
+    """POST /api/v1/hydrate: the context an agent loads at the start of a run.
 
     The entries are `orjson.Fragment`s (JSON text PostgreSQL wrote): the API renders them as
     they are; `memory_hydrate` gives the same body as plain Python data.

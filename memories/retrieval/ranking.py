@@ -7,13 +7,13 @@
   ts_rank. Its work is bounded by the candidates it takes, not by how many memories hold the
   query's words: each lexeme's matches are read `common_matches(depth)` at most; a lexeme with
   that many is common (its IDF near zero), and of the memories holding only common lexemes a
-  share of that size is ranked. A query without a common lexeme ranks every match, as before;
+  share of that size is ranked. A query without a common lexeme ranks every match;
 - semantic: pgvector cosine distance through the HNSW index, with iterative index scans so a
   selective tenant/agent/subject filter still yields `depth` rows;
 - hybrid: the top candidates of both lists, each re-scored by both signals and mixed linearly.
 
 The scores, weights and depths were chosen on LoCoMo; docs/benchmarks.md ("Search quality",
-"What we tried") sums up the experiments, including the variants this replaced (reciprocal-rank
+"What we tried") sums up the experiments, including the variants tried and not kept (reciprocal-rank
 fusion, min-max and squashed normalisations, ts_rank without IDF); git history keeps the log.
 
 `ranked_ids` ranks whatever scope it is given: agents' search and hydrate pass the visible
@@ -416,7 +416,7 @@ def ranking_sql(
             # Each lexeme's document frequency: one hashed grouping of the hits, then joined
             # back by lexeme (a handful of rows). No window, no sort of the hits by id: at 1M
             # memories a question matches ~8k of them, whose ids sorted in the database's
-            # collation cost a sixth of the statement (measured for issue #14).
+            # collation cost a good share of the statement (docs/performance.md#code-figures).
             "kw_df AS (SELECT lexeme, count(*)::float8 AS df, "
             "(SELECT count(*) FROM kw_all)::float8 AS n FROM kw_hits GROUP BY lexeme), "
             # Every matching memory holds at least one of the lexemes its match ORs together,

@@ -1,4 +1,4 @@
-"""Search (SPEC §4): the LLM-facing result list of `POST /api/v1/search` and `memory_search`.
+"""Search (docs/api.md): the LLM-facing result list of `POST /api/v1/search` and `memory_search`.
 
 Visibility comes from `memories.visibility` only; expired and tombstoned memories are never
 candidates because every search starts from `visible_memories` (`search_scope`).
@@ -133,12 +133,13 @@ def _slot_scope(slots: Slot, shape: _ScopeShape) -> QuerySet:
 @lru_cache(maxsize=256)
 def _compiled_ranking(shape: _Shape, exact: bool, part: str | None = None) -> CompiledSQL:
     """The ranking statement over `search_scope` for one shape, compiled once per process
-    (`memories.compiled`): building the scope's and the ranking's querysets cost about 2 ms a
-    search, a third of what the statement itself takes at 10k memories.
+    (`memories.compiled`): building the scope's and the ranking's querysets costs a sizeable
+    share of what the statement itself takes (docs/performance.md#code-figures).
 
     The exact statement (no HNSW walk, `ranked_search`'s for a small scope) has the shape's
     constants written in (`inline`), so that one generic plan serves it: its plan does not
-    depend on the request's values, and planning it took a third of its time (4 of 12 ms)."""
+    depend on the request's values, and planning it each time cost a large share of its
+    time."""
     slots = Slot()
     scope = _slot_scope(slots, shape.scope)
     scope_slots = frozenset(slots.names.values())
@@ -157,8 +158,8 @@ def _compiled_ranking(shape: _Shape, exact: bool, part: str | None = None) -> Co
     # The HNSW statement is not `inline`: PostgreSQL plans it for each request's values (a
     # custom plan). A generic plan, forced, ran as fast for an agent with many memories but
     # walked the HNSW graph where a selective filter wants an exact scan: at 1M memories a
-    # search with a `subject_id` took 137 / 465 ms p50 / p95 against 67 / 90, with `categories`
-    # 30 against 12.
+    # search filtered by `subject_id` or `categories` was several times slower
+    # (docs/performance.md#code-figures).
     # A branch alone (`part`) holds the scope's slots, not all of the request's: the other
     # branch's and the mixing's are left out.
     optional = frozenset() if part is None else frozenset(slots.names.values()) - scope_slots
@@ -433,7 +434,7 @@ def _old_version(memory: Memory, revision: MemoryRevision) -> Memory:
 
 
 def memory_search(*, principal: Principal, data: dict, now: datetime | None = None) -> dict:
-    """POST /api/v1/search: the LLM-facing result list (SPEC §4 Search)."""
+    """POST /api/v1/search: the LLM-facing result list."""
     principal.require_scope("read")
     now = resolve_now(now)
     params = parse_search(principal, data)

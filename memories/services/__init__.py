@@ -2,7 +2,7 @@
 functions, so each rule lives here once. Import the module you need
 (`from memories.services.store import memory_store`); this package re-exports nothing.
 
-- `store`: store/upsert (SPEC §4 Store): keyed compare-and-set, dedup policies, near duplicates
+- `store`: store/upsert: keyed compare-and-set, dedup policies, near duplicates
   and previously corrected look-alikes, the entry cap.
 - `changes`: an agent's PATCH and confirm of a memory it may change.
 - `lifecycle`: forget (tombstone or purge), thread end, and the tombstone, purge and expiry

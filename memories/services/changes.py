@@ -1,4 +1,4 @@
-"""An agent changes a memory it may change (SPEC §4 Change): PATCH and confirm."""
+"""An agent changes a memory it may change (docs/api.md#change): PATCH and confirm."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def writable(
 
 def key_capped(principal: Principal, changes: dict[str, Any], now: datetime):
     """The columns of a write through `principal`'s key, as a function of the row: what it asks
-    for, with the expiry it may ask for capped by the key's `memory_ttl` (SPEC §13.4)."""
+    for, with the expiry it may ask for capped by the key's `memory_ttl`."""
 
     def capped(current: Memory) -> dict[str, Any]:
         if principal.api_key is None or principal.api_key.memory_ttl is None:
@@ -88,10 +88,10 @@ def memory_update(
     now: datetime | None = None,
     evidence: dict | None = None,
 ) -> Memory:
-    """PATCH a memory (SPEC §4 Change): only the given fields; CAS via `expected_version`,
+    """PATCH a memory: only the given fields; CAS via `expected_version`,
     `expected_updated_at` or `If-Match`. Shared memories are read-only (403).
 
-    `evidence` is not an agent's field: extraction (SPEC §11) records with its update the
+    `evidence` is not an agent's field: extraction records with its update the
     messages it came from."""
     principal.require_scope("write")
     now = resolve_now(now)

@@ -1,4 +1,4 @@
-"""Subject erasure (SPEC §11, `DELETE /api/v1/subjects/{subject_id}`): everything the key's
+"""Subject erasure (`DELETE /api/v1/subjects/{subject_id}`): everything the key's
 tenant holds about one end user, across all of its agents.
 
 - `purge=True` (the right to erasure): every memory of the subject is purged exactly as

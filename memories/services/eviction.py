@@ -1,7 +1,7 @@
-"""Entry caps (SPEC §3): when an owner's live memories exceed its cap, the coldest go.
+"""Entry caps: when an owner's live memories exceed its cap, the coldest go.
 
 An owner is an agent (against its `entry_cap`), the tenant's workspace (its workspace
-memories against `tenant.workspace_cap`) or one subject (its user memories, SPEC §13.2, against
+memories against `tenant.workspace_cap`) or one subject (its user memories, against
 `tenant.user_cap`: `user_subject`). The rule lives here once and has two users: the
 store-time eviction below, row by row in the storing transaction, and the prune job's cap sweep
 (`memories.jobs.prune`), in SQL batches. Both order victims by `eviction_order*`, take the

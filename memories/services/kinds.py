@@ -1,4 +1,4 @@
-"""Changes to a tenant's kind registry (SPEC §13.1): define or redefine a kind, delete one.
+"""Changes to a tenant's kind registry: define or redefine a kind, delete one.
 
 REST (`PUT`/`DELETE /api/v1/kinds/{name}`, admin scope) and the console's Kinds page (admin role)
 call these. A change holds the kind's lock exclusively (`kinds.kind_lock_name`; every write of a
@@ -115,7 +115,7 @@ def kind_counts(*, tenant: Tenant) -> dict[str, int]:
 def kind_save(
     *, tenant: Tenant, name: str, data: Any, now: datetime | None = None
 ) -> tuple[Kind, bool]:
-    """Define `name` for the tenant, or redefine it (SPEC §13.1: PUT). Returns the kind and
+    """Define `name` for the tenant, or redefine it (PUT). Returns the kind and
     whether it was created. CONFLICT when live memories of the kind would break the new
     definition (see the module docstring)."""
     now = resolve_now(now)

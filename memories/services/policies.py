@@ -1,4 +1,4 @@
-"""Policy changes that move memories (SPEC §13.4): an agent's or a tenant's `max_retention`.
+"""Policy changes that move memories: an agent's or a tenant's `max_retention`.
 
 `accounts.services` changes the policy rows; this module, which the `agent_policy` and
 `tenant_policy` commands and the console call, also stores the effective expiry of the memories

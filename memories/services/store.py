@@ -1,7 +1,7 @@
-"""Store (SPEC §4 Store): a keyed upsert with compare-and-set, a `single` kind's replace (SPEC
-§13.1), or an insert under a dedup policy; reports near duplicates and previously corrected
+"""Store: a keyed upsert with compare-and-set, a `single` kind's replace,
+or an insert under a dedup policy; reports near duplicates and previously corrected
 (tombstoned) look-alikes; evicts at the cap (the agent's, the workspace's, or the subject's for
-a user memory, SPEC §13.2). Every write stores its effective expiry (`memories.retention`).
+a user memory). Every write stores its effective expiry (`memories.retention`).
 
 A store has two halves so that `Idempotency-Key` replays (`memories.idempotency.respond`) can
 skip the first and hold their lock around the second only: `memory_store_prepare` needs no
@@ -40,7 +40,7 @@ from memories.services.writes import change, embedding_for
 from memories.visibility import formation_q, reads_from_ids, user_q, visible_memories, visible_q
 from memoryhub.errors import Conflict, NotFound, QuotaExceeded
 
-# What a store did (SPEC §4 `action`).
+# What a store did (the answer's `action`).
 CREATED, UPDATED, REPLACED, SKIPPED = "created", "updated", "replaced", "skipped"
 # The unique slots a concurrent store may take first: a key's, a single kind's.
 _SLOT_CONSTRAINTS = ("memory_live_key_uniq", "memory_live_single_uniq")
@@ -63,7 +63,7 @@ class StoreResult:
     # A formed memory near a tombstone is not stored (`memory` is then that tombstone).
     blocked_by_correction: bool = False
     # A formed memory that would land outside the formation scope is not stored (`memory` is
-    # then the memory its key names, or None): SPEC §13.5.
+    # then the memory its key names, or None).
     out_of_scope: bool = False
 
 
@@ -72,7 +72,7 @@ class Formation:
     """A store of a fact extracted from a conversation (docs/formation.md), not an agent's own:
     it carries its `evidence`, waits for review only when `review_reason` names why (the
     agent's `review_below` / `extraction: review`; "" when it does not wait), and never re-adds
-    what was tombstoned. It stays in the formation scope (`visibility.formation_q`, SPEC §13.5):
+    what was tombstoned. It stays in the formation scope (`visibility.formation_q`):
     never a workspace memory, never a keyed upsert of a memory outside the scope, and its
     look-alikes (live and tombstoned) are looked for only inside the scope."""
 
@@ -111,7 +111,7 @@ class PreparedStore:
 
 
 def memory_store(*, principal: Principal, data: dict, now: datetime | None = None) -> StoreResult:
-    """Store a memory (SPEC §4 Store): `memory_store_prepare`, then `memory_store_write`."""
+    """Store a memory: `memory_store_prepare`, then `memory_store_write`."""
     return memory_store_write(
         prepared=memory_store_prepare(principal=principal, data=data, now=now)
     )
@@ -455,7 +455,7 @@ def look_alike_sets(
 ) -> list[QuerySet[Memory]]:
     """Where a store's look-alikes are: the tombstones the agent can see (content not purged)
     and, when `live`, the live memories it can see. For a `formation` store both are confined
-    to the formation scope (`visibility.formation_q`, SPEC §13.5): a subject-less or workspace
+    to the formation scope (`visibility.formation_q`): a subject-less or workspace
     look-alike never absorbs a fact formed for a subject."""
     scope = (
         formation_q(agent=agent, subject_id=subject_id)

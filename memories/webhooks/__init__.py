@@ -1,4 +1,4 @@
-"""Webhooks (SPEC §14): a tenant's endpoints receive its events, signed, at least once, in
+"""Webhooks: a tenant's endpoints receive its events, signed, at least once, in
 order per memory. Import the module you need; this package re-exports nothing.
 
 - `signing`: the secret (shown once, kept encrypted) and `MemoryHub-Signature`.

@@ -200,7 +200,7 @@ def _send_all(batch: list[WebhookDelivery], *, now: datetime | None) -> list[str
 
 
 def body_of(event: Event) -> bytes:
-    """A delivery's body: the event object, as the tenant sees it (SPEC §14)."""
+    """A delivery's body: the event object, as the tenant sees it."""
     return orjson.dumps(feed.event_json(event, tenant=event.tenant, viewer=None))
 
 

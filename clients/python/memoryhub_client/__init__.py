@@ -1,4 +1,4 @@
-"""memoryhub-client: the Python client for MemoryHub's agent API (SPEC §12).
+"""memoryhub-client: the Python client for MemoryHub's agent API (clients/python/README.md).
 
     from memoryhub_client import MemoryHub
 

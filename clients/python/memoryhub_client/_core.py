@@ -50,7 +50,7 @@ VERSION = "0.1.0"
 
 
 class StoreFields(TypedDict, total=False):
-    """`POST /memories` body fields besides `text` (SPEC §4 Store). An explicit None is sent as
+    """`POST /memories` body fields besides `text`. An explicit None is sent as
     JSON null (`expires_at=None`: never expires; `expected_updated_at=None`: create only)."""
 
     key: str
@@ -430,7 +430,7 @@ def get_kind(name: str) -> Call[Kind]:
     return Call("GET", f"{API}/kinds/{segment(name)}", read)
 
 
-# --- events and webhooks (SPEC §14) ----------------------------------------------------------
+# --- events and webhooks ---------------------------------------------------------------------
 
 # The page size `events()` asks for when given no `limit` (the API's own default). It is sent,
 # so a shorter page proves the walk reached the present.

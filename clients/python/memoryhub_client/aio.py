@@ -239,7 +239,7 @@ class AsyncMemoryHub:
         return await self._send(_core.erase_subject(subject_id, purge))
 
     async def kinds(self) -> list[Kind]:
-        """The tenant's kinds (SPEC §13.1)."""
+        """The tenant's kinds."""
         return await self._send(_core.kinds())
 
     async def put_kind(self, name: str, **fields: Unpack[KindFields]) -> Kind:

@@ -1,4 +1,4 @@
-"""`MemoryHub`: the synchronous client (one method per REST endpoint, SPEC §12)."""
+"""`MemoryHub`: the synchronous client (one method per REST endpoint)."""
 
 from __future__ import annotations
 
@@ -232,7 +232,7 @@ class MemoryHub:
         """The agent's live memories as one Markdown document (`GET /export.md`)."""
         return self._send(_core.export_markdown(subject_id, category, include_tombstoned))
 
-    # --- conversations (SPEC §11) ----------------------------------------------------------
+    # --- conversations ---------------------------------------------------------------------
 
     def add_messages(
         self,
@@ -276,7 +276,7 @@ class MemoryHub:
         return self._send(_core.erase_subject(subject_id, purge))
 
     def kinds(self) -> list[Kind]:
-        """The tenant's kinds (SPEC §13.1)."""
+        """The tenant's kinds."""
         return self._send(_core.kinds())
 
     def put_kind(self, name: str, **fields: Unpack[KindFields]) -> Kind:
@@ -292,7 +292,7 @@ class MemoryHub:
         """One kind by name; `NotFoundError` for a name the tenant has not registered."""
         return self._send(_core.get_kind(name))
 
-    # --- events and webhooks (SPEC §14) ----------------------------------------------------
+    # --- events and webhooks ---------------------------------------------------------------
 
     def events(self, *, after: str | None = None, **filters: Unpack[EventsFilters]) -> EventFeed:
         """The change feed after the cursor `after`, oldest first, to the present, following

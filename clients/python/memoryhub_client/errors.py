@@ -1,4 +1,4 @@
-"""One exception class per MemoryHub error code (SPEC §4 Errors), each carrying the body's
+"""One exception class per MemoryHub error code (docs/api.md#errors), each carrying the body's
 `code`, `message` and `details` and the HTTP `status`."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import httpx
 
 
 class MemoryHubError(Exception):
-    """Base of every error the client raises. `code` is the SPEC error code (or
+    """Base of every error the client raises. `code` is the API's error code (or
     `CONNECTION_ERROR` / `UNEXPECTED_RESPONSE`), `details` the error's details object,
     `status` the HTTP status (None when no response arrived)."""
 

@@ -1,4 +1,4 @@
-"""Typed results: one dataclass per response object of the REST API (SPEC §4, §11, §13, §14).
+"""Typed results: one dataclass per response object of the REST API (docs/api.md).
 
 Every result keeps the JSON it was read from in `raw`, so a field the server adds later is
 never lost. Timestamps are aware `datetime`s (UTC).
@@ -32,7 +32,7 @@ def _build(cls: type[T], obj: dict[str, Any], **extra: Any) -> T:
 
 @dataclass
 class Memory:
-    """A memory as the API returns it (SPEC §4 `memory` object)."""
+    """A memory as the API returns it (its `memory` object)."""
 
     id: str
     text: str = ""
@@ -193,7 +193,7 @@ class HydrateEntry(Memory):
 
 @dataclass
 class ArchivalMatch(Memory):
-    """An archival memory matching hydrate's query (SPEC §13.3), outside the budget."""
+    """An archival memory matching hydrate's query, outside the budget."""
 
     score: float = 0.0
 
@@ -204,7 +204,7 @@ class ArchivalMatch(Memory):
 
 @dataclass
 class Kind:
-    """A kind of the tenant's registry (SPEC §13.1)."""
+    """A kind of the tenant's registry."""
 
     name: str
     cardinality: str = "multiple"
@@ -300,7 +300,7 @@ class ErasureResult:
 
 @dataclass
 class Event:
-    """One event of the change feed (SPEC §14), also a webhook delivery's body: `id` is
+    """One event of the change feed, also a webhook delivery's body: `id` is
     monotonic, `data` the public memory object as of the change (or a run's / erasure's
     summary)."""
 
@@ -327,7 +327,7 @@ class FeedPage:
 
 @dataclass
 class Webhook:
-    """A webhook endpoint of the tenant (SPEC §14); its secret is never shown again."""
+    """A webhook endpoint of the tenant; its secret is never shown again."""
 
     id: str
     url: str

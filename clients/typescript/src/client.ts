@@ -1,4 +1,4 @@
-/** `MemoryHub`: one method per endpoint of the agent API (SPEC §4, §11, §12). */
+/** `MemoryHub`: one method per endpoint of the agent API (docs/api.md). */
 
 import {
   DEFAULT_RETRY,
@@ -228,7 +228,7 @@ export class MemoryHub {
     return this.#transport.send("export_markdown", { query: filters }, options);
   }
 
-  // --- conversations (SPEC §11) -----------------------------------------------------------
+  // --- conversations ----------------------------------------------------------------------
 
   /** Hand over messages (1–100; `{role, content, name?, created_at?}`); a message the thread
    * holds already is counted in `duplicates`, so resending a conversation is safe. */
@@ -300,7 +300,7 @@ export class MemoryHub {
     return this.#transport.send("subjects_erase", call, options);
   }
 
-  // --- kinds (SPEC §13.1) -------------------------------------------------------------------
+  // --- kinds --------------------------------------------------------------------------------
 
   /** The tenant's kinds, by name (a kind not listed is a free label, stored as `fact`). */
   async kinds(options?: RequestOptions): Promise<Kind[]> {
@@ -327,7 +327,7 @@ export class MemoryHub {
     return this.#transport.send("kinds_delete", { path: { name } }, options);
   }
 
-  // --- events and webhooks (SPEC §14) -------------------------------------------------------
+  // --- events and webhooks ------------------------------------------------------------------
 
   /** The change feed from `after` to the present, oldest first, as an async iterator that
    * follows the cursor page by page (`limit` is the page size, default 100); its `cursor` is

@@ -1,5 +1,5 @@
 /**
- * One error class per MemoryHub error code (SPEC §4 Errors), as in the Python client: each
+ * One error class per MemoryHub error code, as in the Python client: each
  * carries the body's `code`, `message` and `details`, the HTTP `status` and the response
  * `headers`. Errors raised without an answer from the server (connection failure, timeout,
  * the caller's abort) have no `status`.
@@ -17,7 +17,7 @@ export interface MemoryHubErrorInit {
 }
 
 /**
- * Base of every error the client throws. `code` is the SPEC error code (or a client-side one:
+ * Base of every error the client throws. `code` is the API's error code (or a client-side one:
  * `CONNECTION_ERROR`, `TIMEOUT`, `ABORTED`, `UNEXPECTED_RESPONSE`), `status` the HTTP status
  * (undefined when no response arrived), `details` the error's details object.
  */
@@ -152,7 +152,7 @@ type ErrorClass = (new (message: string, init?: MemoryHubErrorInit) => MemoryHub
   readonly code: string;
 };
 
-/** The class of each SPEC error code. */
+/** The class of each API error code. */
 export const ERRORS_BY_CODE: Readonly<Record<string, ErrorClass>> = Object.freeze(
   Object.fromEntries(
     [
@@ -173,7 +173,7 @@ export const ERRORS_BY_CODE: Readonly<Record<string, ErrorClass>> = Object.freez
   ),
 );
 
-/** Whether `code` is one of the SPEC's error codes. */
+/** Whether `code` is one of the API's error codes. */
 export function knownCode(code: string): boolean {
   return Object.hasOwn(ERRORS_BY_CODE, code);
 }

@@ -1,5 +1,5 @@
 /**
- * `@memoryhub/client`: the TypeScript client for MemoryHub's agent API (SPEC §12).
+ * `@memoryhub/client`: the TypeScript client for MemoryHub's agent API.
  *
  *     import { MemoryHub } from "@memoryhub/client";
  *

@@ -6,15 +6,15 @@
 
 import type * as S from "./schema.js";
 
-/** A memory as the API returns it (SPEC §4 `memory` object). */
+/** A memory as the API returns it (its `memory` object). */
 export type Memory = S.Memory;
-/** Whose a memory is (SPEC §13.2): `agent` (its agent's) or `user` (its subject's, across
+/** Whose a memory is: `agent` (its agent's) or `user` (its subject's, across
  * every agent of the tenant). */
 export type MemoryScope = S.Memory["scope"];
 /** A hydrated memory and why it was loaded (`core`, `recent`). */
 export type HydrateEntry = S.HydrateEntry;
 /** An archival memory matching hydrate's `query` (`archival_mode: "auto"`), with its `score`;
- * outside the byte budget (SPEC §13.3). */
+ * outside the byte budget. */
 export type ArchivalMatch = S.ArchivalMatch;
 /** One search hit in the LLM-facing format. */
 export type SearchHit = S.SearchHit;
@@ -27,7 +27,7 @@ export type MessageInput = S.MessageInRequest;
 /** An entity a memory mentions (`{name, type?}`). */
 export type Mention = S.MentionRequest;
 
-/** Acting for an end user: `subject_id` (SPEC §2 Subject). */
+/** Acting for an end user: `subject_id`, the end user's id. */
 export interface SubjectOption {
   subject_id?: string | undefined;
 }
@@ -91,7 +91,7 @@ export type ErasureResult = S.ErasureResponse;
 /** `whoami()`'s answer: the key's tenant, agent, scopes and bound subject. */
 export type WhoAmI = S.WhoAmI;
 
-// --- kinds (SPEC §13.1) ----------------------------------------------------------------------
+// --- kinds -----------------------------------------------------------------------------------
 
 /** A kind of the tenant's registry: `cardinality`, `memory_type`, `description`, the JSON
  * Schema of `data`, `default_category` and the MCP `tool` that stores it. */
@@ -101,7 +101,7 @@ export type KindFields = S.KindRequestRequest;
 /** `deleteKind()`'s answer. */
 export type KindDeleted = S.KindDeleted;
 
-// --- events and webhooks (SPEC §14) ------------------------------------------------------------
+// --- events and webhooks -----------------------------------------------------------------------
 
 /** One event of the change feed (also a webhook delivery's body): `id` (monotonic), `type`,
  * `tenant`, `agent`, `subject_id`, `memory_id`, `version`, `occurred_at`, `data`. */

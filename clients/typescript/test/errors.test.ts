@@ -1,5 +1,5 @@
 /**
- * Every error code of SPEC §4 reaches the caller as its own class, with `code`, `status`,
+ * Every error code of the API reaches the caller as its own class, with `code`, `status`,
  * `details` (and `currentVersion`, `retryAfter`, `rule`, `field` where they apply), each
  * provoked on the live server where it can be; and the client's own errors: no answer
  * (connection refused), a timeout, the caller's abort, and a body that is not MemoryHub's.
@@ -62,7 +62,7 @@ async function ownKey(options: Parameters<typeof newAgentKey>[0] = {}): Promise<
   return (await newAgentKey(options)).key;
 }
 
-test("one class per SPEC error code, each a MemoryHubError named as its class", () => {
+test("one class per API error code, each a MemoryHubError named as its class", () => {
   assert.deepEqual(Object.keys(ERRORS_BY_CODE).sort(), [
     "BACKEND_UNAVAILABLE",
     "CONFLICT",

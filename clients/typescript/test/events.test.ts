@@ -1,5 +1,5 @@
 /**
- * The change feed and webhooks through the client (SPEC §14): `events()` follows the cursor to
+ * The change feed and webhooks through the client: `events()` follows the cursor to
  * the present and says where to poll from next, `eventsPage()` is one page; filters by type and
  * subject; the read scope. `webhooks()`, `createWebhook()` and `deleteWebhook()` need the admin
  * scope; the SSRF guard's refusal is an `InvalidInputError` on `url`; another tenant's webhook

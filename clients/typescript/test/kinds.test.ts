@@ -1,5 +1,5 @@
 /**
- * The memory model through the client (SPEC §13): the kind registry (`kinds`, `getKind`,
+ * The memory model through the client: the kind registry (`kinds`, `getKind`,
  * `putKind`, `deleteKind`, admin scope for writes), a schema violation as `InvalidInputError`
  * with its paths, a `single` kind's store answering `replaced`, user-scoped memories (`scope`,
  * search's `source: "user"`), hydrate's `archival` list and search's `context.lastConfirmedAt`.

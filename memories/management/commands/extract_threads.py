@@ -1,4 +1,4 @@
-"""`manage.py extract_threads`: run memory formation now (SPEC §11) instead of waiting for the
+"""`manage.py extract_threads`: run memory formation now instead of waiting for the
 every-minute schedule; `--run ID` executes one queued run (what a django-q2 worker does)."""
 
 from __future__ import annotations
