@@ -180,7 +180,7 @@ def test_list_walks_a_cursor_over_500_memories_exactly_once(hub, live):
 
 
 def test_kinds_put_kind_delete_kind_and_a_replaced_profile(hub):
-    """SPEC §12/§13.1: the registry's methods, a schema refused with its path, a single kind's
+    """The kind registry's methods, a schema refused with its path, a single kind's
     store answering `replaced`, a user-scoped memory and hydrate's archival list."""
     names = [kind.name for kind in hub.kinds()]
     assert names == ["AgentInstructions", "InteractionLog", "UserProfile", "fact"]

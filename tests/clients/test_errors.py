@@ -1,5 +1,6 @@
-"""Every error code of SPEC §4 reaches the caller as its own exception class, with `.code`,
-`.status`, `.details` (and `.current_version`, `.retry_after`, `.rule` where they apply)."""
+"""Every error code of the API (docs/api.md#errors) reaches the caller as its own exception class,
+with `.code`, `.status`, `.details` (and `.current_version`, `.retry_after`, `.rule` where they
+apply)."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ NO_RETRY = RetryPolicy(retries=0, jitter=False)
 GITHUB_TOKEN = "ghp_" + "".join(random.Random(3).choices(string.ascii_letters, k=36))
 
 
-def test_one_class_per_spec_error_code():
+def test_one_class_per_api_error_code():
     assert set(ERRORS_BY_CODE) == {
         "INVALID_INPUT",
         "UNAUTHENTICATED",

@@ -1,5 +1,5 @@
 """The Python clients (sync and async, one test body) on the change feed, webhooks, the API
-index and `get_kind` (SPEC §12, §13.1, §14), against a live server."""
+index and `get_kind`, against a live server (docs/integrations.md)."""
 
 from __future__ import annotations
 

@@ -676,7 +676,7 @@ def test_import_derives_size_and_hash_from_the_content(tenant, agent, store_memo
 
 
 def test_a_purged_memory_keeps_its_hash_through_a_round_trip(tenant, agent, store_memory):
-    """Purge keeps ids, hashes and timestamps (SPEC §2): there is no content to derive them from,
+    """Purge keeps ids, hashes and timestamps: there is no content to derive them from,
     so the line's values stay."""
     import json
 

@@ -1,4 +1,4 @@
-"""The console Jobs page: scoped to the operator's tenant (SPEC §6), `Run now` for admins only.
+"""The console Jobs page: scoped to the operator's tenant, `Run now` for admins only.
 
 Scheduled runs cover every tenant; the page shows a tenant its share of their counts, its own
 `Run now` runs in full, and nothing of another tenant's.

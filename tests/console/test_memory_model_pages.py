@@ -1,5 +1,5 @@
-"""The console's memory model (SPEC §13): the Kinds page, the Tenant page, the agent's block
-limits, retention and formation fields, the over-limit mark, a memory's data as a table of its
+"""The console's memory model (docs/memory-model.md): the Kinds page, the Tenant page, the agent's
+block limits, retention and formation fields, the over-limit mark, a memory's data as a table of its
 kind's schema fields, and a key's memory TTL."""
 
 from __future__ import annotations

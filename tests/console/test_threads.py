@@ -1,4 +1,4 @@
-"""Console conversations (SPEC §11): Threads page, thread detail, `Run extraction`, evidence
+"""Console conversations (docs/console.md): Threads page, thread detail, `Run extraction`, evidence
 next to extracted memories, extraction runs on the Jobs page, formation policy and budget."""
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""The console's Webhooks page (SPEC §14): admins only, the secret shown once, the delivery log
-with Resend, and the dashboard notice of an endpoint disabled after 24 h of failures."""
+"""The console's Webhooks page (docs/operations.md#webhooks): admins only, the secret shown once,
+the delivery log with Resend, and the dashboard notice of an endpoint disabled after 24 h of
+failures."""
 
 from __future__ import annotations
 

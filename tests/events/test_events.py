@@ -1,4 +1,5 @@
-"""Events (SPEC §14): one per change, written in the change's transaction, on every write path."""
+"""Events (docs/operations.md#events): one per change, written in the change's transaction, on every
+write path."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Extraction runs write `extraction.completed` / `extraction.failed` (SPEC §14), and count in
-the metrics."""
+"""Extraction runs write `extraction.completed` / `extraction.failed` (docs/operations.md#events),
+and count in the metrics."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""`GET /api/v1/events` (SPEC §14): visibility, the cursor, retention, commit order."""
+"""`GET /api/v1/events` (docs/operations.md#the-change-feed): visibility, the cursor, retention,
+commit order."""
 
 from __future__ import annotations
 
@@ -96,7 +97,7 @@ def test_an_agent_sees_its_own_workspace_and_shared_events_of_its_subject_only(
 def test_a_user_memorys_events_reach_every_agent_acting_for_its_subject_only(
     tenant, other_tenant, agent, key_client
 ):
-    """SPEC §13.2 + §14: a user memory's events are the subject's, across agents, as the memory
+    """A user memory's events are the subject's, across agents, as the memory
     is: created by one agent, changed and forgotten by others acting for the subject."""
     billing = make_agent(tenant, "billing-bot")
     memory = store(agent, "Ann is allergic to peanuts", subject_id="ann", scope="user")

@@ -1,6 +1,6 @@
-"""Webhooks (SPEC §14): signed deliveries, at least once, in order per memory, with backoff,
-a delivery log, auto-disable; the SSRF guard. Receivers are real HTTP servers on 127.0.0.1;
-every other address comes from a stubbed resolver and is never connected to."""
+"""Webhooks (docs/operations.md#webhooks): signed deliveries, at least once, in order per memory,
+with backoff, a delivery log, auto-disable; the SSRF guard. Receivers are real HTTP servers on
+127.0.0.1; every other address comes from a stubbed resolver and is never connected to."""
 
 from __future__ import annotations
 
@@ -268,8 +268,9 @@ def test_the_rest_api_needs_admin_shows_the_secret_once_and_isolates_tenants(
 def test_a_create_retried_with_its_idempotency_key_replays_the_endpoint_and_its_secret(
     receiver, tenant, agent, key_client
 ):
-    """SPEC §4's Idempotency-Key on this POST too: a client's retry (the TypeScript client
-    sends one key on every attempt) must not make a second endpoint whose secret nobody saw."""
+    """The Idempotency-Key of every agent POST on this one too: a client's retry (the TypeScript
+    client sends one key on every attempt) must not make a second endpoint whose secret nobody
+    saw."""
     admin = key_client(agent, scopes=["admin"])
     body = {"url": receiver.url, "events": ["memory.created"], "description": "ops"}
     headers = {"HTTP_IDEMPOTENCY_KEY": "hook-1"}

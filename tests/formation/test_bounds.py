@@ -1,7 +1,8 @@
-"""A model's answer is bounded and applied in bounded transactions (SPEC §11, issue 27): at most
-the agent's `extraction_max_operations` operations, batches that never hold the agent's cap lock
-for long and resume after a crash, runs that fail instead of replaying forever, NULs dropped per
-operation, and an erasure during a run taken as the expected outcome it is."""
+"""A model's answer is bounded and applied in bounded transactions
+(docs/formation.md#the-operation-bound): at most the agent's `extraction_max_operations` operations,
+batches that never hold the agent's cap lock for long and resume after a crash, runs that fail
+instead of replaying forever, NULs dropped per operation, and an erasure during a run taken as the
+expected outcome it is."""
 
 from __future__ import annotations
 

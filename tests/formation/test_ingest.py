@@ -1,5 +1,5 @@
-"""Threads and messages in (SPEC §11): redaction before storage, duplicate skipping, seqs,
-the extraction state an ingest answers with."""
+"""Threads and messages in (docs/formation.md#endpoints): redaction before storage, duplicate
+skipping, seqs, the extraction state an ingest answers with."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The formation half of the memory model (SPEC §13.1, §13.2, §13.5): earlier messages as
+"""The formation half of the memory model
+(docs/memory-model.md#formation-kinds-user-scope-and-earlier-context): earlier messages as
 read-only context, the tenant's kinds in the prompt and an `add`'s `kind`/`data`, a `single`
 kind's replace, and user-scoped memories formed from a conversation. The model is the scripted
 stand-in over real HTTP; every memory is real, and what other agents then read goes through
@@ -40,7 +41,7 @@ def put(principal, text, **fields):
     return memory_store(principal=principal, data=body, now=NOW).memory
 
 
-# --- earlier messages (SPEC §13.5) ---------------------------------------------------------------
+# --- earlier messages ----------------------------------------------------------------------------
 
 
 @pytest.mark.django_db
@@ -107,7 +108,7 @@ def test_a_huge_earlier_message_is_cut_to_the_character_bound(alice, fake_llm, l
     assert "an older message" not in earlier  # nothing before a message that was cut
 
 
-# --- kinds in the prompt and in an add (SPEC §13.1) ----------------------------------------------
+# --- kinds in the prompt and in an add -----------------------------------------------------------
 
 SHOE = {
     "type": "object",
@@ -281,7 +282,7 @@ def test_a_single_kinds_record_outside_the_formation_scope_is_not_replaced(
     assert Memory.objects.filter(kind="AgentInstructions").count() == 1
 
 
-# --- user scope (SPEC §13.2) ---------------------------------------------------------------------
+# --- user scope ----------------------------------------------------------------------------------
 
 
 def recall(client, key, subject_id=None):
@@ -412,7 +413,7 @@ def test_her_user_memories_are_offered_marked_and_another_subjects_are_out_of_sc
     )
 
 
-# --- erasure (SPEC §11) --------------------------------------------------------------------------
+# --- erasure -------------------------------------------------------------------------------------
 
 
 @pytest.mark.django_db

@@ -31,7 +31,7 @@ def test_the_prompts_placeholders():
     assert set(load_prompt(SUMMARIZE_PROMPT).user.get_identifiers()) == {"summary", "messages"}
 
 
-def test_the_prompts_state_the_spec_formats():
+def test_the_prompts_state_the_message_and_memory_line_formats():
     system = load_prompt(EXTRACT_PROMPT).system
     assert "`[<seq>] <role>: <content>`" in system
     assert "`[<seq>] (earlier) <role>: <content>`" in system

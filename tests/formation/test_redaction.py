@@ -1,4 +1,5 @@
-"""Secret redaction of conversation messages (SPEC §11): spans become `[redacted:<rule>]`."""
+"""Secret redaction of conversation messages (docs/formation.md): spans become
+`[redacted:<rule>]`."""
 
 from __future__ import annotations
 

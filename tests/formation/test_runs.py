@@ -1,5 +1,5 @@
-"""Extraction runs end to end (SPEC §11): the real `openai` client over HTTP against the scripted
-stand-in, real PostgreSQL, operations applied through the ordinary services."""
+"""Extraction runs end to end (docs/formation.md): the real `openai` client over HTTP against the
+scripted stand-in, real PostgreSQL, operations applied through the ordinary services."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def test_the_request_holds_the_summary_only_new_messages_and_related_memories_an
     assert "Earlier: the user talked about moving." in prompt
     assert "[3] user: Lisbon is lovely, my token is [redacted:github_token]" in prompt
     assert "[4] assistant: Glad to hear" in prompt
-    # Extracted by the first run: shown again only as earlier context (SPEC §13.5).
+    # Extracted by the first run: shown again only as earlier context.
     assert "[1] (earlier) user: I moved to Lisbon last year" in prompt
     assert "[1] user: I moved" not in prompt
     memory = Memory.objects.get()

@@ -1,6 +1,7 @@
-"""Formation confined to its thread's subject (SPEC §13.5): what the extraction prompt may show,
-which memories the model's operations may change, and where a formed `add` looks for near
-duplicates. The model is the scripted stand-in over real HTTP; every memory is real."""
+"""Formation confined to its thread's subject (docs/formation.md#what-a-conversation-may-change):
+what the extraction prompt may show, which memories the model's operations may change, and where a
+formed `add` looks for near duplicates. The model is the scripted stand-in over real HTTP; every
+memory is real."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The API's answers at its edges, outside the views: 401 challenges, a foreign Host, an
-unknown route. Each is the envelope of SPEC §4, never one of Django's HTML pages."""
+unknown route. Each is the API's error envelope, never one of Django's HTML pages."""
 
 from __future__ import annotations
 

@@ -38,7 +38,16 @@ def test_the_readme_is_a_first_hour_guide_that_links_every_doc():
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_page_points_at_a_contract_outside_the_repository(page):
     text = page.read_text()
-    assert "SPEC.md" not in text and "shared/STYLE" not in text
+    assert not re.search(r"\bspec\.md\b", text, re.I) and "shared/STYLE" not in text
+
+
+@pytest.mark.parametrize(
+    "page", [ROOT / "README.md", *(ROOT / "docs").glob("*.md")], ids=lambda p: p.name
+)
+def test_no_page_cites_a_section_of_that_contract(page):
+    """A rule is said in words or linked to its page, never cited as a section (`§`) of a
+    document the repository does not have."""
+    assert not re.search(r"\bspec\s*§", page.read_text(), re.I)
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))

@@ -208,7 +208,8 @@ def test_agent_policy_prints_the_resulting_policy():
 
 @pytest.mark.django_db
 def test_agent_policy_sets_the_memory_model_policy():
-    """SPEC §13: block limits, formation's context and user scope, retention by category."""
+    """The memory model's agent policy: block limits, formation's context and user scope, retention
+    by category."""
     run("create_api_key", "--tenant", "t1", "--agent", "a1")
     args = ("agent_policy", "--tenant", "t1", "--agent", "a1")
     policy = json.loads(

@@ -3,7 +3,7 @@
 Each hostile value is sent as a whole body, and in place of every field an endpoint reads:
 nesting deeper than Python's JSON parser can go, huge arrays and objects (within the body
 limit), invalid UTF-8, lone surrogates, NUL bytes, NaN/Infinity and out-of-range numbers. An
-error must be the envelope of SPEC §4 (`INVALID_INPUT` for everything malformed), never a 5xx.
+error must be the API's error envelope (`INVALID_INPUT` for everything malformed), never a 5xx.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ from memoryhub.embedded_db import running_info, stop_server
 pytestmark = pytest.mark.slow
 
 BASE_DIR = Path(settings.BASE_DIR)
-# SPEC §10's figures (a 503 within 2 s; service back within 2 s of the database) are printed,
+# The outage figures (a 503 within 2 s; service back within 2 s of the database) are printed,
 # not asserted: on a busy machine they measure the machine. The asserts hold the behaviour; a
 # request that hangs fails by this generous bound (the client's timeout: a transport error).
 HUNG = 10.0  # seconds

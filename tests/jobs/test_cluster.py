@@ -1,4 +1,5 @@
-"""The django-q2 cluster: its settings (SPEC §7, house style Jobs) and `serve` starting it."""
+"""The django-q2 cluster: its settings (docs/operations.md#background-jobs) and `serve` starting
+it."""
 
 from __future__ import annotations
 

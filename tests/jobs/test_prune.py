@@ -1,4 +1,5 @@
-"""prune_memories: the age rules, caps, dry runs and the PruneRun record (SPEC §3, §7)."""
+"""prune_memories: the age rules, caps, dry runs and the PruneRun record
+(docs/operations.md#background-jobs)."""
 
 from __future__ import annotations
 

@@ -183,7 +183,7 @@ def test_large_purge_goes_in_batches(tenant, agent):
     assert not Memory.objects.exists()
 
 
-# --- messages of ended threads (SPEC §11) ------------------------------------------------------
+# --- messages of ended threads (docs/formation.md#erasure-and-retention) -------------------------
 
 
 def conversation(agent, thread_id: str, n: int, *, ended_days_ago: int | None, subject=None):

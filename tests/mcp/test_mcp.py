@@ -34,7 +34,7 @@ TOOLS = {
     "memory_ingest",
     "memory_update",
     "memory_keys",
-    # One per kind with a schema of the tenant: the built-in UserProfile (SPEC §13.1).
+    # One per kind with a schema of the tenant: the built-in UserProfile.
     "create_user_profile",
 }
 

@@ -1,4 +1,4 @@
-"""MCP `memory_ingest` (SPEC §11) over the real streamable HTTP transport: the REST ingest's
+"""MCP `memory_ingest` (docs/api.md#mcp) over the real streamable HTTP transport: the REST ingest's
 service, validation and errors, and background formation behind it."""
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""The memory model over MCP (SPEC §13): `memory_update` (compare-and-set), `memory_keys`, the
-kinds' `create_<kind>` tools and `notifications/tools/list_changed`, user scope."""
+"""The memory model over MCP (docs/memory-model.md): `memory_update` (compare-and-set),
+`memory_keys`, the kinds' `create_<kind>` tools and `notifications/tools/list_changed`, user
+scope."""
 
 from __future__ import annotations
 

@@ -176,7 +176,7 @@ TRUE_POSITIVES: list[tuple[str, str, str]] = [
     _tp("bearer_token", rand(40, B64URL), "curl -H 'X-Auth: Bearer {}' https://api.acme.test"),
 ]
 
-# A private-key PEM header is a secret on its own, whatever follows it (SPEC §4). A generator
+# A private-key PEM header is a secret on its own, whatever follows it. A generator
 # of its own, so these cases leave every value drawn from `_rng` above unchanged.
 _pem_rng = random.Random(1421)
 

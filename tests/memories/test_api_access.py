@@ -26,7 +26,7 @@ def hidden_ids(key_client, tenant, other_tenant, api_client):
         "other tenant": _store(key_client(foreign_agent), text="globex secret plan", key="k"),
         "other agent": _store(key_client(private_agent), text="private note", key="k"),
         "other subject": _store(api_client, text="about u2", key="k", subject_id="u2"),
-        # User memories (SPEC §13.2): another subject's, stored by another agent or by this
+        # User memories: another subject's, stored by another agent or by this
         # one, and the same subject id's in another tenant; none is seen without its subject.
         "other subject's user memory": _store(
             key_client(private_agent), text="u2 is vegan", key="k", subject_id="u2", scope="user"
@@ -131,9 +131,9 @@ def _sees(client, memory_id: str, how: str, url: str, subject: str | None) -> bo
 def test_a_user_memory_is_its_subjects_across_agents_and_nobody_elses(
     key_client, tenant, other_tenant, agent, how, url
 ):
-    """SPEC §13.2: visible to a second agent acting for the subject (by `subject_id` or by a key
-    bound to it), invisible to every other subject, to no-subject requests and to other
-    tenants (the same subject id there included)."""
+    """A user memory is visible to a second agent acting for the subject (by `subject_id` or by a
+    key bound to it), invisible to every other subject, to no-subject requests and to other tenants
+    (the same subject id there included)."""
     writer = key_client(agent)
     memory_id = _store(
         writer, text="Ann is allergic to peanuts", key="allergy", subject_id="ann", scope="user"

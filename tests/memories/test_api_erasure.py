@@ -1,5 +1,6 @@
-"""Subject erasure (SPEC §11): `DELETE /api/v1/subjects/{subject_id}`, purge or tombstone, for
-the key's tenant only and that subject only."""
+"""Subject erasure (docs/formation.md#erasure-and-retention):
+`DELETE /api/v1/subjects/{subject_id}`, purge or tombstone, for the key's tenant only and that
+subject only."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Read and change (SPEC §4): get, recall, keys, list + cursor, PATCH, confirm, TTL."""
+"""Read and change (docs/api.md#read, docs/api.md#change): get, recall, keys, list + cursor, PATCH,
+confirm, TTL."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Store (SPEC §4): keyed upsert, compare-and-set, dedup policies, validation and the envelope."""
+"""Store (docs/api.md#store--post-apiv1memories): keyed upsert, compare-and-set, dedup policies,
+validation and the envelope."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Conversations over REST (SPEC §11): messages in and out, the thread and its extraction state,
-`/extract`, `/end` with its last extraction; scopes, hidden threads, idempotency."""
+"""Conversations over REST (docs/formation.md#endpoints): messages in and out, the thread and its
+extraction state, `/extract`, `/end` with its last extraction; scopes, hidden threads,
+idempotency."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Context-aware ranking (SPEC §4 Search): sequences of a thread, event dates, mentions; and
-memories without any of these ranking exactly by the hybrid formula of before."""
+"""Context-aware ranking (docs/api.md#search--post-apiv1search): sequences of a thread, event dates,
+mentions; and memories without any of these ranking exactly by the hybrid formula of before."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Embedding backends (SPEC §9): hashing, local all-MiniLM-L6-v2, OpenAI-compatible HTTP, auto."""
+"""Embedding backends (docs/operations.md#embedders): hashing, local all-MiniLM-L6-v2,
+OpenAI-compatible HTTP, auto."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""The local embedder's runtimes (SPEC §9): the ONNX export gives torch's vectors, batching
-and the query cache change no vector, and `auto` takes ONNX only where it was exported."""
+"""The local embedder's runtimes (docs/operations.md#embedders): the ONNX export gives torch's
+vectors, batching and the query cache change no vector, and `auto` takes ONNX only where it was
+exported."""
 
 from __future__ import annotations
 

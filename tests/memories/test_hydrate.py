@@ -1,4 +1,5 @@
-"""Hydrate (SPEC §4): selection order, budget arithmetic, categories, threads, explain, format."""
+"""Hydrate (docs/api.md#hydrate--post-apiv1hydrate): selection order, budget arithmetic, categories,
+threads, explain, format."""
 
 from __future__ import annotations
 
@@ -188,7 +189,7 @@ def test_archival_only_with_auto_mode_and_a_query(me):
 
 @pytest.mark.django_db
 def test_archival_matches_come_apart_even_when_the_recency_fill_uses_the_whole_budget(me):
-    """SPEC §13.3: archival matches no longer compete with the recency fill."""
+    """Archival matches no longer compete with the recency fill."""
     for minute in range(1, 6):
         put(me, sized(100, f"daily note {minute}"), minute=minute, category="daily")
     match = put(me, sized(100, "archival lisbon trams"), minute=0, category="archival")

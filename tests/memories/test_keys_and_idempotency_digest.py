@@ -1,5 +1,5 @@
-"""Keys are NFKC-normalised with look-alikes refused (SPEC §4 Keys); `Idempotency-Key`s are
-kept only as digests, and replays and mismatches still work."""
+"""Keys are NFKC-normalised with look-alikes refused (docs/api.md#the-memory-object);
+`Idempotency-Key`s are kept only as digests, and replays and mismatches still work."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The kind registry (SPEC §13.1) through REST: built-ins, JSON Schema checks with JSON-pointer
-paths, refused schema changes and deletes, `single` kinds replaced on store."""
+"""The kind registry (docs/memory-model.md#kinds) through REST: built-ins, JSON Schema checks with
+JSON-pointer paths, refused schema changes and deletes, `single` kinds replaced on store."""
 
 from __future__ import annotations
 

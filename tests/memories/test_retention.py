@@ -1,5 +1,5 @@
-"""Retention (SPEC §3, §13.4): policies per tenant and agent, a key's `memory_ttl`, the
-read-time lifetimes of `daily` and `conversation`; the effective `expires_at` on the memory."""
+"""Retention (docs/memory-model.md#retention): policies per tenant and agent, a key's `memory_ttl`,
+the read-time lifetimes of `daily` and `conversation`; the effective `expires_at` on the memory."""
 
 from __future__ import annotations
 

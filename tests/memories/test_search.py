@@ -1,4 +1,5 @@
-"""Search (SPEC §4): modes, filters, isolation, lifetimes, isLatest, the response format."""
+"""Search (docs/api.md#search--post-apiv1search): modes, filters, isolation, lifetimes, isLatest,
+the response format."""
 
 from __future__ import annotations
 

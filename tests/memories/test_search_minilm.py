@@ -1,7 +1,7 @@
-"""Search quality with the real model (SPEC §9): the packaged all-MiniLM-L6-v2, on ONNX Runtime
-as `make install` exports it (memories/onnx_minilm.py), finds a paraphrase that shares no word
-with the query, by semantic and by hybrid search, through the REST API; so does its 8-bit copy
-(`MEMORYHUB_EMBEDDER_PRECISION=int8`), whose memories record it as their model.
+"""Search quality with the real model (docs/operations.md#embedders): the packaged all-MiniLM-L6-v2,
+on ONNX Runtime as `make install` exports it (memories/onnx_minilm.py), finds a paraphrase that
+shares no word with the query, by semantic and by hybrid search, through the REST API; so does its
+8-bit copy (`MEMORYHUB_EMBEDDER_PRECISION=int8`), whose memories record it as their model.
 
 The rest of the suite embeds with the hashing embedder, for which "semantic" means shared
 words; these few memories are the check that the vectors carry meaning.

@@ -1,4 +1,5 @@
-"""The secret corpus through every free-text field an agent writes (SPEC §4 Secrets).
+"""The secret corpus through every free-text field an agent writes
+(docs/api.md#what-the-secret-scan-refuses).
 
 The whole corpus goes through each field at the layer that decides (`parse_store`,
 `parse_update`, `clean_reason`, `clean_key`, confirm and thread end); a sample goes through

@@ -1,4 +1,4 @@
-"""Writers into one sequence (SPEC §4 Search: memories of one owner, subject and thread) take its
+"""Writers into one sequence (memories of one owner, subject and thread) take its
 advisory lock before any row lock, so a change racing an insert into the same thread waits
 instead of deadlocking. Real PostgreSQL, two transactions on connections of their own.
 

@@ -1,5 +1,5 @@
-"""`GET /metrics` (SPEC §14): the token, the families, bounded labels, every process added up,
-and `serve`'s ready line."""
+"""`GET /metrics` (docs/operations.md#monitoring): the token, the families, bounded labels, every
+process added up, and `serve`'s ready line."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""OpenTelemetry (SPEC §14): our spans (embed, rank), and a served process exporting the
-official instrumentations' spans and ours to an OTLP/HTTP receiver of our own on 127.0.0.1."""
+"""OpenTelemetry (docs/operations.md#tracing): our spans (embed, rank), and a served process
+exporting the official instrumentations' spans and ours to an OTLP/HTTP receiver of our own on
+127.0.0.1."""
 
 from __future__ import annotations
 
