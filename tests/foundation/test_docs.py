@@ -41,9 +41,7 @@ def test_no_page_points_at_a_contract_outside_the_repository(page):
     assert not re.search(r"\bspec\.md\b", text, re.I) and "shared/STYLE" not in text
 
 
-@pytest.mark.parametrize(
-    "page", [ROOT / "README.md", *(ROOT / "docs").glob("*.md")], ids=lambda p: p.name
-)
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_page_cites_a_section_of_that_contract(page):
     """A rule is said in words or linked to its page, never cited as a section (`§`) of a
     document the repository does not have."""
