@@ -107,11 +107,11 @@ class Membership(models.Model):
             models.UniqueConstraint(fields=["tenant", "user"], name="membership_tenant_user_uniq"),
         ]
 
-    def has_role(self, needed: str) -> bool:
-        return ROLE_RANK[Role(self.role)] >= ROLE_RANK[Role(needed)]
-
     def __str__(self) -> str:
         return f"{self.user} @ {self.tenant} ({self.role})"
+
+    def has_role(self, needed: str) -> bool:
+        return ROLE_RANK[Role(self.role)] >= ROLE_RANK[Role(needed)]
 
 
 class Extraction(models.TextChoices):
@@ -260,9 +260,9 @@ class ApiKey(models.Model):
     # Writing last_used_at on every request would cost a write per read; once a minute is enough.
     LAST_USED_RESOLUTION = timedelta(minutes=1)
 
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.agent})"
+
     def is_active(self, now=None) -> bool:
         now = now or timezone.now()
         return self.revoked_at is None and (self.expires_at is None or self.expires_at > now)
-
-    def __str__(self) -> str:
-        return f"{self.prefix}… ({self.agent})"

@@ -354,7 +354,7 @@ def run_load_bench(
             if statement_stats:
                 statements.reset()
 
-        results, wall = drive(
+        results, _wall = drive(
             base_url,
             creds,
             duration=duration,

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 
 
 class _Request:
-    __slots__ = ("texts", "done", "lead", "vectors", "error")
+    __slots__ = ("done", "error", "lead", "texts", "vectors")
 
     def __init__(self, texts: list[str]):
         self.texts = texts

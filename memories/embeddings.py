@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import itertools
 import logging
 import math
 import os
@@ -66,7 +67,7 @@ class HashingEmbedder:
     def _features(self, text: str) -> list[str]:
         words = [w.strip("'") for w in _TOKEN_RE.findall(text.lower())]
         words = [w for w in words if w]
-        return words + [f"{a} {b}" for a, b in zip(words, words[1:], strict=False)]
+        return words + [f"{a} {b}" for a, b in itertools.pairwise(words)]
 
     def embed_one(self, text: str) -> list[float]:
         vector = [0.0] * self.dim

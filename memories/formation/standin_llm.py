@@ -133,7 +133,7 @@ class _Handler(BaseHTTPRequestHandler):
     llm: StandInLLM
     protocol_version = "HTTP/1.1"  # keep-alive, as a real model server
 
-    def do_POST(self) -> None:  # noqa: N802 - the name http.server dispatches to
+    def do_POST(self) -> None:
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         if self.path not in CHAT_PATHS:
             self._send(404, {"error": {"message": f"no route {self.path}", "type": "standin"}})

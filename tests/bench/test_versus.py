@@ -9,6 +9,7 @@ recall on the questions asked. No timing assertions: the figures are the bench's
 
 from __future__ import annotations
 
+import itertools
 import json
 import socket
 
@@ -68,7 +69,7 @@ def _alternates(order: str) -> bool:
     """Pairs of one request (or block) each, the first of each pair alternating: HM MH HM ..."""
     pairs = [order[i : i + 2] for i in range(0, len(order), 2)]
     return all(set(p) == {"H", "M"} for p in pairs) and all(
-        a[0] != b[0] for a, b in zip(pairs, pairs[1:], strict=False)
+        a[0] != b[0] for a, b in itertools.pairwise(pairs)
     )
 
 
@@ -196,7 +197,7 @@ def test_a_failing_mem0_stops_the_bench_with_what_it_answered():
         side = Mem0Side(mem0.url, "k" * 16, "tag", ["conv-a"])
         timer = Timer(side)
         try:
-            with pytest.raises(BenchRequestError, match="mem0 POST /search: 500 .*told to fail"):
+            with pytest.raises(BenchRequestError, match=r"mem0 POST /search: 500 .*told to fail"):
                 timer.send(side.search(0, "anything", "hybrid"))
         finally:
             timer.close()

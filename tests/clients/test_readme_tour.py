@@ -118,7 +118,7 @@ def test_the_memory_model_examples_run_as_written(newcomer):
     `agent_policy`) reach the suite's database as `make run`'s do the served one."""
     blocks = [(m.group(1), m.group(2)) for m in MODEL_BLOCK.finditer(README.read_text())]
     assert len(blocks) == 3
-    first = [code for lang, code, _ in tour() if lang == "curl"][0]
+    first = next(code for lang, code, _ in tour() if lang == "curl")
     setup = [line for line in first.splitlines() if line.startswith(("API=", "AUTH="))]
     script = [f"export MEMORYHUB_URL={newcomer['url']}", newcomer["export"], *setup]
     for code, _ in blocks:

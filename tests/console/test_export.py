@@ -304,7 +304,7 @@ def _rich_memories(agent, store_memory):
     ]
     gone = store_memory(agent, "Tombstoned in backup")
     memory_tombstone(tenant=agent.tenant, memory_id=gone.pk, actor="operator:x", reason="old")
-    return items + [gone]
+    return [*items, gone]
 
 
 def test_jsonl_round_trips_every_field_into_an_empty_tenant(

@@ -123,9 +123,13 @@ def test_merge_eviction_and_thread_end_write_their_events(principal, agent, tena
 
 @pytest.mark.django_db
 def test_a_rolled_back_change_leaves_no_event(principal):
-    with pytest.raises(RuntimeError), transaction.atomic():
-        store(principal)
-        raise RuntimeError("the change fails after its write")
+    def store_then_fail():
+        with transaction.atomic():
+            store(principal)
+            raise RuntimeError("the change fails after its write")
+
+    with pytest.raises(RuntimeError, match="the change fails after its write"):
+        store_then_fail()
     assert Memory.objects.count() == 0
     assert Event.objects.count() == 0
 

@@ -49,7 +49,7 @@ def test_resending_a_whole_conversation_stores_only_the_new_messages(principal):
         {"role": "assistant", "content": "hello", "created_at": "2026-05-01T10:00:01Z"},
     ]
     add(principal, first)
-    again = first + [{"role": "user", "content": "hi", "created_at": "2026-05-01T10:05:00Z"}]
+    again = [*first, {"role": "user", "content": "hi", "created_at": "2026-05-01T10:05:00Z"}]
     result = add(principal, again)
     assert (result.accepted, result.duplicates) == (1, 2)
     assert list(Message.objects.order_by("seq").values_list("seq", "content")) == [

@@ -205,8 +205,8 @@ def test_a_message_cannot_pass_for_the_start_of_another(fake_llm):
 
 def test_day_lines_date_the_messages(fake_llm):
     messages = [
-        PromptMessage(seq=1, role="user", content="a", created_at=datetime(2025, 5, 7, 23, 0)),
-        PromptMessage(seq=2, role="user", content="b", created_at=datetime(2025, 5, 7, 23, 30)),
+        PromptMessage(seq=1, role="user", content="a", created_at=datetime(2025, 5, 7, 23, 0)),  # noqa: DTZ001  naive on purpose: dated as written
+        PromptMessage(seq=2, role="user", content="b", created_at=datetime(2025, 5, 7, 23, 30)),  # noqa: DTZ001  naive on purpose: dated as written
         PromptMessage(
             seq=3, role="user", content="c", created_at=datetime(2025, 5, 8, 9, 0, tzinfo=UTC)
         ),

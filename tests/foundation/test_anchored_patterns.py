@@ -99,5 +99,5 @@ def test_only_the_messages_path_itself_gets_the_larger_body_limit(settings):
 def test_a_duration_keeps_allowing_the_white_space_around_it():
     """Its pattern admits surrounding white space on purpose: `7d\\n` is 7 days, as `7d `."""
     assert parse_duration(" 7d\n") == parse_duration("7d")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="Use an integer and a unit"):
         parse_duration("7d\nx")

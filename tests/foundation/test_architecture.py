@@ -85,7 +85,7 @@ def test_no_import_cycles():
         state[name] = 1
         for target in sorted(graph[name]):
             if state.get(target) == 1:
-                cycles.append(stack[stack.index(target) :] + [target])
+                cycles.append([*stack[stack.index(target) :], target])
             elif target not in state:
                 visit(target, [*stack, target])
         state[name] = 2

@@ -119,7 +119,7 @@ def test_create_operator_reset_password_keeps_the_role_and_prints_a_new_one_once
     )
     membership.user.refresh_from_db()
     assert membership.user.check_password("chosen-pass")
-    with pytest.raises(CommandError, match="No operator nobody@example.com"):
+    with pytest.raises(CommandError, match=r"No operator nobody@example\.com"):
         run("create_operator", "--email", "nobody@example.com", "--reset-password")
     with pytest.raises(CommandError, match="--tenant and --password are required"):
         run("create_operator", "--email", "ops@example.com")

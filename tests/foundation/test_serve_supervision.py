@@ -377,6 +377,6 @@ def test_a_killed_web_server_is_restarted_and_sigterm_stops_everything(serving):
     assert {p.pid for p in descendants} >= {new_web.pid, new_cluster.pid}
     serving.process.send_signal(signal.SIGTERM)
     assert serving.process.wait(timeout=30) == 0
-    gone, alive = psutil.wait_procs(descendants, timeout=15)
+    _gone, alive = psutil.wait_procs(descendants, timeout=15)
     assert alive == [], [p.cmdline() for p in alive]
     assert not healthy(serving.base_url)

@@ -72,7 +72,7 @@ def test_a_failing_job_is_recorded_as_failed_and_raises():
 
 
 def test_unknown_job_is_refused():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="unknown job 'defragment'"):
         run_job("defragment")
     assert not JobRun.objects.exists()
 

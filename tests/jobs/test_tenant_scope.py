@@ -161,6 +161,6 @@ def test_tenant_option_of_the_commands(two_tenants):
 
 
 def test_an_unknown_tenant_id_is_refused():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="no tenant with id 987654"):
         run_job("reembed", tenant_id=987654)
     assert not JobRun.objects.exists()

@@ -77,7 +77,7 @@ def mcp_agent(transactional_db):
 
 
 def test_tools_session_store_recall_search_hydrate_forget(asgi_server, mcp_agent):
-    agent, raw = mcp_agent
+    _agent, raw = mcp_agent
     fact = "The customer's preferred language is Portuguese."
     names, results = run_session(
         asgi_server,
@@ -113,7 +113,7 @@ def test_tools_session_store_recall_search_hydrate_forget(asgi_server, mcp_agent
 
 def test_store_and_forget_refuse_secrets_in_every_free_text_field(asgi_server, mcp_agent, caplog):
     """The MCP tools share the REST store's scan: a few fields, each named, never echoed."""
-    agent, raw = mcp_agent
+    _agent, raw = mcp_agent
     caplog.set_level("DEBUG")
     fields = {
         "key": GITHUB_TOKEN,
@@ -147,7 +147,7 @@ def test_store_and_forget_refuse_secrets_in_every_free_text_field(asgi_server, m
 
 
 def test_key_of_another_tenant_sees_nothing(asgi_server, mcp_agent):
-    agent, raw = mcp_agent
+    _agent, raw = mcp_agent
     run_session(
         asgi_server, raw, [("memory_store", {"text": "Acme ships on Fridays.", "key": "ship.day"})]
     )

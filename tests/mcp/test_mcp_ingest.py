@@ -29,7 +29,7 @@ def ingest_agent(transactional_db, settings):
 def test_ingest_stores_the_conversation_like_rest_and_resends_are_duplicates(
     asgi_server, ingest_agent
 ):
-    agent, raw = ingest_agent
+    _agent, raw = ingest_agent
     pasted = {"role": "user", "content": f"deploy with {GITHUB_TOKEN}"}
     _, results = run_session(
         asgi_server,
@@ -146,7 +146,7 @@ def test_threads_of_another_tenant_or_agent_stay_apart(asgi_server, ingest_agent
 
 
 def test_extract_now_forms_memories_in_the_background(asgi_server, ingest_agent, fake_llm):
-    agent, raw = ingest_agent
+    _agent, raw = ingest_agent
     fake_llm.queue_json(
         {
             "operations": [

@@ -105,7 +105,7 @@ def test_memory_keys_lists_the_visible_keys(asgi_server, mcp_agent):
 
 
 def test_a_kind_tool_stores_that_kind_and_replaces_a_single_one(asgi_server, mcp_agent):
-    agent, raw = mcp_agent
+    _agent, raw = mcp_agent
     _, results = run_session(
         asgi_server,
         raw,

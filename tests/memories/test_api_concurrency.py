@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -167,5 +168,5 @@ def test_twenty_concurrent_unconditioned_patches_all_apply(raw_key):
     assert sorted(revisions.values_list("version", flat=True)) == list(range(1, N + 2))
     # Each revision's `before` is exactly the previous revision's `after`.
     ordered = list(revisions.order_by("version"))
-    for previous, current in zip(ordered, ordered[1:], strict=False):
+    for previous, current in itertools.pairwise(ordered):
         assert current.before == previous.after

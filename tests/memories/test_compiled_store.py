@@ -72,7 +72,7 @@ def test_only_duplicates_at_or_above_the_threshold_come_back(tenant, agent):
         prepared = memory_store_prepare(principal=principal, data=body)
         return _look_alikes(prepared, live=True)[1]
 
-    (found, similarity), *rest = near(0.0)
+    (found, similarity), *_rest = near(0.0)
     assert found.pk == first.memory.pk and 0.5 < similarity < 1.0
     assert [m.pk for m, _ in near(similarity - 0.0001)] == [first.memory.pk]
     assert near(similarity + 0.0001) == []

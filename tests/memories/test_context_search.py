@@ -71,7 +71,7 @@ CONVERSATION = [
 @pytest.mark.django_db
 def test_a_short_answer_turn_is_found_through_its_neighbour(me, agent):
     question, answer, *_ = turns(me, CONVERSATION)
-    ids, hits = ranked(me, "When did Ben visit the Louvre museum?")
+    ids, _hits = ranked(me, "When did Ben visit the Louvre museum?")
     assert ids[:2] == [question.pk, answer.pk] or ids[:2] == [answer.pk, question.pk]
     # Its own words weigh more than its neighbour's: the turn that says it ranks first.
     keyword_ids, _ = ranked(me, "Louvre museum", mode="keyword")

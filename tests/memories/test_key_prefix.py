@@ -53,7 +53,7 @@ def test_without_a_prefix_everything_is_listed(keyed):
 
 def test_the_prefix_is_nfkc_normalised_like_keys(keyed):
     # Full-width letters name the same key (keys are NFKC-normalised), so they name the same prefix.
-    assert listed(keyed, key_prefix="ｏｔｈｅｒ/") == ["other/a"]
+    assert listed(keyed, key_prefix="ｏｔｈｅｒ/") == ["other/a"]  # noqa: RUF001  full-width on purpose
 
 
 @pytest.mark.parametrize("bad", ["ns/\u200b", "ns/\x01", "x" * 256])

@@ -12,7 +12,7 @@ from django.apps import apps
 from memories import idempotency
 from memories.models import IdempotencyRecord, Memory
 
-FULL_WIDTH = "ｕｓｅｒ．ｎａｍｅ"
+FULL_WIDTH = "ｕｓｅｒ．ｎａｍｅ"  # noqa: RUF001  full-width on purpose: NFKC folds it
 
 
 def _store(client, **body):

@@ -21,7 +21,7 @@ def test_a_revision_written_in_sql_names_every_column_once():
     sql = insert_revisions_sql(rows="changed c", **dict.fromkeys(REVISION_COLUMNS, "NULL"))
     assert f"memories_memoryrevision ({', '.join(REVISION_COLUMNS)}) SELECT" in sql
     partial = dict.fromkeys([c for c in REVISION_COLUMNS if c != "reason"], "NULL")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="a revision needs exactly the columns"):
         insert_revisions_sql(rows="changed c", **partial)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="a revision needs exactly the columns"):
         insert_revisions_sql(rows="changed c", **partial, reason="''", extra="1")

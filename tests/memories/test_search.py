@@ -283,7 +283,7 @@ def test_returned_rows_are_bumped_with_one_update(me, corpus):
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(
-    "body,field",
+    ("body", "field"),
     [
         ({}, "query"),
         ({"query": "  "}, "query"),

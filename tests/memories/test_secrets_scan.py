@@ -170,7 +170,7 @@ def test_deeply_nested_data_does_not_exhaust_the_stack():
 
 @pytest.mark.parametrize(
     "char",
-    ["\u200b", "\u200c", "\u200d", "\u200e", "\u200f", "\u2060", "\u2061", "\u2062"]
+    ["\u200b", "\u200c", "\u200d", "\u200e", "\u200f", "\u2060", "\u2061", "\u2062"]  # noqa: RUF005  two rows
     + ["\u2063", "\u2064", "\ufeff", "\u00ad", "\u180e", "\u202e", "\u2066", "\U000e0041"],
 )
 def test_normalise_strips_invisible_characters(char):
@@ -186,7 +186,7 @@ def test_normalise_covers_every_format_character_of_this_python():
 
 
 def test_normalise_folds_compatibility_forms():
-    assert normalise("ｇｈｐ＿ＡＢＣ　ｘ") == "ghp_ABC x"
+    assert normalise("ｇｈｐ＿ＡＢＣ　ｘ") == "ghp_ABC x"  # noqa: RUF001  full-width on purpose
     assert normalise("plain ascii stays") == "plain ascii stays"
 
 

@@ -10,6 +10,7 @@ the inserter's refresh of A's links would wait for it in turn: a deadlock.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Callable
@@ -115,7 +116,7 @@ def _order() -> list[str]:
 
 def _assert_links_follow_the_order() -> None:
     rows = list(Memory.objects.filter(thread_id=THREAD, status="active").order_by("occurred_at"))
-    for before, after in zip(rows, rows[1:], strict=False):
+    for before, after in itertools.pairwise(rows):
         assert (before.next_id, after.prev_id) == (after.pk, before.pk)
     assert rows[0].prev_id is None and rows[-1].next_id is None
 

@@ -158,7 +158,7 @@ def metrics_env(transactional_db):
 def _uvicorn(port: int, env: dict[str, str]) -> subprocess.Popen:
     """One web process serving the app, as a uvicorn worker of `serve` does."""
     return subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "memoryhub.asgi:application", "--port", str(port)]
+        [sys.executable, "-m", "uvicorn", "memoryhub.asgi:application", "--port", str(port)]  # noqa: RUF005  two rows
         + ["--log-level", "warning", "--no-access-log"],
         cwd=BASE_DIR,
         env=env,
@@ -270,7 +270,7 @@ def test_serve_prints_one_ready_line_and_shares_the_metrics_directory(metrics_en
     stale.write_bytes(b"left by a previous run")
     env["PROMETHEUS_MULTIPROC_DIR"] = directory
     process = subprocess.Popen(
-        [sys.executable, "manage.py", "serve", "--no-cluster", "--workers", "2"]
+        [sys.executable, "manage.py", "serve", "--no-cluster", "--workers", "2"]  # noqa: RUF005  two rows
         + ["--port", str(port)],
         cwd=BASE_DIR,
         env=env,

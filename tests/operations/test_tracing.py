@@ -67,7 +67,7 @@ class Collector:
         collector = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802
+            def do_POST(self):
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 request = ExportTraceServiceRequest()
                 request.ParseFromString(body)
@@ -98,7 +98,7 @@ def test_a_served_process_exports_django_psycopg_and_our_spans(transactional_db,
         "MEMORYHUB_EMBEDDER": "hashing",
     }
     server = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "memoryhub.asgi:application", "--port", str(port)]
+        [sys.executable, "-m", "uvicorn", "memoryhub.asgi:application", "--port", str(port)]  # noqa: RUF005  two rows
         + ["--log-level", "warning"],
         cwd=BASE_DIR,
         env=env,

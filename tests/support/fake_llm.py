@@ -253,7 +253,7 @@ class FakeLLM:
 class _Handler(BaseHTTPRequestHandler):
     llm: FakeLLM
 
-    def do_POST(self) -> None:  # noqa: N802 - the name http.server dispatches to
+    def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length)
         if self.path not in CHAT_PATHS:

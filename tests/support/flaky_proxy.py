@@ -91,6 +91,6 @@ def _handler(proxy: FlakyProxy) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(content)
 
-        do_GET = do_POST = do_PATCH = do_DELETE = _any
+        do_GET = do_POST = do_PATCH = do_DELETE = _any  # noqa: N815  http.server's method names
 
     return Handler

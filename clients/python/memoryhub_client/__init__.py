@@ -12,7 +12,7 @@ LangGraph `BaseStore` on top (extra `langgraph`).
 
 from __future__ import annotations
 
-from memoryhub_client._core import VERSION as __version__  # noqa: F401 - public
+from memoryhub_client._core import VERSION as __version__  # noqa: F401, N811 - public
 from memoryhub_client._core import RetryPolicy
 from memoryhub_client.aio import AsyncEventFeed, AsyncMemoryHub
 from memoryhub_client.client import EventFeed, MemoryHub
@@ -58,6 +58,7 @@ from memoryhub_client.types import (
 
 __all__ = [
     "ApiIndex",
+    "ArchivalMatch",
     "AsyncEventFeed",
     "AsyncMemoryHub",
     "BackendUnavailableError",
@@ -70,7 +71,6 @@ __all__ = [
     "ExtractResult",
     "FeedPage",
     "ForgetResult",
-    "ArchivalMatch",
     "HydrateEntry",
     "HydrateResult",
     "IdempotencyMismatchError",
