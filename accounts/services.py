@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
@@ -82,6 +83,19 @@ def agent_get_or_create(*, tenant: Tenant, slug: str, name: str = "") -> Agent:
     agent, _ = Agent.objects.get_or_create(
         tenant=tenant, slug=slug, defaults={"name": name or slug}
     )
+    return agent
+
+
+def agent_create(*, tenant: Tenant, slug: str, name: str = "") -> Agent:
+    """Create an agent of `tenant` (named after its slug unless `name` is given) from a slug
+    that comes from outside, such as a JSONL import's line: a slug the model refuses is
+    INVALID_INPUT on `slug`, with nothing written."""
+    agent = Agent(tenant=tenant, slug=slug, name=name or slug)
+    try:
+        agent.full_clean(exclude=["tenant", "reads_from"])
+    except ValidationError as exc:
+        raise InvalidInput("Invalid agent slug", field="slug") from exc
+    agent.save()
     return agent
 
 
