@@ -61,10 +61,12 @@ def tenant_extraction_budget_update(*, tenant: Tenant, tokens: int) -> Tenant:
 
 
 @transaction.atomic
-def tenant_policy_update(*, tenant: Tenant, **policy) -> Tenant:
-    """Change a tenant's memory policy (`user_cap`, `max_retention`). The memories whose
-    expiry a retention change moves are the memories app's to recompute
-    (`memories.services.policies`, which calls this)."""
+def _tenant_policy_write(*, tenant: Tenant, **policy) -> Tenant:
+    """Internal: validate and write a tenant's policy row (`user_cap`, `max_retention`) only.
+    Call `memories.services.policies.tenant_policy_set`, the one entry point, which also
+    recomputes the expiry of the memories a retention change governs. (The entry point lives in
+    the memories app because this module sits below it and never imports memories; so the row
+    write stays here, private to that one caller.)"""
     unknown = set(policy) - set(TENANT_POLICY_FIELDS)
     if unknown:
         raise InvalidInput(f"Unknown policy field: {sorted(unknown)[0]}", field=sorted(unknown)[0])
@@ -100,10 +102,13 @@ def agent_create(*, tenant: Tenant, slug: str, name: str = "") -> Agent:
 
 
 @transaction.atomic
-def agent_policy_update(
+def _agent_policy_write(
     *, tenant: Tenant, agent: Agent, reads_from: list[str] | None = None, **policy
 ) -> Agent:
-    """Change an agent's policy; `reads_from` names other agents of the same tenant."""
+    """Internal: validate and write an agent's policy row only; `reads_from` names other agents
+    of the same tenant. Call `memories.services.policies.agent_policy_set`, the one entry point,
+    which also recomputes the expiry of the memories a retention change governs (see
+    `_tenant_policy_write` for why the two live in different apps)."""
     if agent.tenant_id != tenant.pk:
         raise NotFound("No such agent")
     unknown = set(policy) - set(_POLICY_FIELDS)
