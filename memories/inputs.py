@@ -189,7 +189,8 @@ def parse_store(
     kinds.check_data(rule, data_value)
     cat = category(data.get("category"), default=rule.default_category or agent.default_category)
     thread_id = thread(data)
-    memory_fields_check(category=cat, thread_id=thread_id)  # the scope's rules: the store's
+    # The thread's rule now; the scope's once the store knows the key's subject.
+    memory_fields_check(category=cat, thread_id=thread_id)
     expires = expiry(data, now=now)
     if expires is _MISSING:  # an explicit `expires_at: null` means "never", default or not
         expires = now + agent.default_ttl if agent.default_ttl else None
