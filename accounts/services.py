@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
@@ -60,10 +61,12 @@ def tenant_extraction_budget_update(*, tenant: Tenant, tokens: int) -> Tenant:
 
 
 @transaction.atomic
-def tenant_policy_update(*, tenant: Tenant, **policy) -> Tenant:
-    """Change a tenant's memory policy (`user_cap`, `max_retention`). The memories whose
-    expiry a retention change moves are the memories app's to recompute
-    (`memories.services.policies`, which calls this)."""
+def _tenant_policy_write(*, tenant: Tenant, **policy) -> Tenant:
+    """Internal: validate and write a tenant's policy row (`user_cap`, `max_retention`) only.
+    Call `memories.services.policies.tenant_policy_set`, the one entry point, which also
+    recomputes the expiry of the memories a retention change governs. (The entry point lives in
+    the memories app because this module sits below it and never imports memories; so the row
+    write stays here, private to that one caller.)"""
     unknown = set(policy) - set(TENANT_POLICY_FIELDS)
     if unknown:
         raise InvalidInput(f"Unknown policy field: {sorted(unknown)[0]}", field=sorted(unknown)[0])
@@ -85,11 +88,27 @@ def agent_get_or_create(*, tenant: Tenant, slug: str, name: str = "") -> Agent:
     return agent
 
 
+def agent_create(*, tenant: Tenant, slug: str, name: str = "") -> Agent:
+    """Create an agent of `tenant` (named after its slug unless `name` is given) from a slug
+    that comes from outside, such as a JSONL import's line: a slug the model refuses is
+    INVALID_INPUT on `slug`, with nothing written."""
+    agent = Agent(tenant=tenant, slug=slug, name=name or slug)
+    try:
+        agent.full_clean(exclude=["tenant", "reads_from"])
+    except ValidationError as exc:
+        raise InvalidInput("Invalid agent slug", field="slug") from exc
+    agent.save()
+    return agent
+
+
 @transaction.atomic
-def agent_policy_update(
+def _agent_policy_write(
     *, tenant: Tenant, agent: Agent, reads_from: list[str] | None = None, **policy
 ) -> Agent:
-    """Change an agent's policy; `reads_from` names other agents of the same tenant."""
+    """Internal: validate and write an agent's policy row only; `reads_from` names other agents
+    of the same tenant. Call `memories.services.policies.agent_policy_set`, the one entry point,
+    which also recomputes the expiry of the memories a retention change governs (see
+    `_tenant_policy_write` for why the two live in different apps)."""
     if agent.tenant_id != tenant.pk:
         raise NotFound("No such agent")
     unknown = set(policy) - set(_POLICY_FIELDS)

@@ -1,7 +1,7 @@
-"""A store's and a PATCH's whole body (a store or a change), parsed into typed inputs with
+"""A store's and a PATCH's whole body (SPEC §4 Store, Change), parsed into typed inputs with
 the field rules of `memories.validation`, the kind rules of the tenant's registry
 (`memories.kinds`: a kind's default category, its schema, its cardinality) and the user scope
-(`check_user_scope`). Nothing here touches the database: the registry comes in as read.
+(SPEC §13.2). Nothing here touches the database: the registry comes in as read.
 """
 
 from __future__ import annotations
@@ -119,21 +119,58 @@ def scope(value: Any) -> str:
     return choice(value, "scope", tuple(Scope.values), Scope.AGENT)
 
 
-def check_user_scope(category_value: str, subject_id: str | None) -> None:
-    """A user memory belongs to a subject across every agent: it needs one, and is
-    neither a workspace memory (every subject's) nor a conversation memory (one agent's run)."""
-    if not subject_id:
-        raise InvalidInput("A user-scoped memory needs a 'subject_id'", field="subject_id")
-    if category_value in (Category.WORKSPACE, Category.CONVERSATION):
-        raise InvalidInput(
-            f"A user-scoped memory cannot be a {category_value} memory", field="category"
-        )
+def memory_fields_check(
+    *,
+    category: str,
+    thread_id: str | None,
+    scope: str | None = None,
+    subject_id: str | None = None,
+    has_agent: bool | None = None,
+    category_changed: bool = False,
+) -> None:
+    """The rules between a memory's fields, in the one place every write checks them: a store
+    (formation's adds too), a PATCH and the console's correction (`services.writes
+    .update_fields`), a JSONL import. Raises INVALID_INPUT naming the field at fault.
+
+    - A conversation memory lives within one run: it needs a thread. A store or an import names
+      the missing `thread_id`; a change of an existing memory's category (`category_changed`,
+      its thread being fixed) names `category`.
+    - A user memory belongs to a subject across every agent: it has no agent, needs a subject,
+      and is neither a workspace memory (every subject's) nor a conversation memory (one
+      agent's run).
+    - Otherwise a memory is a workspace memory if and only if it has no agent.
+
+    A rule is checked when its fields are given: `scope=None` (a store's body, read before the
+    key's bound subject is known) skips the scope's rules, `has_agent=None` (a write that
+    derives the owner from the scope and the category) the owner's. The database holds the
+    same rules (`Memory.Meta.constraints`)."""
+    if category == Category.CONVERSATION and not thread_id:
+        field_name = "category" if category_changed else "thread_id"
+        raise InvalidInput("A conversation memory needs a 'thread_id'", field=field_name)
+    if scope == Scope.USER:
+        if has_agent:
+            raise InvalidInput("A user memory has no agent ('agent' must be null)", field="agent")
+        if not subject_id:
+            raise InvalidInput("A user-scoped memory needs a 'subject_id'", field="subject_id")
+        if category in (Category.WORKSPACE, Category.CONVERSATION):
+            raise InvalidInput(
+                f"A user-scoped memory cannot be a {category} memory", field="category"
+            )
+    elif scope is not None and has_agent is not None:
+        if category == Category.WORKSPACE and has_agent:
+            raise InvalidInput(
+                "A workspace memory has no agent ('agent' must be null)", field="agent"
+            )
+        if category != Category.WORKSPACE and not has_agent:
+            raise InvalidInput(
+                "A memory without an agent must be in the 'workspace' category", field="agent"
+            )
 
 
 def parse_store(
     data: Any, *, agent: Agent, now: datetime, registry: kinds.Registry | None = None
 ) -> StoreInput:
-    """Validate a store body and apply the kind's and the agent's defaults.
+    """Validate a store body (SPEC §4 Store) and apply the kind's and the agent's defaults.
 
     `registry` (the tenant's kinds) decides the kind's rules: its default category, its schema
     (`data` checked against it: INVALID_INPUT with `details.errors`), its cardinality. Without
@@ -152,8 +189,8 @@ def parse_store(
     kinds.check_data(rule, data_value)
     cat = category(data.get("category"), default=rule.default_category or agent.default_category)
     thread_id = thread(data)
-    if cat == Category.CONVERSATION and not thread_id:
-        raise InvalidInput("A conversation memory needs a 'thread_id'", field="thread_id")
+    # The thread's rule now; the scope's once the store knows the key's subject.
+    memory_fields_check(category=cat, thread_id=thread_id)
     expires = expiry(data, now=now)
     if expires is _MISSING:  # an explicit `expires_at: null` means "never", default or not
         expires = now + agent.default_ttl if agent.default_ttl else None
@@ -221,7 +258,7 @@ def parse_update(
     if_match: str | None = None,
     allowed: frozenset[str] = UPDATE_FIELDS,
 ) -> UpdateInput:
-    """Validate a PATCH body: only the fields given are changed."""
+    """Validate a PATCH body (SPEC §4 Change): only the fields given are changed."""
     data = require_object(data)
     scan_secrets(data)
     reject_unknown(data, allowed)

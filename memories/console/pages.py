@@ -28,8 +28,9 @@ from memories.console.webhooks import disabled_webhooks
 from memories.export import export_filename, export_markdown
 from memories.formation.runs import tokens_used_today
 from memories.ids import is_memory_id
-from memories.jsonl import ImportLineError, export_jsonl, import_jsonl
+from memories.jsonl import export_jsonl
 from memories.models import JobRun
+from memories.services.jsonl_import import ImportLineError, jsonl_import
 
 JOB_NAMES = ("prune_memories", "purge_retention", "reembed")
 
@@ -136,8 +137,8 @@ def import_view(request: HttpRequest) -> HttpResponse:
         messages.error(request, "Choose a JSONL file to import.")
         return redirect("console:export")
     try:
-        result = import_jsonl(
-            tenant=request.tenant, lines=form.cleaned_data["file"], actor=operator_actor(request)
+        result = jsonl_import(
+            tenant=request.tenant, actor=operator_actor(request), lines=form.cleaned_data["file"]
         )
     except ImportLineError as exc:
         messages.error(request, f"Nothing imported: line {exc.line}: {exc.message}")

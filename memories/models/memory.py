@@ -234,6 +234,12 @@ class Memory(models.Model):
                 ),
                 name="memory_user_scope_owner",
             ),
+            # A conversation memory needs its thread, in every status (nothing ever clears one).
+            models.CheckConstraint(
+                condition=~Q(category="conversation")
+                | (Q(thread_id__isnull=False) & ~Q(thread_id="")),
+                name="memory_conversation_thread",
+            ),
             models.CheckConstraint(
                 condition=Q(importance__gte=0) & Q(importance__lte=1),
                 name="memory_importance_range",

@@ -9,6 +9,7 @@ functions, so each rule lives here once. Import the module you need
   steps the other modules share.
 - `operator_actions`: the console's actions (correct, tombstone, restore, purge, approve,
   merge, add tag).
+- `jsonl_import`: a JSONL backup into a tenant (parse, check, apply; all or nothing).
 - `eviction`: the entry caps: the owner's cap lock, the eviction order (also spelled in SQL for
   the prune job), evicting over the cap.
 - `writes`: the compare-and-set core every change goes through (conditional UPDATE + its one

@@ -1,9 +1,13 @@
-"""Policy changes that move memories: an agent's or a tenant's `max_retention`.
+"""The one entry point of a policy change, an agent's or a tenant's: `agent_policy_set`,
+`tenant_policy_set`. The `agent_policy` and `tenant_policy` commands and the console call them.
 
-`accounts.services` changes the policy rows; this module, which the `agent_policy` and
-`tenant_policy` commands and the console call, also stores the effective expiry of the memories
-the change governs again (`retention.expiry_recompute`), in the same transaction: a memory
-past its new retention is invisible the moment the change commits.
+The policy row is written by `accounts.services` (`_agent_policy_write`, `_tenant_policy_write`:
+private, for these two only); what affects a memory's lifetime, `max_retention`, is folded into
+the stored expiry of every memory it governs again here (`retention.expiry_recompute`), in the
+same transaction: a memory past its new retention is invisible the moment the change commits.
+(The rest of a policy, `default_ttl` included, applies to later writes only.) The entry point is
+in this app because `accounts.services` sits below memories and never imports it
+(tests/foundation/test_architecture.py).
 """
 
 from __future__ import annotations
@@ -46,11 +50,11 @@ def _moved(old: dict[str, int], new: dict[str, int]) -> list[str]:
 def agent_policy_set(
     *, tenant: Tenant, agent: Agent, reads_from: list[str] | None = None, **policy: Any
 ) -> Agent:
-    """`accounts.services.agent_policy_update`, and the expiry of the agent's memories of every
-    category whose retention it changes."""
+    """Change an agent's policy (any of its fields; `reads_from`: other agents' slugs) and the
+    expiry of the agent's memories of every category whose retention it changes."""
     with transaction.atomic():
         old = dict(agent.max_retention)
-        agent = account_services.agent_policy_update(
+        agent = account_services._agent_policy_write(
             tenant=tenant, agent=agent, reads_from=reads_from, **policy
         )
         expiry_recompute(tenant=tenant, agent=agent, categories=_moved(old, agent.max_retention))
@@ -58,10 +62,10 @@ def agent_policy_set(
 
 
 def tenant_policy_set(*, tenant: Tenant, **policy: Any) -> Tenant:
-    """`accounts.services.tenant_policy_update`, and the expiry of the tenant's memories of
-    every category whose retention it changes (an agent's own entry still wins)."""
+    """Change a tenant's policy (`user_cap`, `max_retention`) and the expiry of the tenant's
+    memories of every category whose retention it changes (an agent's own entry still wins)."""
     with transaction.atomic():
         old = dict(tenant.max_retention)
-        tenant = account_services.tenant_policy_update(tenant=tenant, **policy)
+        tenant = account_services._tenant_policy_write(tenant=tenant, **policy)
         expiry_recompute(tenant=tenant, categories=_moved(old, tenant.max_retention))
     return tenant

@@ -131,9 +131,10 @@ def memory_store_prepare(
     registry = kinds.registry(principal.tenant)
     inp = inputs.parse_store(data, agent=principal.agent, now=now, registry=registry)
     subject_id = principal.resolve_subject(inp.subject_id)
+    inputs.memory_fields_check(
+        category=inp.category, thread_id=inp.thread_id, scope=inp.scope, subject_id=subject_id
+    )
     user = inp.scope == Scope.USER
-    if user:
-        inputs.check_user_scope(inp.category, subject_id)
     vector, model = embedding_for(fingerprints.embedding_text(inp.text, inp.data))
     return PreparedStore(
         principal=principal,

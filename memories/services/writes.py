@@ -12,10 +12,10 @@ from typing import Any
 
 from django.db import transaction
 
-from memories import fingerprints, kinds, retention
+from memories import fingerprints, inputs, kinds, retention
 from memories.cas import Cas
 from memories.embeddings import get_embedder
-from memories.models import Category, Memory, Scope, Status
+from memories.models import Category, Memory, Status
 from memories.revisions import revision_write, snapshot
 from memories.services.common import MAX_RETRIES, embed_text, embed_texts
 from memories.services.sequences import sequence_keys, sequence_lock
@@ -215,10 +215,13 @@ def update_fields(
                 "A memory cannot move in or out of the workspace; store it anew",
                 field="category",
             )
-        if new == Category.CONVERSATION and not memory.thread_id:
-            raise InvalidInput("A conversation memory needs a 'thread_id'", field="category")
-        if memory.scope == Scope.USER and new in (Category.WORKSPACE, Category.CONVERSATION):
-            raise InvalidInput(f"A user-scoped memory cannot be a {new} memory", field="category")
+        inputs.memory_fields_check(
+            category=new,
+            thread_id=memory.thread_id,
+            scope=memory.scope,
+            subject_id=memory.subject_id,
+            category_changed=True,
+        )
     if "text" in fields or "data" in fields:
         text = fields.pop("text", memory.text)
         data = fields.pop("data", memory.data)

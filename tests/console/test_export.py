@@ -16,8 +16,9 @@ from django.utils import timezone
 from accounts.models import Agent
 from memories import fingerprints
 from memories.export import export_markdown, fence_for, inline_code
-from memories.jsonl import UNIMPORTABLE_ID, ImportLineError, import_jsonl, memory_to_record
+from memories.jsonl import memory_to_record
 from memories.models import Memory, MemoryRevision, Status
+from memories.services.jsonl_import import UNIMPORTABLE_ID, ImportLineError, jsonl_import
 from memories.services.operator_actions import memory_restore, memory_tombstone
 from tests.factories import asgi_http_scope, make_agent, make_operator
 
@@ -348,7 +349,7 @@ def test_import_updates_by_id(tenant, agent, store_memory):
     record.update(text="After", version=memory.version + 1)
     import json
 
-    result = import_jsonl(tenant=tenant, lines=[json.dumps(record)], actor="operator:t")
+    result = jsonl_import(tenant=tenant, lines=[json.dumps(record)], actor="operator:t")
     assert (result.created, result.updated) == (0, 1)
     assert Memory.objects.get(pk=memory.pk).text == "After"
 
@@ -373,7 +374,7 @@ def test_an_older_backup_is_imported_as_the_next_version(tenant, agent, store_me
     memory_restore(tenant=tenant, memory_id=memory.pk, actor="operator:t")
     assert Memory.objects.get(pk=memory.pk).version == 3
 
-    result = import_jsonl(tenant=tenant, lines=[backup], actor="operator:t")
+    result = jsonl_import(tenant=tenant, lines=[backup], actor="operator:t")
 
     assert (result.created, result.updated) == (0, 1)
     restored = Memory.objects.get(pk=memory.pk)
@@ -381,7 +382,7 @@ def test_an_older_backup_is_imported_as_the_next_version(tenant, agent, store_me
     assert _versions(memory.pk) == [1, 2, 3, 4]
     assert MemoryRevision.objects.get(memory_id=memory.pk, version=4).change_type == "import"
     # The same line again is no change, although its version (2) differs from the row's (4).
-    result = import_jsonl(tenant=tenant, lines=[backup], actor="operator:t")
+    result = jsonl_import(tenant=tenant, lines=[backup], actor="operator:t")
     assert (result.updated, result.unchanged) == (0, 1)
     memory_restore(tenant=tenant, memory_id=memory.pk, actor="operator:t")
     assert _versions(memory.pk) == [1, 2, 3, 4, 5]
@@ -398,7 +399,7 @@ def test_a_memory_retention_deleted_is_reimported_after_its_history(tenant, agen
     assert not Memory.objects.filter(pk=memory.pk).exists()
     assert _versions(memory.pk) == [1, 2, 3]  # create, tombstone, retention's purge
 
-    result = import_jsonl(tenant=tenant, lines=[backup], actor="operator:t")
+    result = jsonl_import(tenant=tenant, lines=[backup], actor="operator:t")
 
     assert result.created == 1
     assert Memory.objects.get(pk=memory.pk).version == 4
@@ -406,7 +407,7 @@ def test_a_memory_retention_deleted_is_reimported_after_its_history(tenant, agen
 
 
 def test_a_new_id_keeps_the_files_version(tenant, agent):
-    import_jsonl(tenant=tenant, lines=[_record(NEW_IDS[0], agent, version=7)], actor="t")
+    jsonl_import(tenant=tenant, lines=[_record(NEW_IDS[0], agent, version=7)], actor="t")
     assert Memory.objects.get(pk=NEW_IDS[0]).version == 7
     assert _versions(NEW_IDS[0]) == [7]
 
@@ -421,13 +422,13 @@ def test_bad_line_is_reported_and_nothing_is_applied(login, tenant, agent, store
     second = dict(good, id="mem_01ARZ3NDEKTSV4RRFFQ69G5FAV", text="Second")
     lines = [json.dumps(good), json.dumps(second), "{not json", json.dumps(good)]
     with pytest.raises(ImportLineError) as exc:
-        import_jsonl(tenant=tenant, lines=lines, actor="operator:t")
+        jsonl_import(tenant=tenant, lines=lines, actor="operator:t")
     assert exc.value.line == 3
     assert Memory.objects.count() == 0
     # A value out of range is caught while reading the file (line 2), before any write.
     bad = dict(second, importance=7)
     with pytest.raises(ImportLineError) as exc:
-        import_jsonl(tenant=tenant, lines=[json.dumps(good), json.dumps(bad)], actor="x")
+        jsonl_import(tenant=tenant, lines=[json.dumps(good), json.dumps(bad)], actor="x")
     assert exc.value.line == 2 and "importance" in exc.value.message
     assert Memory.objects.count() == 0
 
@@ -469,7 +470,7 @@ def test_a_failure_while_writing_rolls_back_the_earlier_lines(login, tenant, age
         _record(NEW_IDS[1], agent, key="office-hours", text="Clashes on write"),
     ]
     with pytest.raises(ImportLineError) as exc:
-        import_jsonl(tenant=tenant, lines=lines, actor="operator:t")
+        jsonl_import(tenant=tenant, lines=lines, actor="operator:t")
     assert exc.value.line == 2
     assert exc.value.message == (
         "key 'office-hours' is already held by a live memory of the same owner and subject"
@@ -493,10 +494,10 @@ def test_a_backup_where_a_key_moved_on_imports_over_the_old_state(tenant, agent)
     """The database holds "Plan A" live under key `plan`; the backup has it tombstoned and a
     live successor listed first. Applied line by line the successor would clash."""
     old = _record(NEW_IDS[1], agent, key="plan", text="Plan A")
-    import_jsonl(tenant=tenant, lines=[old], actor="operator:t")
+    jsonl_import(tenant=tenant, lines=[old], actor="operator:t")
     live = _record(NEW_IDS[0], agent, key="plan", text="Plan B")
     gone = _record(NEW_IDS[1], agent, key="plan", text="Plan A", status="tombstoned")
-    result = import_jsonl(tenant=tenant, lines=[live, gone], actor="operator:t")
+    result = jsonl_import(tenant=tenant, lines=[live, gone], actor="operator:t")
     assert (result.created, result.updated) == (1, 1)
     statuses = dict(Memory.objects.values_list("text", "status"))
     assert statuses == {"Plan B": "active", "Plan A": "tombstoned"}
@@ -528,7 +529,7 @@ def test_a_backup_where_a_key_moved_on_imports_over_the_old_state(tenant, agent)
 def test_import_applies_the_api_field_rules(tenant, agent, fields, message):
     lines = [_record(NEW_IDS[0], agent), _record(NEW_IDS[1], agent, **fields)]
     with pytest.raises(ImportLineError) as exc:
-        import_jsonl(tenant=tenant, lines=lines, actor="operator:t")
+        jsonl_import(tenant=tenant, lines=lines, actor="operator:t")
     assert exc.value.line == 2 and message in exc.value.message, exc.value.message
     assert not Memory.objects.filter(pk__in=NEW_IDS).exists()
 
@@ -542,13 +543,13 @@ def test_a_conversation_memory_keeps_its_thread(login, tenant, agent, store_memo
     record = json.loads(_backup_line(memory.pk))
     del record["thread_id"]
     kept = dict(record, text="Said in a thread, corrected")
-    assert import_jsonl(tenant=tenant, lines=[json.dumps(kept)], actor="t").updated == 1
+    assert jsonl_import(tenant=tenant, lines=[json.dumps(kept)], actor="t").updated == 1
     assert Memory.objects.get(pk=memory.pk).thread_id == "t-1"
 
     cleared = dict(record, thread_id=None, text="Cleared")
     lines = [_record(NEW_IDS[0], agent), json.dumps(cleared)]
     with pytest.raises(ImportLineError) as exc:
-        import_jsonl(tenant=tenant, lines=lines, actor="operator:t")
+        jsonl_import(tenant=tenant, lines=lines, actor="operator:t")
     assert (exc.value.line, exc.value.message) == (2, "A conversation memory needs a 'thread_id'")
     admin = make_operator(tenant, "admin@acme.test", "admin").user
     upload = io.BytesIO("\n".join(lines).encode())
@@ -579,7 +580,7 @@ def test_import_rejects_secrets_without_echoing_them(login, tenant, agent, field
     assert find_secret(next(iter(fields.values())), "x") is not None  # the sample is a secret
     lines = [_record(NEW_IDS[0], agent), _record(NEW_IDS[1], agent, **fields)]
     with pytest.raises(ImportLineError) as exc:
-        import_jsonl(tenant=tenant, lines=lines, actor="operator:t")
+        jsonl_import(tenant=tenant, lines=lines, actor="operator:t")
     assert exc.value.line == 2 and exc.value.message.startswith(f"{field}: a secret-shaped")
     assert SECRET not in str(exc.value) and SECRET.lower() not in str(exc.value)
     assert not Memory.objects.filter(pk__in=NEW_IDS).exists()
@@ -598,7 +599,7 @@ def test_import_cannot_take_another_tenants_memory(tenant, other_tenant, agent, 
     memory = store_memory(agent, "Acme's")
     record = memory_to_record(Memory.objects.select_related("agent").get(pk=memory.pk))
     with pytest.raises(ImportLineError) as exc:
-        import_jsonl(tenant=other_tenant, lines=[json.dumps(record)], actor="x")
+        jsonl_import(tenant=other_tenant, lines=[json.dumps(record)], actor="x")
     assert (exc.value.line, exc.value.message) == (1, UNIMPORTABLE_ID)
     assert Memory.objects.get(pk=memory.pk).tenant_id == tenant.pk
     assert Memory.objects.get(pk=memory.pk).status == Status.ACTIVE
@@ -624,7 +625,7 @@ def test_another_tenants_id_is_refused_like_a_malformed_one(
     for memory_id in (foreign, malformed, missing):
         lines = [_record(NEW_IDS[0], globex_bot), _record(memory_id, globex_bot, text="Globex")]
         with pytest.raises(ImportLineError) as exc:
-            import_jsonl(tenant=other_tenant, lines=lines, actor="operator:g")
+            jsonl_import(tenant=other_tenant, lines=lines, actor="operator:g")
         answers.append((exc.value.line, exc.value.message))
     assert answers == [(2, UNIMPORTABLE_ID)] * 3
     _, secret_text, _ = TRUE_POSITIVES[12]
@@ -632,7 +633,7 @@ def test_another_tenants_id_is_refused_like_a_malformed_one(
     for memory_id in (foreign, malformed):
         lines = [_record(memory_id, globex_bot), _record(NEW_IDS[0], globex_bot, text=secret_text)]
         with pytest.raises(ImportLineError) as exc:
-            import_jsonl(tenant=other_tenant, lines=lines, actor="operator:g")
+            jsonl_import(tenant=other_tenant, lines=lines, actor="operator:g")
         later.append((exc.value.line, exc.value.message))
     assert later[0] == later[1] and later[0][0] == 2
     after = json.dumps(
@@ -653,7 +654,7 @@ def test_import_derives_size_and_hash_from_the_content(tenant, agent, store_memo
         _record(NEW_IDS[0], agent, text="Renewal is in March", size_bytes=0, content_hash="0" * 64),
         _record(NEW_IDS[1], agent, text="", data=data, size_bytes=1, content_hash=""),
     ]
-    assert import_jsonl(tenant=tenant, lines=lines, actor="operator:t").created == 2
+    assert jsonl_import(tenant=tenant, lines=lines, actor="operator:t").created == 2
     first, second = (Memory.objects.get(pk=pk) for pk in NEW_IDS)
     assert (first.size_bytes, first.content_hash) == (
         len(b"Renewal is in March"),
@@ -666,7 +667,7 @@ def test_import_derives_size_and_hash_from_the_content(tenant, agent, store_memo
     # An existing memory: a line that only lies about the derived fields changes nothing.
     record = json.loads(_backup_line(honest.pk))
     lying = dict(record, size_bytes=0, content_hash="f" * 64)
-    result = import_jsonl(tenant=tenant, lines=[json.dumps(lying)], actor="operator:t")
+    result = jsonl_import(tenant=tenant, lines=[json.dumps(lying)], actor="operator:t")
     assert (result.updated, result.unchanged) == (0, 1)
     stored = Memory.objects.get(pk=honest.pk)
     assert (stored.size_bytes, stored.content_hash) == (
@@ -687,13 +688,13 @@ def test_a_purged_memory_keeps_its_hash_through_a_round_trip(tenant, agent, stor
     record = json.loads(_backup_line(memory.pk))
     assert record["text"] == "" and record["data"] is None and record["content_hash"]
     Memory.objects.filter(pk=memory.pk).delete()
-    assert import_jsonl(tenant=tenant, lines=[json.dumps(record)], actor="operator:t").created == 1
+    assert jsonl_import(tenant=tenant, lines=[json.dumps(record)], actor="operator:t").created == 1
     restored = Memory.objects.select_related("agent").get(pk=memory.pk)
     assert (restored.content_hash, restored.size_bytes) == (
         record["content_hash"],
         record["size_bytes"],
     )
-    again = import_jsonl(tenant=tenant, lines=[json.dumps(record)], actor="operator:t")
+    again = jsonl_import(tenant=tenant, lines=[json.dumps(record)], actor="operator:t")
     assert again.unchanged == 1
 
 
@@ -705,10 +706,10 @@ def test_an_existing_memory_cannot_lose_its_agent(tenant, agent, store_memory):
     memory = store_memory(agent, "Mine")
     record = dict(json.loads(_backup_line(memory.pk)), agent=None, text="Now everyone's")
     with pytest.raises(ImportLineError) as exc:
-        import_jsonl(tenant=tenant, lines=[json.dumps(record)], actor="operator:t")
+        jsonl_import(tenant=tenant, lines=[json.dumps(record)], actor="operator:t")
     assert exc.value.line == 1 and "must be in the 'workspace' category" in exc.value.message
     assert Memory.objects.values_list("agent_id", "text").get(pk=memory.pk) == (agent.pk, "Mine")
     # Both together are a workspace memory, as the store API makes it.
     workspace = dict(record, category="workspace")
-    assert import_jsonl(tenant=tenant, lines=[json.dumps(workspace)], actor="t").updated == 1
+    assert jsonl_import(tenant=tenant, lines=[json.dumps(workspace)], actor="t").updated == 1
     assert Memory.objects.get(pk=memory.pk).agent_id is None

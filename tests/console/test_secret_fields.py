@@ -14,8 +14,8 @@ import pytest
 
 from accounts.models import Agent, ApiKey
 from memories.console.forms import CorrectionForm
-from memories.jsonl import ImportLineError, import_jsonl
 from memories.models import IdempotencyRecord, Memory, MemoryRevision
+from memories.services.jsonl_import import ImportLineError, jsonl_import
 from memories.services.operator_actions import memory_add_tag
 from memoryhub.errors import SecretRejected
 from tests.factories import make_operator
@@ -64,7 +64,7 @@ def test_import_and_bulk_tag_refuse_every_true_positive(tenant, agent, rule, tex
     for name, (build, path) in IMPORT_FIELDS.items():
         lines = [_line(IDS[0]), _line(IDS[1], **{name: build(text)})]
         with pytest.raises(ImportLineError) as exc:
-            import_jsonl(tenant=tenant, lines=lines, actor="operator:t")
+            jsonl_import(tenant=tenant, lines=lines, actor="operator:t")
         assert (exc.value.line, exc.value.message) == (
             2,
             f"{path}: a secret-shaped value ({rule}) is never stored",
@@ -86,7 +86,7 @@ def test_import_accepts_every_false_positive(tenant, agent):
         if len(text) <= 100:
             fields["source_provider"] = text
         lines.append(_line(f"mem_01ARZ3NDEKTSV4RRFFQ69G{index:04d}", **fields))
-    result = import_jsonl(tenant=tenant, lines=lines, actor="operator:t")
+    result = jsonl_import(tenant=tenant, lines=lines, actor="operator:t")
     assert result.created == len(FALSE_POSITIVES)
     stored = dict(Memory.objects.values_list("text", "data"))
     assert stored == {text: {"note": text} for text in FALSE_POSITIVES}

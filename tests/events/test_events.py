@@ -17,10 +17,11 @@ from memories.events.record import events_insert
 from memories.formation.threads import thread_end
 from memories.jobs.prune import prune_memories
 from memories.jobs.retention import purge_retention
-from memories.jsonl import import_jsonl, memory_to_record
+from memories.jsonl import memory_to_record
 from memories.models import Event, Memory
 from memories.services import erasure
 from memories.services.changes import memory_confirm, memory_update
+from memories.services.jsonl_import import jsonl_import
 from memories.services.lifecycle import memory_forget
 from memories.services.operator_actions import (
     memory_approve,
@@ -188,7 +189,7 @@ def test_import_erasure_and_extraction_write_events(principal, tenant, agent):
     other = make_agent(make_tenant("globex"), agent.slug)
     source = store(Principal(tenant=other.tenant, agent=other), 0, subject_id="cust-1")
     line = {**memory_to_record(source), "id": "mem_01J0000000000000000000000A"}
-    import_jsonl(tenant=tenant, lines=[json.dumps(line)], actor=OPERATOR)
+    jsonl_import(tenant=tenant, lines=[json.dumps(line)], actor=OPERATOR)
     assert kinds(memory_id=line["id"]) == [("memory.created", line["id"], 1)]
 
     erasure.subject_erase(principal=principal, subject_id="cust-1", purge=True, now=T0)
@@ -259,7 +260,7 @@ def test_every_writer_records_a_user_memorys_scope(principal, tenant, agent, set
     purge_retention(now=later + timedelta(days=31), days=30)  # ... and are deleted
 
     line = {**memory_to_record(kept), "id": "mem_01J0000000000000000000000B", "key": "diet-2"}
-    import_jsonl(tenant=tenant, lines=[json.dumps(line)], actor=OPERATOR)
+    jsonl_import(tenant=tenant, lines=[json.dumps(line)], actor=OPERATOR)
     erasure.subject_erase(principal=principal, subject_id="ann", purge=True, now=later)
 
     by_memory = {}

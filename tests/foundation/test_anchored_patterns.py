@@ -9,10 +9,10 @@ from django.core.exceptions import ValidationError
 
 from accounts import keys
 from accounts.models import Agent, validate_retention
-from accounts.services import agent_policy_update, tenant_policy_update
 from memories import idempotency, validation
 from memories.ids import is_memory_id, new_memory_id
 from memories.models import Kind, Memory
+from memories.services.policies import agent_policy_set, tenant_policy_set
 from memoryhub.durations import parse_duration
 from memoryhub.errors import InvalidInput
 from memoryhub.middleware import body_limit
@@ -61,11 +61,11 @@ def test_a_tags_trailing_newline_is_trimmed_as_any_white_space():
 @pytest.mark.django_db
 def test_an_agents_categories_and_a_tenants_retention_refuse_a_trailing_newline(tenant, agent):
     with pytest.raises(InvalidInput):
-        agent_policy_update(tenant=tenant, agent=agent, default_category="core\n")
+        agent_policy_set(tenant=tenant, agent=agent, default_category="core\n")
     with pytest.raises(InvalidInput):
-        agent_policy_update(tenant=tenant, agent=agent, extraction_categories=["core\n"])
+        agent_policy_set(tenant=tenant, agent=agent, extraction_categories=["core\n"])
     with pytest.raises(InvalidInput):
-        tenant_policy_update(tenant=tenant, max_retention={"daily\n": 3600})
+        tenant_policy_set(tenant=tenant, max_retention={"daily\n": 3600})
     with pytest.raises(ValidationError):
         validate_retention({"daily\n": 3600})
     agent.refresh_from_db()

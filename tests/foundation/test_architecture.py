@@ -1,7 +1,9 @@
 """The house rules that keep the layout honest (docs/ARCHITECTURE.md): small modules, no
 import cycles between the application's modules, none hidden by a late or type-only import,
-and a product that never imports the benchmark harness (the repository's `bench/`, not part
-of the installed package)."""
+a product that never imports the benchmark harness (the repository's `bench/`, not part
+of the installed package), services and reads that never import the surfaces answering with
+them (REST, console, MCP), accounts' services below memories, and one entry point of a policy
+change."""
 
 from __future__ import annotations
 
@@ -189,3 +191,117 @@ def test_the_bench_import_check_sees_late_and_dynamic_imports(tmp_path):
     )
     (tmp_path / "accounts" / "d.py").write_text("import benchmarks\nfrom .bench import y\n")
     assert _bench_imports(tmp_path) == {"memories.a": {2}, "memoryhub.b": {3}, "accounts.c": {2}}
+
+
+# The layers below the surfaces that answer (REST, console, MCP): they return plain data and
+# never import a surface, not even inside a function or under TYPE_CHECKING.
+BELOW_THE_SURFACES = (
+    "memories.services",
+    "memories.retrieval",
+    "memories.selectors",
+    "accounts.services",
+)
+SURFACES = ("memories.api", "memories.console", "memories.mcp", "memories.mcp_server")
+
+
+def _within(name: str, packages) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in packages)
+
+
+def _surface_imports(root: Path) -> dict[str, set[str]]:
+    """Every module below the surfaces under `root` that imports a surface (statements anywhere,
+    `importlib.import_module` / `__import__` with a constant name), with what it imports."""
+    found: dict[str, set[str]] = {}
+    for package in PRODUCT:
+        for path in (root / package).rglob("*.py"):
+            parts = path.relative_to(root).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            if not _within(name, BELOW_THE_SURFACES):
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                targets: list[str] = []
+                if isinstance(node, ast.Import):
+                    targets = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                    targets = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+                elif isinstance(node, ast.Call) and node.args:
+                    func, first = node.func, node.args[0]
+                    called = (
+                        func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+                    )
+                    if (
+                        called in ("import_module", "__import__")
+                        and isinstance(first, ast.Constant)
+                        and isinstance(first.value, str)
+                    ):
+                        targets = [first.value]
+                hits = {t for t in targets if _within(t, SURFACES)}
+                if hits:
+                    found.setdefault(name, set()).update(hits)
+    return found
+
+
+def test_services_and_reads_never_import_a_surface():
+    assert _surface_imports(ROOT) == {}
+
+
+def test_the_surface_import_check_sees_every_kind_of_import(tmp_path):
+    """The check above would see a surface imported anywhere below them (not vacuous)."""
+    _empty_packages(tmp_path, PRODUCT)
+    for package in ("memories/services", "memories/retrieval", "memories/api", "memories/mcp"):
+        (tmp_path / package).mkdir()
+    (tmp_path / "memories" / "services" / "a.py").write_text(
+        "def f():\n    from memories.api.views import x\n"
+    )
+    (tmp_path / "memories" / "retrieval" / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from memories import console\n"
+    )
+    (tmp_path / "memories" / "selectors.py").write_text("import memories.mcp_server\n")
+    (tmp_path / "accounts" / "services.py").write_text(
+        "import importlib\nimportlib.import_module('memories.mcp.tools')\n"
+    )
+    # Not below the surfaces, or not a surface: left alone.
+    (tmp_path / "memories" / "api" / "c.py").write_text("from memories.console import y\n")
+    (tmp_path / "memories" / "services" / "d.py").write_text("from memories.apis import z\n")
+    assert _surface_imports(tmp_path) == {
+        "memories.services.a": {"memories.api.views", "memories.api.views.x"},
+        "memories.retrieval.b": {"memories.console"},
+        "memories.selectors": {"memories.mcp_server"},
+        "accounts.services": {"memories.mcp.tools"},
+    }
+
+
+def test_accounts_services_never_import_memories():
+    """accounts sits below memories: a service that needs both (a policy change that moves
+    memories' expiry) lives in memories and calls down."""
+    modules = _modules()
+    imported = _imports(modules["accounts.services"], modules)
+    assert {name for name in imported if _within(name, ("memories",))} == set()
+
+
+# A policy row's write alone leaves the stored expiry of memories stale: only the one entry
+# point of a policy change calls it (`memories.services.policies`).
+PRIVATE_POLICY_WRITES = {"_agent_policy_write", "_tenant_policy_write"}
+
+
+def _name_used(node: ast.AST) -> str | None:
+    """The name a node defines, imports or refers to (`f`, `module.f`, `import f`, `def f`)."""
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.alias | ast.FunctionDef):
+        return node.name
+    return None
+
+
+def test_only_the_policy_entry_point_writes_policy_rows():
+    users: dict[str, set[str]] = {}
+    for name, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (used := _name_used(node)) in PRIVATE_POLICY_WRITES:
+                users.setdefault(name, set()).add(used)
+    assert users == {
+        "accounts.services": PRIVATE_POLICY_WRITES,  # where they are defined
+        "memories.services.policies": PRIVATE_POLICY_WRITES,
+    }

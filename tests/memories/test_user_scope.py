@@ -12,8 +12,9 @@ import pytest
 from django.core.management import call_command
 
 from accounts.principal import Principal
-from memories.jsonl import export_jsonl, import_jsonl
+from memories.jsonl import export_jsonl
 from memories.models import Memory, MemoryRevision, OwnerCount
+from memories.services.jsonl_import import jsonl_import
 from memories.services.policies import tenant_policy_set
 from memories.services.store import memory_store
 from tests.factories import make_agent
@@ -127,7 +128,7 @@ def test_export_and_backups_keep_the_scope(api_client, tenant, other_tenant, age
     assert record["scope"] == "user" and record["agent"] is None
     # Imported into another tenant, under another id, it is that tenant's user memory of Ann.
     record["id"] = "mem_01JZZZZZZZZZZZZZZZZZZZZZZZ"
-    result = import_jsonl(tenant=other_tenant, lines=[json.dumps(record)], actor="test")
+    result = jsonl_import(tenant=other_tenant, lines=[json.dumps(record)], actor="test")
     assert result.created == 1
     copy = Memory.objects.get(pk=record["id"])
     assert (copy.tenant_id, copy.scope, copy.subject_id, copy.agent_id) == (
@@ -138,4 +139,4 @@ def test_export_and_backups_keep_the_scope(api_client, tenant, other_tenant, age
     )
     bad = dict(record, id="mem_01JYYYYYYYYYYYYYYYYYYYYYYY", subject_id=None)
     with pytest.raises(Exception, match="subject_id"):
-        import_jsonl(tenant=other_tenant, lines=[json.dumps(bad)], actor="test")
+        jsonl_import(tenant=other_tenant, lines=[json.dumps(bad)], actor="test")
