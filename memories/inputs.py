@@ -1,7 +1,7 @@
-"""A store's and a PATCH's whole body (SPEC §4 Store, Change), parsed into typed inputs with
+"""A store's and a PATCH's whole body (a store or a change), parsed into typed inputs with
 the field rules of `memories.validation`, the kind rules of the tenant's registry
 (`memories.kinds`: a kind's default category, its schema, its cardinality) and the user scope
-(SPEC §13.2). Nothing here touches the database: the registry comes in as read.
+(`memory_fields_check`). Nothing here touches the database: the registry comes in as read.
 """
 
 from __future__ import annotations
@@ -170,7 +170,7 @@ def memory_fields_check(
 def parse_store(
     data: Any, *, agent: Agent, now: datetime, registry: kinds.Registry | None = None
 ) -> StoreInput:
-    """Validate a store body (SPEC §4 Store) and apply the kind's and the agent's defaults.
+    """Validate a store body and apply the kind's and the agent's defaults.
 
     `registry` (the tenant's kinds) decides the kind's rules: its default category, its schema
     (`data` checked against it: INVALID_INPUT with `details.errors`), its cardinality. Without
@@ -258,7 +258,7 @@ def parse_update(
     if_match: str | None = None,
     allowed: frozenset[str] = UPDATE_FIELDS,
 ) -> UpdateInput:
-    """Validate a PATCH body (SPEC §4 Change): only the fields given are changed."""
+    """Validate a PATCH body: only the fields given are changed."""
     data = require_object(data)
     scan_secrets(data)
     reject_unknown(data, allowed)
