@@ -82,7 +82,7 @@ def command_env() -> dict[str, str]:
     env = dict(os.environ)
     env.update(
         DATABASE_URL=_database_url(),
-        MEMORYHUB_TESTING="1",
+        DJANGO_SETTINGS_MODULE="memoryhub.settings_test",
         PYTHONUNBUFFERED="1",
         DB_CONN_MAX_AGE="0",
     )
