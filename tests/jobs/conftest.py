@@ -89,11 +89,14 @@ def command_env() -> dict[str, str]:
     return env
 
 
-def start_command(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+def start_command(
+    *args: str, env: dict[str, str] | None = None, entry: tuple[str, ...] = ("manage.py",)
+) -> subprocess.Popen:
     """Start `manage.py <args>` in a subprocess on this test database (commit data first);
-    `env` adds environment variables."""
+    `env` adds environment variables; `entry`: what runs instead of `manage.py` (say
+    `("-m", "tests.support.module")`)."""
     return subprocess.Popen(
-        [sys.executable, "manage.py", *args],
+        [sys.executable, *entry, *args],
         cwd=BASE_DIR,
         env=command_env() | (env or {}),
         stdout=subprocess.PIPE,
