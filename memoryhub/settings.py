@@ -1,4 +1,5 @@
-"""MemoryHub settings: everything comes from environment variables with safe local defaults."""
+"""MemoryHub settings: everything comes from environment variables with safe local defaults.
+The test suite's are `memoryhub.settings_test`: these, with the defaults tests need."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from memoryhub.proxies import parse_trusted_proxies
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
-TESTING = "pytest" in sys.modules or env_bool("MEMORYHUB_TESTING")
 DEBUG = env_bool("DEBUG", default=False)
 # Production mode: HTTPS-only cookies, HSTS, SSL redirect (below), and `check --deploy` errors.
 MEMORYHUB_PRODUCTION = env_bool("MEMORYHUB_PRODUCTION")
@@ -113,10 +113,10 @@ MEMORYHUB_WEB_THREADS = env_int(
 )
 
 # --- Database -------------------------------------------------------------------------------
-# DATABASE_URL when set; otherwise the embedded PostgreSQL 18 + pgvector under MEMORYHUB_DATA_DIR.
-# Tests get a server of their own (var/test), so a test run never touches the dev database.
-_default_data_dir = BASE_DIR / "var" / ("test" if TESTING else "")
-DATA_DIR = Path(env_str("MEMORYHUB_DATA_DIR", str(_default_data_dir))).expanduser().resolve()
+# DATABASE_URL when set; otherwise the embedded PostgreSQL 18 + pgvector under MEMORYHUB_DATA_DIR,
+# which a process's first connection starts (memoryhub/embedded_db.py): importing the settings
+# starts nothing.
+DATA_DIR = Path(env_str("MEMORYHUB_DATA_DIR", str(BASE_DIR / "var"))).expanduser().resolve()
 DATABASE_URL = env_str("DATABASE_URL")
 if DATABASE_URL:
     import dj_database_url
@@ -124,9 +124,9 @@ if DATABASE_URL:
     DATABASES = {"default": dj_database_url.parse(DATABASE_URL)}
     EMBEDDED_DB = None
 else:
-    from memoryhub.embedded_db import ensure_server
+    from memoryhub.embedded_db import embedded_server
 
-    EMBEDDED_DB = ensure_server(DATA_DIR, throwaway=TESTING)
+    EMBEDDED_DB = embedded_server(DATA_DIR)
     DATABASES = {"default": EMBEDDED_DB.database_settings()}
 
 DATABASES["default"]["CONN_MAX_AGE"] = env_int("DB_CONN_MAX_AGE", 60)
@@ -139,10 +139,9 @@ DATABASES["default"]["OPTIONS"].setdefault("connect_timeout", 5)
 # pool's open sockets (two workers interleaving on one session corrupts both).
 _QCLUSTER = len(sys.argv) > 1 and sys.argv[1] == "qcluster"
 # While the database is down, requests are answered 503 at once, and the first request after it
-# accepts connections again gets one (memoryhub/db_outage.py). Off in tests, where a test that
-# breaks the connection on purpose must not put the rest of the run in "outage" mode.
-MEMORYHUB_DB_FAIL_FAST = env_bool("MEMORYHUB_DB_FAIL_FAST", default=not TESTING)
-if env_bool("MEMORYHUB_DB_POOL", default=not TESTING and not _QCLUSTER):
+# accepts connections again gets one (memoryhub/db_outage.py).
+MEMORYHUB_DB_FAIL_FAST = env_bool("MEMORYHUB_DB_FAIL_FAST", default=True)
+if env_bool("MEMORYHUB_DB_POOL", default=not _QCLUSTER):
     from memoryhub.db_outage import ReportingConnection
 
     DATABASES["default"]["CONN_MAX_AGE"] = 0
@@ -200,8 +199,6 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
-if TESTING:
-    PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 # Sign-in throttling (django-axes): after MEMORYHUB_LOGIN_FAILURE_LIMIT failed attempts for one
 # user from one IP address, that pair is locked out for MEMORYHUB_LOGIN_COOLOFF_MINUTES (429,
@@ -335,9 +332,8 @@ MEMORYHUB_METRICS_TOKEN = env_str("MEMORYHUB_METRICS_TOKEN")
 # Webhook URLs may be http:// and reach loopback or private addresses (development only).
 MEMORYHUB_WEBHOOK_ALLOW_INSECURE = env_bool("MEMORYHUB_WEBHOOK_ALLOW_INSECURE")
 MEMORYHUB_WEBHOOK_TIMEOUT = env_float("MEMORYHUB_WEBHOOK_TIMEOUT", 10.0)
-# Wake the dispatcher after each commit with events for a tenant with webhooks (tests run it
-# themselves).
-MEMORYHUB_WEBHOOK_NUDGE = env_bool("MEMORYHUB_WEBHOOK_NUDGE", default=not TESTING)
+# Wake the dispatcher after each commit with events for a tenant with webhooks.
+MEMORYHUB_WEBHOOK_NUDGE = env_bool("MEMORYHUB_WEBHOOK_NUDGE", default=True)
 # One line per request on the `memoryhub.access` logger (method, route, status, duration, tenant
 # and agent): on by default, at INFO.
 MEMORYHUB_ACCESS_LOG = env_bool("MEMORYHUB_ACCESS_LOG", default=True)
@@ -347,7 +343,7 @@ MEMORYHUB_ACCESS_LOG = env_bool("MEMORYHUB_ACCESS_LOG", default=True)
 MEMORYHUB_BENCH_NO_EVENTS = env_bool("MEMORYHUB_BENCH_NO_EVENTS")
 
 # --- Embeddings -------------------------------------------------------------------------------
-MEMORYHUB_EMBEDDER = env_str("MEMORYHUB_EMBEDDER", "hashing" if TESTING else "auto")
+MEMORYHUB_EMBEDDER = env_str("MEMORYHUB_EMBEDDER", "auto")
 # The local embedder's runtime (auto: onnx where exported, else torch), its threads, the
 # single-text vectors it keeps, and how long a pass waits for company once a queue formed.
 MEMORYHUB_EMBEDDER_BACKEND = env_choice(
@@ -360,7 +356,7 @@ MEMORYHUB_EMBEDDER_THREADS = env_int("MEMORYHUB_EMBEDDER_THREADS", 1)
 # ...and on ONNX, the threads of a pass that finds the machine idle (≤ the above: never).
 MEMORYHUB_EMBEDDER_IDLE_THREADS = env_int("MEMORYHUB_EMBEDDER_IDLE_THREADS", 2)
 # A web process freezes its start-up objects out of the cyclic GC's walks (memoryhub/asgi.py).
-MEMORYHUB_GC_FREEZE = env_bool("MEMORYHUB_GC_FREEZE", default=not TESTING)
+MEMORYHUB_GC_FREEZE = env_bool("MEMORYHUB_GC_FREEZE", default=True)
 MEMORYHUB_EMBEDDING_CACHE = env_int("MEMORYHUB_EMBEDDING_CACHE", 1024)
 MEMORYHUB_EMBEDDER_BATCH_WINDOW_MS = env_float("MEMORYHUB_EMBEDDER_BATCH_WINDOW_MS", 0.0)
 MEMORYHUB_EMBEDDER_URL = env_str("MEMORYHUB_EMBEDDER_URL", "https://api.openai.com/v1")
@@ -368,8 +364,8 @@ MEMORYHUB_EMBEDDER_MODEL = env_str("MEMORYHUB_EMBEDDER_MODEL", "text-embedding-3
 MEMORYHUB_EMBEDDER_API_KEY = env_str("MEMORYHUB_EMBEDDER_API_KEY")
 MEMORYHUB_EMBEDDER_TIMEOUT = env_float("MEMORYHUB_EMBEDDER_TIMEOUT", 10.0)
 # Reads' last_accessed_at/access_count bumps: "deferred" (merged, one UPDATE a second from a
-# background thread) or "sync" (one UPDATE inside the request; what tests assert on).
-MEMORYHUB_ACCESS_BUMP = env_str("MEMORYHUB_ACCESS_BUMP", "sync" if TESTING else "deferred")
+# background thread) or "sync" (one UPDATE inside the request).
+MEMORYHUB_ACCESS_BUMP = env_str("MEMORYHUB_ACCESS_BUMP", "deferred")
 
 # --- Memory formation -------------------------------------------------------------------------
 # Any OpenAI-compatible chat-completions endpoint (OpenAI, vLLM, Ollama, LM Studio, ...).
@@ -395,7 +391,7 @@ Q_CLUSTER = {
     "max_attempts": 3,
     "catch_up": False,
     "save_limit": 500,
-    "sync": TESTING,
+    "sync": False,
     "poll": 1,
     "ack_failures": True,
 }

@@ -46,6 +46,8 @@ from pathlib import Path
 from django.conf import settings
 from prometheus_client import multiprocess
 
+from memoryhub import embedded_db
+
 logger = logging.getLogger("memoryhub.serve")
 
 TICK = 0.1  # seconds between looks at the children and the database
@@ -208,8 +210,6 @@ class EmbeddedDatabase:
         self.failures = 0
 
     def check(self) -> None:
-        from memoryhub import embedded_db
-
         pgdata = self.data_dir / "pg"
         if embedded_db.running_info(pgdata) is not None or time.monotonic() < self.retry_at:
             return
@@ -306,6 +306,10 @@ def supervise(
     ]
     web = children[-1]
     database = EmbeddedDatabase(settings.EMBEDDED_DB.data_dir) if settings.EMBEDDED_DB else None
+    if database is not None:
+        # Up before the children, which would each wait to start it, and before the watch,
+        # which would take a server not started yet for one that died.
+        embedded_db.ensure_started(settings.DATABASES["default"])
     stop = threading.Event()
 
     def request_stop(*_):

@@ -105,7 +105,6 @@ def server_env(data_dir: Path, embedder: str) -> dict[str, str]:
         LOG_LEVEL="WARNING",
     )
     env.pop("DATABASE_URL", None)
-    env.pop("MEMORYHUB_TESTING", None)
     return env
 
 

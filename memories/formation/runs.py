@@ -31,8 +31,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import signal
 import time
 from datetime import datetime, timedelta
 from functools import partial
@@ -83,9 +81,6 @@ ABANDONED = (
     f"The run's worker stopped {MAX_RUN_ATTEMPTS} times before it finished (killed, or past "
     "the task time limit): given up",
 )
-# Test hook: a worker that must die between the model's answer and the apply (the formation
-# crash test) sets this to "after_answer"; nothing else reads it.
-FAULT_ENV = "MEMORYHUB_EXTRACTION_FAULT"
 
 
 # --- requesting ------------------------------------------------------------------------------
@@ -276,8 +271,6 @@ def _execute(
         if not _keep_answer(run, answer, messages, memories, earlier):
             log.info("extraction run %s ended while the model answered (erased)", run.pk)
             return
-    if os.environ.get(FAULT_ENV) == "after_answer":
-        os.kill(os.getpid(), signal.SIGKILL)
     operations = parse_operations_json(run.answer)
     outcome = apply_operations(
         run=run, thread=thread, operations=operations, now=now, deadline=deadline

@@ -111,9 +111,9 @@ def _run(args: list[str], env_extra: dict[str, str], timeout: int = 240):
         MEMORYHUB_DATA_DIR=str(settings.DATA_DIR),  # the running test server as home
         HF_HUB_OFFLINE="1",
         TRANSFORMERS_OFFLINE="1",
+        DJANGO_SETTINGS_MODULE="memoryhub.settings",
         **env_extra,
     )
-    env.pop("MEMORYHUB_TESTING", None)
     return subprocess.run(
         [sys.executable, "manage.py", "eval_extraction", *args],
         cwd=settings.BASE_DIR,

@@ -133,7 +133,7 @@ def test_the_memory_model_examples_run_as_written(newcomer):
         text=True,
         timeout=300,
         cwd=README.parent,
-        env={**os.environ, "DATABASE_URL": url},
+        env={**os.environ, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "memoryhub.settings"},
     )
     assert done.returncode == 0, done.stderr
     outputs = [part.strip() for part in done.stdout.split(MARK)[1:]]

@@ -450,11 +450,8 @@ def test_a_worker_killed_between_the_answer_and_the_apply_is_retried_exactly_onc
         "extract_threads",
         "--run",
         str(run.pk),
-        env={
-            "MEMORYHUB_LLM_URL": fake_llm.url,
-            "MEMORYHUB_LLM_MODEL": "stand-in",
-            "MEMORYHUB_EXTRACTION_FAULT": "after_answer",
-        },
+        env={"MEMORYHUB_LLM_URL": fake_llm.url, "MEMORYHUB_LLM_MODEL": "stand-in"},
+        entry=("-m", "tests.support.dies_before_apply"),
     )
     out, err = worker.communicate(timeout=120)
     assert worker.returncode == -signal.SIGKILL, (out, err)

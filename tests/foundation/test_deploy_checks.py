@@ -37,7 +37,7 @@ def check_deploy(**env: str) -> subprocess.CompletedProcess:
     # (The browser tests set DJANGO_ALLOW_ASYNC_UNSAFE for this process: async.E001 in deploy.)
     unset = {"SECRET_KEY", "DJANGO_ALLOW_ASYNC_UNSAFE"}
     environment = {k: v for k, v in command_env().items() if k not in unset}
-    environment.update(MEMORYHUB_TESTING="0", **env)
+    environment.update(DJANGO_SETTINGS_MODULE="memoryhub.settings", **env)
     return subprocess.run(
         [sys.executable, "manage.py", "check", "--deploy"],
         cwd=BASE_DIR,

@@ -126,3 +126,36 @@ def test_a_started_server_runs_with_the_memory_settings(data_dir):
             assert shown == int(value.removesuffix("MB")) * 2**20
         # Millisecond statements are never JIT-compiled, however big the planner's estimate.
         assert conn.execute("SHOW jit").fetchone()[0] == "off"
+
+
+def django_process(data_dir: Path, *args: str) -> str:
+    """A process with the product's settings on the embedded server of `data_dir`."""
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    env.update(MEMORYHUB_DATA_DIR=str(data_dir), DJANGO_SETTINGS_MODULE="memoryhub.settings")
+    done = subprocess.run(
+        [sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_the_settings_start_nothing_and_the_first_connection_starts_the_server(data_dir):
+    pgdata = data_dir / "pg"
+    code = "import memoryhub.settings as s; print(s.DATABASES['default']['HOST'])"
+    assert django_process(data_dir, "-c", code).split() == [str(pgdata)]
+    django_process(data_dir, "manage.py", "check")
+    assert not (pgdata / "PG_VERSION").exists() and not (pgdata / "postmaster.pid").exists()
+
+    connect = "import django; django.setup(); from django.db import connection; connection.cursor()"
+    django_process(data_dir, "-c", connect)
+    from memoryhub.embedded_db import running_info
+
+    assert running_info(pgdata) is not None
+
+
+def test_where_a_server_listens_is_known_before_it_starts(data_dir):
+    from memoryhub.embedded_db import embedded_server, ensure_server
+
+    expected = embedded_server(data_dir)
+    assert ensure_server(data_dir) == expected
+    assert embedded_server(data_dir) == expected  # as its postmaster.pid says

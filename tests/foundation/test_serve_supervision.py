@@ -73,7 +73,6 @@ def site():
     # Not test mode, not the test database; DJANGO_ALLOW_ASYNC_UNSAFE is the browser tests'.
     unset = {
         "DATABASE_URL",
-        "MEMORYHUB_TESTING",
         "MEMORYHUB_TEST_DB",
         "PYTEST_XDIST_WORKER",
         "DJANGO_ALLOW_ASYNC_UNSAFE",

@@ -57,7 +57,7 @@ def test_web_processes_share_postgresql_connections_by_their_number(
 ):
     """16 request threads, 2 search branch threads and 20 connections a process, or less once
     the processes together would hold more than MEMORYHUB_DB_CONNECTIONS (160)."""
-    env = dict(os.environ, MEMORYHUB_DB_POOL="1")
+    env = dict(os.environ, MEMORYHUB_DB_POOL="1", DJANGO_SETTINGS_MODULE="memoryhub.settings")
     for name in (
         "MEMORYHUB_WEB_THREADS",
         "MEMORYHUB_SEARCH_BRANCH_THREADS",

@@ -82,18 +82,21 @@ def command_env() -> dict[str, str]:
     env = dict(os.environ)
     env.update(
         DATABASE_URL=_database_url(),
-        MEMORYHUB_TESTING="1",
+        DJANGO_SETTINGS_MODULE="memoryhub.settings_test",
         PYTHONUNBUFFERED="1",
         DB_CONN_MAX_AGE="0",
     )
     return env
 
 
-def start_command(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+def start_command(
+    *args: str, env: dict[str, str] | None = None, entry: tuple[str, ...] = ("manage.py",)
+) -> subprocess.Popen:
     """Start `manage.py <args>` in a subprocess on this test database (commit data first);
-    `env` adds environment variables."""
+    `env` adds environment variables; `entry`: what runs instead of `manage.py` (say
+    `("-m", "tests.support.module")`)."""
     return subprocess.Popen(
-        [sys.executable, "manage.py", *args],
+        [sys.executable, *entry, *args],
         cwd=BASE_DIR,
         env=command_env() | (env or {}),
         stdout=subprocess.PIPE,

@@ -28,7 +28,7 @@ def cluster_settings(**env: str) -> dict:
     """Q_CLUSTER as a process outside the test run computes it from its environment."""
     script = "import json, memoryhub.settings as s; print(json.dumps(s.Q_CLUSTER))"
     environment = {k: v for k, v in command_env().items() if k != "REDIS_URL"}
-    environment.update(MEMORYHUB_TESTING="0", **env)
+    environment.update(DJANGO_SETTINGS_MODULE="memoryhub.settings", **env)
     done = subprocess.run(
         [sys.executable, "-c", script],
         cwd=BASE_DIR,

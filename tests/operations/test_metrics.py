@@ -149,8 +149,8 @@ def metrics_env(transactional_db):
         "MEMORYHUB_METRICS_TOKEN": TOKEN,
         "MEMORYHUB_EMBEDDER": "hashing",
     }
-    env.pop("MEMORYHUB_TESTING", None)  # as served: the pool off (one connection per thread)
-    env["MEMORYHUB_DB_POOL"] = "0"
+    env["DJANGO_SETTINGS_MODULE"] = "memoryhub.settings"  # as served...
+    env["MEMORYHUB_DB_POOL"] = "0"  # ...but the pool off (one connection per thread)
     yield env
     shutil.rmtree(directory, ignore_errors=True)
 

@@ -15,8 +15,12 @@ def run_bench(
     *args: str, timeout: float = 300, entry: tuple[str, ...] = ("manage.py", "bench")
 ) -> subprocess.CompletedProcess:
     """`python manage.py bench ARGS`; `entry=("-m", "bench")`: `python -m bench ARGS`."""
-    env = dict(os.environ, MEMORYHUB_DATA_DIR=str(settings.DATA_DIR), HF_HUB_OFFLINE="1")
-    env.pop("MEMORYHUB_TESTING", None)
+    env = dict(
+        os.environ,
+        MEMORYHUB_DATA_DIR=str(settings.DATA_DIR),
+        HF_HUB_OFFLINE="1",
+        DJANGO_SETTINGS_MODULE="memoryhub.settings",
+    )
     return subprocess.run(
         [sys.executable, *entry, *args],
         cwd=settings.BASE_DIR,
