@@ -29,7 +29,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import DateTimeField, Max, QuerySet
 
 from accounts.models import Agent, Tenant
-from memories import fingerprints, inputs, kinds, retention, validation
+from memories import fingerprints, inputs, kind_registry, retention, validation
 from memories.events.record import memory_events_write_many
 from memories.ids import is_memory_id
 from memories.models import (
@@ -219,7 +219,7 @@ def _field_message(exc: InvalidInput) -> str:
 
 
 def _apply(
-    memory: Memory, record: dict[str, Any], agent: Agent | None, registry: kinds.Registry
+    memory: Memory, record: dict[str, Any], agent: Agent | None, registry: kind_registry.Registry
 ) -> None:
     memory.agent = agent
     for name in PLAIN_FIELDS + DATETIME_FIELDS:
@@ -276,7 +276,7 @@ def import_jsonl(*, tenant: Tenant, lines: Iterable[str | bytes], actor: str) ->
     records.sort(key=lambda item: item[1]["status"] == Status.ACTIVE)
 
     result = ImportResult()
-    registry = kinds.registry(tenant)
+    registry = kind_registry.registry(tenant)
     with transaction.atomic():
         _refuse_unimportable_ids(tenant, records)
         agents = {a.slug: a for a in Agent.objects.for_tenant(tenant)}
@@ -336,7 +336,7 @@ def import_jsonl(*, tenant: Tenant, lines: Iterable[str | bytes], actor: str) ->
                 raise ImportLineError(number, "A conversation memory needs a 'thread_id'")
             _check_owner(number, memory)
             try:
-                kinds.check_data(registry.rule(memory.kind), memory.data)
+                kind_registry.check_data(registry.rule(memory.kind), memory.data)
             except InvalidInput as exc:
                 raise ImportLineError(number, exc.message) from None
             try:

@@ -13,10 +13,12 @@ from django.views.decorators.http import require_POST
 
 from accounts.console import operator_actor, require_role
 from accounts.models import Role
-from memories import kinds
-from memories.console import selectors as sel
+from memories import kind_registry
+from memories.console import memory_selectors as sel
 from memories.console import thread_selectors as tsel
-from memories.console.common import (
+from memories.console.forms import CorrectionForm, TombstoneForm
+from memories.console.kind_pages import data_rows
+from memories.console.view_helpers import (
     clean_param,
     done,
     refuse_on_form,
@@ -26,8 +28,6 @@ from memories.console.common import (
     safe_next,
     service_errors,
 )
-from memories.console.forms import CorrectionForm, TombstoneForm
-from memories.console.kinds import data_rows
 from memories.models import CaptureMode, ChangeType, ReviewState, Status
 from memories.services import operator_actions
 from memoryhub.errors import Conflict, DomainError
@@ -107,7 +107,7 @@ def _detail_context(
         "back": _back(request),
         "memory": memory,
         "rendered": render_markdown(memory.text),
-        "data_rows": data_rows(memory, kinds.registry(request.tenant)),
+        "data_rows": data_rows(memory, kind_registry.registry(request.tenant)),
         "revisions": [
             revision_view(r) for r in sel.revisions_for(tenant=request.tenant, memory=memory)
         ],

@@ -18,9 +18,9 @@ from django.views.decorators.http import require_POST
 from accounts.console import operator_actor, require_role
 from accounts.models import ApiKey, Role
 from memories.clock import resolve_now
-from memories.console import selectors as sel
+from memories.console import memory_selectors as sel
 from memories.console import thread_selectors as tsel
-from memories.console.common import clean_param, render
+from memories.console.view_helpers import clean_param, render
 from memories.models import ReviewState, Status
 from memories.services.erasure import subject_erase_by_operator
 from memoryhub.errors import DomainError

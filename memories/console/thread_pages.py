@@ -10,9 +10,9 @@ from django.views.decorators.http import require_POST
 
 from accounts.console import require_role
 from accounts.models import Extraction, Role
-from memories.console import selectors as sel
+from memories.console import memory_selectors as sel
 from memories.console import thread_selectors as tsel
-from memories.console.common import clean_param, render, service_errors
+from memories.console.view_helpers import clean_param, render, service_errors
 from memories.formation.llm import llm_configured
 from memories.formation.runs import run_request
 from memories.models import Thread

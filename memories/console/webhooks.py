@@ -11,7 +11,7 @@ from django.views.decorators.http import require_POST
 
 from accounts.console import operator_actor, require_role
 from accounts.models import Role
-from memories.console.common import done, refuse_on_form, render, service_errors
+from memories.console.view_helpers import done, refuse_on_form, render, service_errors
 from memories.models import EVENT_TYPES, WebhookDelivery, WebhookEndpoint
 from memories.webhooks import endpoints
 from memoryhub.errors import DomainError

@@ -9,7 +9,7 @@ from pydantic import Field
 
 from memories import idempotency, selectors
 from memories.formation import ingest
-from memories.mcp import kinds as kind_tools
+from memories.mcp import kind_tools
 from memories.mcp.calls import arguments, call, principal_of, tool_error
 from memories.mcp.server import mcp
 from memories.responses import ingest_response
