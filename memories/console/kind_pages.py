@@ -166,7 +166,7 @@ def kind_detail(request: HttpRequest, name: str) -> HttpResponse:
 @require_role(Role.ADMIN)
 @require_POST
 @service_errors(back=lambda name: reverse("console:kind", args=[name]))
-def kind_delete(request: HttpRequest, name: str) -> HttpResponse:
+def kind_delete_view(request: HttpRequest, name: str) -> HttpResponse:
     kind_changes.kind_delete(tenant=request.tenant, name=name)
     return done(request, f"Kind {name} deleted.", reverse("console:kinds"))
 

@@ -78,7 +78,7 @@ def subject_detail(request: HttpRequest, subject_id: str) -> HttpResponse:
 
 @require_role(Role.ADMIN)
 @require_POST
-def subject_erase(request: HttpRequest) -> HttpResponse:
+def subject_erase_view(request: HttpRequest) -> HttpResponse:
     """`Erase subject`: tombstone (restorable) or purge (irreversible) every memory of the
     subject and delete its messages; the operator types the subject id again to confirm."""
     subject_id = clean_param(request.POST.get("subject_id"))

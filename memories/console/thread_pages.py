@@ -76,7 +76,7 @@ def thread_detail(request: HttpRequest, thread_pk: int) -> HttpResponse:
 @require_role(Role.REVIEWER)
 @require_POST
 @service_errors(back=_thread_url)
-def thread_extract(request: HttpRequest, thread_pk: int) -> HttpResponse:
+def thread_extract_view(request: HttpRequest, thread_pk: int) -> HttpResponse:
     """`Run extraction`: queue a run of the thread's waiting messages (the open run, if one is
     queued or running already). The page then shows the run: queued, or done when the cluster
     ran it at once."""
