@@ -1,6 +1,6 @@
 """A store's and a PATCH's whole body (a store or a change), parsed into typed inputs with
 the field rules of `memories.validation`, the kind rules of the tenant's registry
-(`memories.kinds`: a kind's default category, its schema, its cardinality) and the user scope
+(`memories.kind_registry`: a kind's default category, its schema, its cardinality) and the user scope
 (`memory_fields_check`). Nothing here touches the database: the registry comes in as read.
 """
 
@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from accounts.models import Agent
-from memories import kinds
+from memories import kind_registry
 from memories.cas import Cas, cas
 from memories.models import CaptureMode, Category, Scope
 from memories.secrets_scan import scan_secrets
@@ -105,7 +105,7 @@ class StoreInput:
     occurred_at: datetime | None = None
     cas: Cas | None = None
     scope: str = Scope.AGENT
-    # The kind's rule as the registry had it (`memories.kinds`): one live record per owner and
+    # The kind's rule as the registry had it (`memories.kind_registry`): one live record per owner and
     # subject (`single`), and the registry version it was read at.
     kind_single: bool = False
     kinds_version: int = 0
@@ -168,7 +168,7 @@ def memory_fields_check(
 
 
 def parse_store(
-    data: Any, *, agent: Agent, now: datetime, registry: kinds.Registry | None = None
+    data: Any, *, agent: Agent, now: datetime, registry: kind_registry.Registry | None = None
 ) -> StoreInput:
     """Validate a store body and apply the kind's and the agent's defaults.
 
@@ -185,8 +185,8 @@ def parse_store(
     if not text_value.strip() and data_value is None:
         raise InvalidInput("'text' is required unless 'data' is given", field="text")
     kind_name = kind(data.get("kind"))
-    rule = registry.rule(kind_name) if registry is not None else kinds.FREE_LABEL
-    kinds.check_data(rule, data_value)
+    rule = registry.rule(kind_name) if registry is not None else kind_registry.FREE_LABEL
+    kind_registry.check_data(rule, data_value)
     cat = category(data.get("category"), default=rule.default_category or agent.default_category)
     thread_id = thread(data)
     # The thread's rule now; the scope's once the store knows the key's subject.

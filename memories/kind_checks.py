@@ -16,7 +16,7 @@ share. So nothing a schema says may hold that worker for long or make a later st
   `CheckTooCostly`, which callers answer as INVALID_INPUT.
 - A schema is registered only if `memories.kind_schema_rules` finds it small enough, its
   references resolving and not looping, and validating a few sample instances within the
-  budget raises nothing (`kinds.check_schema`).
+  budget raises nothing (`kind_registry.check_schema`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What a kind's schema must be to be registered (`kinds.check_schema` asks): within the size
+"""What a kind's schema must be to be registered (`kind_registry.check_schema` asks): within the size
 limits, every pattern one RE2 compiles, every reference resolving as the validator will resolve
 it (the library's own resolver, walked over the schema, never fetching anything), and no chain
 of references and combinators coming back to a schema without descending into the data. The

@@ -14,7 +14,7 @@ from typing import Any
 from django.db import models
 
 from accounts.models import Agent
-from memories.kinds import tool_name
+from memories.kind_registry import tool_name
 from memories.models import PUBLIC_FIELDS, Kind, Memory, Message, Thread
 from memories.visibility import source_label
 

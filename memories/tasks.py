@@ -23,9 +23,9 @@ from memories.clock import resolve_now
 from memories.jobs.batches import Progress, TenantCounts
 from memories.jobs.prune import prune_memories
 from memories.jobs.reembed import reembed
-from memories.jobs.retention import purge_retention
+from memories.jobs.retention_purge import purge_retention
 from memories.models import JobRun, PruneRun
-from memories.services.common import session_advisory
+from memories.services.write_support import session_advisory
 
 JOBS: dict[str, Callable[..., dict]] = {
     "prune_memories": prune_memories,

@@ -6,7 +6,7 @@ from drf_spectacular.utils import OpenApiParameter
 from rest_framework import serializers
 
 from memories.api.schema import StrictRequestSerializer
-from memories.services.kinds import MAX_DESCRIPTION_CHARS
+from memories.services.kind_changes import MAX_DESCRIPTION_CHARS
 
 KIND_NAME_PARAM = OpenApiParameter(
     "name",

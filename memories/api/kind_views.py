@@ -1,17 +1,17 @@
 """The kind registry over REST (docs/memory-model.md#kinds): `GET /api/v1/kinds`, `GET/PUT/DELETE
 /api/v1/kinds/{name}`. Reads need `read`, writes `admin` and a key not bound to a subject;
-thin views over `memories.kinds` and `memories.services.kinds`."""
+thin views over `memories.kind_registry` and `memories.services.kind_changes`."""
 
 from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 
-from memories import kinds
+from memories import kind_registry
 from memories.api import kind_schema, schema
 from memories.api.views import AgentAPIView
 from memories.serialization import kind_json
-from memories.services import kinds as kind_services
+from memories.services import kind_changes
 
 
 class KindsView(AgentAPIView):
@@ -28,7 +28,7 @@ class KindsView(AgentAPIView):
     )
     def get(self, request):
         request.user.require_scope("read")
-        registry = kinds.registry(request.user.tenant)
+        registry = kind_registry.registry(request.user.tenant)
         return Response({"ok": True, "kinds": [kind_json(kind) for kind in registry.kinds]})
 
 
@@ -45,7 +45,7 @@ class KindView(AgentAPIView):
     )
     def get(self, request, name: str):
         request.user.require_scope("read")
-        kind = kind_services.kind_get(tenant=request.user.tenant, name=name)
+        kind = kind_changes.kind_get(tenant=request.user.tenant, name=name)
         return Response({"ok": True, "kind": kind_json(kind)})
 
     @extend_schema(
@@ -69,7 +69,7 @@ class KindView(AgentAPIView):
     )
     def put(self, request, name: str):
         request.user.require_tenant_wide("admin")
-        kind, created = kind_services.kind_save(
+        kind, created = kind_changes.kind_save(
             tenant=request.user.tenant, name=name, data=request.data
         )
         return Response({"ok": True, "kind": kind_json(kind)}, status=201 if created else 200)
@@ -88,5 +88,5 @@ class KindView(AgentAPIView):
     )
     def delete(self, request, name: str):
         request.user.require_tenant_wide("admin")
-        kind_services.kind_delete(tenant=request.user.tenant, name=name)
+        kind_changes.kind_delete(tenant=request.user.tenant, name=name)
         return Response({"ok": True, "deleted": True})

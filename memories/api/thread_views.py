@@ -11,7 +11,7 @@ from rest_framework.response import Response
 
 from memories.api import conversation_schema, schema
 from memories.api.views import AgentAPIView, idempotent_response, query_subject
-from memories.formation import ingest, threads
+from memories.formation import ingest, thread_actions
 from memories.responses import ingest_response
 from memories.serialization import message_json, thread_json
 from memoryhub.parsers import JSONParser
@@ -113,7 +113,7 @@ class ThreadDetailView(AgentAPIView):
         responses={200: conversation_schema.ThreadResponseSerializer, **schema.READ_ERRORS},
     )
     def get(self, request, thread_id: str):
-        status = threads.thread_status(
+        status = thread_actions.thread_status(
             principal=request.user, thread_id=thread_id, subject_id=query_subject(request)
         )
         return Response({"ok": True, "thread": thread_json(status.thread, status.extraction)})
@@ -142,7 +142,7 @@ class ThreadExtractView(AgentAPIView):
         principal, subject_id = request.user, query_subject(request)
 
         def action(_) -> tuple[int, dict]:
-            extraction = threads.thread_extract(
+            extraction = thread_actions.thread_extract(
                 principal=principal, thread_id=thread_id, subject_id=subject_id
             )
             return 202, {"ok": True, "thread_id": thread_id, "extraction": extraction}
@@ -172,7 +172,7 @@ class ThreadEndView(AgentAPIView):
         principal, subject_id = request.user, query_subject(request)
 
         def action(_) -> tuple[int, dict]:
-            removed = threads.thread_end(
+            removed = thread_actions.thread_end(
                 principal=principal, thread_id=thread_id, subject_id=subject_id
             )
             return 200, {"ok": True, "removed": removed}

@@ -2,7 +2,7 @@ from django.urls import path
 
 from memories.api import views
 from memories.api.event_views import EventsView, WebhookDetailView, WebhooksView
-from memories.api.export import ExportMarkdownView
+from memories.api.export_views import ExportMarkdownView
 from memories.api.index import ApiIndexView
 from memories.api.kind_views import KindsView, KindView
 from memories.api.retrieval_views import HydrateView, SearchView

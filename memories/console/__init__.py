@@ -7,9 +7,9 @@
   summary, runs and the memories each made) and `Run extraction`.
 - `pages.py`: dashboard, export/import, agents and keys, jobs, members.
 - `forms.py`: the console forms (they parse operator input; services decide what is allowed).
-- `selectors.py`: console reads (an operator sees every memory and thread of their tenant),
+- `memory_selectors.py`: console reads (an operator sees every memory and thread of their tenant),
   including the evidence messages shown next to extracted memories.
-- `common.py`: page-or-fragment rendering, the one mapping of service errors
+- `view_helpers.py`: page-or-fragment rendering, the one mapping of service errors
   (`service_errors`), Markdown, diffs.
 
 Access (login, current tenant, roles) is `accounts.console.require_role`; template tags live in

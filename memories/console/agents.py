@@ -15,14 +15,14 @@ from accounts import services as account_services
 from accounts.console import operator_actor, require_role
 from accounts.models import Agent, ApiKey, Role
 from memories.clock import resolve_now
-from memories.console import selectors as sel
-from memories.console.common import done, refuse_on_form, render, service_errors, snippet_urls
+from memories.console import memory_selectors as sel
 from memories.console.forms import (
     AgentCreateForm,
     AgentPolicyForm,
     ApiKeyCreateForm,
     ExtractionBudgetForm,
 )
+from memories.console.view_helpers import done, refuse_on_form, render, service_errors, snippet_urls
 from memories.models import Status
 from memories.services.policies import agent_policy_set
 from memoryhub.errors import DomainError

@@ -13,10 +13,12 @@ from django.views.decorators.http import require_POST
 
 from accounts.console import operator_actor, require_role
 from accounts.models import Role
-from memories import kinds
-from memories.console import selectors as sel
+from memories import kind_registry
+from memories.console import memory_selectors as sel
 from memories.console import thread_selectors as tsel
-from memories.console.common import (
+from memories.console.forms import CorrectionForm, TombstoneForm
+from memories.console.kind_pages import data_rows
+from memories.console.view_helpers import (
     clean_param,
     done,
     refuse_on_form,
@@ -26,8 +28,6 @@ from memories.console.common import (
     safe_next,
     service_errors,
 )
-from memories.console.forms import CorrectionForm, TombstoneForm
-from memories.console.kinds import data_rows
 from memories.models import CaptureMode, ChangeType, ReviewState, Status
 from memories.services import operator_actions
 from memoryhub.errors import Conflict, DomainError
@@ -54,7 +54,7 @@ def parse_filters(params) -> dict:
 
 
 @require_role(Role.VIEWER)
-def memory_list(request: HttpRequest) -> HttpResponse:
+def memory_list_view(request: HttpRequest) -> HttpResponse:
     filters = parse_filters(request.GET)
     sort = request.GET.get("sort") or sel.DEFAULT_SORT
     page = sel.memory_page(
@@ -94,7 +94,7 @@ def _detail_url(memory_id: str) -> str:
 def _detail_context(
     request, memory, *, form=None, conflict=None, editing=False, unsaved_text=None
 ) -> dict:
-    near = sel.near_duplicates(
+    near = sel.near_duplicates_by_memory(
         tenant=request.tenant,
         memory_ids=[memory.pk],
         min_similarity=memory.agent.dedup_threshold if memory.agent_id else 0.9,
@@ -107,7 +107,7 @@ def _detail_context(
         "back": _back(request),
         "memory": memory,
         "rendered": render_markdown(memory.text),
-        "data_rows": data_rows(memory, kinds.registry(request.tenant)),
+        "data_rows": data_rows(memory, kind_registry.registry(request.tenant)),
         "revisions": [
             revision_view(r) for r in sel.revisions_for(tenant=request.tenant, memory=memory)
         ],
@@ -254,7 +254,7 @@ def _action(request: HttpRequest, memory_id: str, call, message: str) -> HttpRes
 @require_role(Role.REVIEWER)
 @require_POST
 @service_errors(back=_detail_url)
-def memory_tombstone(request: HttpRequest, memory_id: str) -> HttpResponse:
+def memory_tombstone_view(request: HttpRequest, memory_id: str) -> HttpResponse:
     reason = (request.POST.get("reason") or "").strip()  # the service bounds and scans it
     return _action(
         request,
@@ -269,7 +269,7 @@ def memory_tombstone(request: HttpRequest, memory_id: str) -> HttpResponse:
 @require_role(Role.REVIEWER)
 @require_POST
 @service_errors(back=_detail_url)
-def memory_restore(request: HttpRequest, memory_id: str) -> HttpResponse:
+def memory_restore_view(request: HttpRequest, memory_id: str) -> HttpResponse:
     return _action(
         request,
         memory_id,
@@ -283,7 +283,7 @@ def memory_restore(request: HttpRequest, memory_id: str) -> HttpResponse:
 @require_role(Role.ADMIN)
 @require_POST
 @service_errors(back=_detail_url)
-def memory_purge(request: HttpRequest, memory_id: str) -> HttpResponse:
+def memory_purge_view(request: HttpRequest, memory_id: str) -> HttpResponse:
     return _action(
         request,
         memory_id,
@@ -297,7 +297,7 @@ def memory_purge(request: HttpRequest, memory_id: str) -> HttpResponse:
 @require_role(Role.REVIEWER)
 @require_POST
 @service_errors(back=_detail_url)
-def memory_approve(request: HttpRequest, memory_id: str) -> HttpResponse:
+def memory_approve_view(request: HttpRequest, memory_id: str) -> HttpResponse:
     return _action(
         request,
         memory_id,
@@ -311,7 +311,7 @@ def memory_approve(request: HttpRequest, memory_id: str) -> HttpResponse:
 @require_role(Role.REVIEWER)
 @require_POST
 @service_errors(back=_detail_url)
-def memory_merge(request: HttpRequest, memory_id: str) -> HttpResponse:
+def memory_merge_view(request: HttpRequest, memory_id: str) -> HttpResponse:
     """`Merge`: keep this memory, tombstone the chosen near-duplicates ("merged into …")."""
     sel.memory_for_console(tenant=request.tenant, memory_id=memory_id)  # 404 before anything
     merge_ids = [i for i in request.POST.getlist("merge") if i and i != memory_id]
@@ -376,7 +376,9 @@ def memory_bulk(request: HttpRequest) -> HttpResponse:
 @require_role(Role.VIEWER)
 def review_queue(request: HttpRequest) -> HttpResponse:
     page = sel.review_page(tenant=request.tenant, cursor=request.GET.get("cursor"))
-    near = sel.near_duplicates(tenant=request.tenant, memory_ids=[m.pk for m in page.items])
+    near = sel.near_duplicates_by_memory(
+        tenant=request.tenant, memory_ids=[m.pk for m in page.items]
+    )
     evidence = tsel.evidence_for(tenant=request.tenant, memories=page.items)
     rows = [
         {"memory": m, "near": near.get(m.pk, []), "evidence": evidence.get(m.pk)}

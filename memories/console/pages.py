@@ -14,21 +14,21 @@ from accounts import services as account_services
 from accounts.console import operator_actor, require_role
 from accounts.models import Agent, ApiKey, Membership, Role
 from memories.clock import resolve_now
-from memories.console import selectors as sel
+from memories.console import memory_selectors as sel
 from memories.console import thread_selectors as tsel
 from memories.console import trends
-from memories.console.common import done, render, snippet_urls
 from memories.console.forms import (
     ImportForm,
     MemberForm,
 )
 from memories.console.labels import job_label
 from memories.console.memories import parse_filters
+from memories.console.view_helpers import done, render, snippet_urls
 from memories.console.webhooks import disabled_webhooks
-from memories.export import export_filename, export_markdown
 from memories.formation.runs import tokens_used_today
 from memories.ids import is_memory_id
 from memories.jsonl import export_jsonl
+from memories.markdown_export import export_filename, export_markdown
 from memories.models import JobRun
 from memories.services.jsonl_import import ImportLineError, jsonl_import
 

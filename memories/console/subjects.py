@@ -18,9 +18,9 @@ from django.views.decorators.http import require_POST
 from accounts.console import operator_actor, require_role
 from accounts.models import ApiKey, Role
 from memories.clock import resolve_now
-from memories.console import selectors as sel
+from memories.console import memory_selectors as sel
 from memories.console import thread_selectors as tsel
-from memories.console.common import clean_param, render
+from memories.console.view_helpers import clean_param, render
 from memories.models import ReviewState, Status
 from memories.services.erasure import subject_erase_by_operator
 from memoryhub.errors import DomainError
@@ -78,7 +78,7 @@ def subject_detail(request: HttpRequest, subject_id: str) -> HttpResponse:
 
 @require_role(Role.ADMIN)
 @require_POST
-def subject_erase(request: HttpRequest) -> HttpResponse:
+def subject_erase_view(request: HttpRequest) -> HttpResponse:
     """`Erase subject`: tombstone (restorable) or purge (irreversible) every memory of the
     subject and delete its messages; the operator types the subject id again to confirm."""
     subject_id = clean_param(request.POST.get("subject_id"))

@@ -24,7 +24,7 @@ from django.db.models.functions import Coalesce, NullIf
 from django.http import Http404
 
 from accounts.models import Extraction, Tenant
-from memories.console.selectors import Page, bounded_count, page_of, tenant_memories
+from memories.console.memory_selectors import Page, bounded_count, page_of, tenant_memories
 from memories.formation.llm import llm_configured
 from memories.models import (
     OPEN_RUN_STATES,
@@ -36,7 +36,7 @@ from memories.models import (
 )
 
 # A thread's extraction state as the Threads page filters and shows it, in the API's words
-# (`memories.formation.threads.extraction_state`): `running` is a queued or running run (shown
+# (`memories.formation.thread_actions.extraction_state`): `running` is a queued or running run (shown
 # as `queued` / `running`); `failed`/`deferred` is the latest run's outcome (until another run
 # is done); `scheduled`: waiting for the thread to go idle; `disabled`: no LLM is configured
 # (`MEMORYHUB_LLM_URL`), so nothing extracts; `off`: messages wait and the agent's extraction is

@@ -11,7 +11,7 @@ from django.views.decorators.http import require_POST
 
 from accounts.console import operator_actor, require_role
 from accounts.models import Role
-from memories.console.common import done, refuse_on_form, render, service_errors
+from memories.console.view_helpers import done, refuse_on_form, render, service_errors
 from memories.models import EVENT_TYPES, WebhookDelivery, WebhookEndpoint
 from memories.webhooks import endpoints
 from memoryhub.errors import DomainError
@@ -41,13 +41,13 @@ def _page(request: HttpRequest, **extra) -> dict:
 
 
 @require_role(Role.ADMIN)
-def webhook_list(request: HttpRequest) -> HttpResponse:
+def webhook_list_view(request: HttpRequest) -> HttpResponse:
     return render(request, "console/webhooks.html", _page(request), fragment="webhooks")
 
 
 @require_role(Role.ADMIN)
 @require_POST
-def webhook_create(request: HttpRequest) -> HttpResponse:
+def webhook_create_view(request: HttpRequest) -> HttpResponse:
     """`Add webhook`: the secret is in this one response and nowhere else, ever."""
     form = WebhookForm(request.POST)
     if form.is_valid():
@@ -73,7 +73,7 @@ def webhook_create(request: HttpRequest) -> HttpResponse:
 @require_role(Role.ADMIN)
 @require_POST
 @service_errors(back=lambda webhook_id: reverse("console:webhooks"))
-def webhook_delete(request: HttpRequest, webhook_id: str) -> HttpResponse:
+def webhook_delete_view(request: HttpRequest, webhook_id: str) -> HttpResponse:
     endpoints.webhook_delete(tenant=request.tenant, webhook_id=webhook_id)
     return done(request, "Webhook deleted.", reverse("console:webhooks"))
 
@@ -81,7 +81,7 @@ def webhook_delete(request: HttpRequest, webhook_id: str) -> HttpResponse:
 @require_role(Role.ADMIN)
 @require_POST
 @service_errors(back=lambda webhook_id: reverse("console:webhooks"))
-def webhook_enable(request: HttpRequest, webhook_id: str) -> HttpResponse:
+def webhook_enable_view(request: HttpRequest, webhook_id: str) -> HttpResponse:
     endpoints.webhook_enable(tenant=request.tenant, webhook_id=webhook_id)
     return done(request, "Webhook enabled again.", reverse("console:webhook", args=[webhook_id]))
 
@@ -102,7 +102,7 @@ def webhook_detail(request: HttpRequest, webhook_id: str) -> HttpResponse:
 @require_role(Role.ADMIN)
 @require_POST
 @service_errors(back=lambda delivery_id: reverse("console:webhooks"))
-def delivery_resend(request: HttpRequest, delivery_id: int) -> HttpResponse:
+def delivery_resend_view(request: HttpRequest, delivery_id: int) -> HttpResponse:
     delivery = WebhookDelivery.objects.for_tenant(request.tenant).filter(pk=delivery_id).first()
     endpoints.delivery_resend(tenant=request.tenant, delivery_id=delivery_id)
     back = reverse("console:webhook", args=[delivery.endpoint_id]) if delivery else ""

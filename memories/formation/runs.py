@@ -51,7 +51,9 @@ from memories.formation.apply import (
     apply_operations,
     user_scope_allowed,
 )
-from memories.formation.context import (
+from memories.formation.llm import LLMClient, LLMError, get_llm, llm_configured
+from memories.formation.operations import Operation, operation_json, parse_operations
+from memories.formation.prompt_context import (
     earlier_messages,
     message_window,
     prompt_kinds,
@@ -59,12 +61,10 @@ from memories.formation.context import (
     unsummarised,
     unsummarised_bytes,
 )
-from memories.formation.llm import LLMClient, LLMError, get_llm, llm_configured
-from memories.formation.operations import Operation, operation_json, parse_operations
 from memories.models import OPEN_RUN_STATES, ExtractionRun, RunState, Thread
 from memories.redaction import redact
 from memories.secrets_scan import find_secret
-from memories.services.common import session_advisory
+from memories.services.write_support import session_advisory
 from memoryhub import metrics
 from memoryhub.errors import InvalidInput
 

@@ -64,9 +64,9 @@ from memories.jobs.batches import (
 from memories.models import Category
 from memories.retention import LIFETIMES
 from memories.revisions import insert_revisions_sql
-from memories.services.common import advisory_lock
 from memories.services.eviction import cap_lock_name, cap_reason, eviction_order_sql
 from memories.services.sequences import SEQUENCE_KEY_SQL
+from memories.services.write_support import advisory_lock
 
 ACTOR = "system:prune"
 DAILY_MAX_AGE = LIFETIMES[Category.DAILY]

@@ -25,7 +25,7 @@ from django.db import connections
 from mcp.server.subscriptions import ServerEvent, ToolsListChanged
 
 from memories.mcp.calls import request_principal
-from memories.services.kinds import NOTIFY_CHANNEL
+from memories.services.kind_changes import NOTIFY_CHANNEL
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ sent them, as the REST views pass the request body: explicit nulls keep their me
 the SDK's type check rejects is `INVALID_INPUT` too, naming the argument.
 
 Besides the memory tools (`memories.mcp.tools`), an agent lists one `create_<kind>` tool per
-kind with a schema of its tenant (`memories.mcp.kinds`); when the tenant's registry changes,
+kind with a schema of its tenant (`memories.mcp.kind_tools`); when the tenant's registry changes,
 its listen streams get `notifications/tools/list_changed` (`memories.mcp.listen`).
 """
 
@@ -24,8 +24,7 @@ from mcp_types import ListToolsResult
 from pydantic import ValidationError
 
 from memories import validation
-from memories.mcp import calls
-from memories.mcp import kinds as kind_tools
+from memories.mcp import calls, kind_tools
 from memories.mcp.listen import bus, tenant_middleware
 from memoryhub.errors import InvalidInput
 

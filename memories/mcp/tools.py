@@ -9,7 +9,7 @@ from pydantic import Field
 
 from memories import idempotency, selectors
 from memories.formation import ingest
-from memories.mcp import kinds as kind_tools
+from memories.mcp import kind_tools
 from memories.mcp.calls import arguments, call, principal_of, tool_error
 from memories.mcp.server import mcp
 from memories.responses import ingest_response
@@ -39,6 +39,7 @@ KeyPrefix = Annotated[
 
 
 @mcp.tool(
+    name="memory_store",
     description=(
         "Remember one distilled fact. Use a stable `key` for facts that change over time (storing "
         "the key again updates it in place; `expected_version` makes it compare-and-set). Pick "
@@ -48,9 +49,9 @@ KeyPrefix = Annotated[
         "Returns memory_id, action (created | updated | replaced | skipped), message, "
         "near_duplicates and previously_corrected (the fact was forgotten before - check "
         "before re-adding)."
-    )
+    ),
 )
-async def memory_store(
+async def tool_memory_store(
     ctx: Context,
     text: Annotated[str | None, Field(description="The fact, in one or two sentences")] = None,
     key: Annotated[str | None, Field(description="Stable key for upserts, e.g. user.name")] = None,
@@ -103,12 +104,15 @@ async def memory_store(
 
 
 @mcp.tool(
+    name="memory_recall",
     description=(
         "Recall the memory stored under a stable key (null when there is none). Cheap: use it "
         "before re-storing a keyed fact, or to read one known fact."
-    )
+    ),
 )
-async def memory_recall(ctx: Context, key: str, subject_id: SubjectId = None) -> dict[str, Any]:
+async def tool_memory_recall(
+    ctx: Context, key: str, subject_id: SubjectId = None
+) -> dict[str, Any]:
     principal = principal_of(ctx)
 
     def run():
@@ -122,12 +126,13 @@ async def memory_recall(ctx: Context, key: str, subject_id: SubjectId = None) ->
 
 
 @mcp.tool(
+    name="memory_list",
     description=(
         "List memories newest first, with filters; page with `cursor` (next_cursor of the previous "
         "page). Use memory_search to find memories by meaning instead."
-    )
+    ),
 )
-async def memory_list(
+async def tool_memory_list(
     ctx: Context,
     category: str | None = None,
     kind: str | None = None,
@@ -154,13 +159,14 @@ async def memory_list(
 
 
 @mcp.tool(
+    name="memory_forget",
     description=(
         "Forget a memory that is stale or wrong (by memory_id or key). It is tombstoned with your "
         "reason, so storing the same fact later reports previously_corrected. `purge` erases it "
         "irreversibly (admin keys only; the right-to-erasure path)."
-    )
+    ),
 )
-async def memory_forget(
+async def tool_memory_forget(
     ctx: Context,
     memory_id: str | None = None,
     key: str | None = None,
@@ -187,15 +193,16 @@ async def memory_forget(
 
 
 @mcp.tool(
+    name="memory_update",
     description=(
         "Change a memory in place (by memory_id, or by key): only the fields you pass. Give "
         "`expected_version` (the version you read) to make it compare-and-set: if the memory "
         "changed since, nothing is written and the error is CONFLICT with "
         "`details.current_version` (read it again, then decide). `expires_at: null` removes "
         "its own expiry (retention policies still apply). Returns the memory as it now is."
-    )
+    ),
 )
-async def memory_update(
+async def tool_memory_update(
     ctx: Context,
     memory_id: str | None = None,
     key: Annotated[str | None, Field(description="The memory under this key")] = None,
@@ -237,13 +244,14 @@ async def memory_update(
 
 
 @mcp.tool(
+    name="memory_keys",
     description=(
         "List the keys of the memories you can see (sorted), to find a keyed fact before "
         "recalling or updating it. `prefix` keeps the keys that start with it (a namespace "
         "such as `user.`), `category` those of one category."
-    )
+    ),
 )
-async def memory_keys(
+async def tool_memory_keys(
     ctx: Context,
     prefix: KeyPrefix = None,
     category: Annotated[str | None, Field(description="Only this category")] = None,
@@ -261,13 +269,14 @@ async def memory_keys(
 
 
 @mcp.tool(
+    name="memory_search",
     description=(
         "Search memories by meaning and words (hybrid full-text + vector by default). Use it when "
         "you need facts you did not preload, including `archival` ones. Results carry relevance, "
         "confidence, when, and whether the memory is the latest version of its key."
-    )
+    ),
 )
-async def memory_search(
+async def tool_memory_search(
     ctx: Context,
     query: str,
     mode: Literal["hybrid", "semantic", "keyword"] | None = None,
@@ -291,15 +300,16 @@ async def memory_search(
 
 
 @mcp.tool(
+    name="memory_hydrate",
     description=(
         "Load your memory at the start of a run: the user's core facts and yours first (each "
         "block bounded), then the most recent notes, within a byte budget. Pass subject_id for "
         "the user you serve and thread_id for this run; with a query and archival_mode=auto, "
         "matching archival memories come in their own list `archival` (outside the budget). "
         "format=markdown returns a compact block to put in your context."
-    )
+    ),
 )
-async def memory_hydrate(
+async def tool_memory_hydrate(
     ctx: Context,
     subject_id: SubjectId = None,
     thread_id: ThreadId = None,
@@ -319,6 +329,7 @@ async def memory_hydrate(
 
 
 @mcp.tool(
+    name="memory_ingest",
     description=(
         "Hand MemoryHub the conversation itself; it forms memories from it in the background "
         "(no wait on your turn) and keeps what lasts: facts about the user, preferences, "
@@ -330,9 +341,9 @@ async def memory_hydrate(
         "messages are redacted before anything is stored. `extract`: auto (default: once the "
         "thread is idle), now, or off (store only). Returns accepted, duplicates, redacted and "
         "the extraction state (scheduled, queued, off, or disabled when no model is set up)."
-    )
+    ),
 )
-async def memory_ingest(
+async def tool_memory_ingest(
     ctx: Context,
     thread_id: Annotated[str, Field(description="This conversation's id (yours, opaque)")],
     messages: Annotated[
@@ -362,6 +373,10 @@ async def memory_ingest(
     return await call(run)
 
 
-# Unknown arguments are refused (INVALID_INPUT): say so in every tool's schema.
+# Unknown arguments are refused (INVALID_INPUT): say so in every tool's schema. The schemas'
+# titles name the tool, not its Python function (`tool_<name>`, which the SDK would use).
 for _tool in mcp._tool_manager.list_tools():
     _tool.parameters["additionalProperties"] = False
+    _tool.parameters["title"] = f"{_tool.name}Arguments"
+    if _tool.output_schema is not None:
+        _tool.output_schema["title"] = f"{_tool.name}DictOutput"

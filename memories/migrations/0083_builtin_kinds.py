@@ -3,7 +3,7 @@ exist, and by a trigger on `accounts_tenant` for every tenant created from now o
 creates it (a command, the console, the admin site, a test factory).
 
 The definitions are frozen here, as a migration's must be; tests/memories/test_kinds.py holds a
-new tenant's rows equal to `memories.kinds.BUILTIN_KINDS`, so a change there needs a migration
+new tenant's rows equal to `memories.kind_registry.BUILTIN_KINDS`, so a change there needs a migration
 that replaces this trigger's function."""
 
 import json

@@ -1,4 +1,4 @@
-"""`memory_kind_guard(tenant, lock)` (`memories.kinds.kind_guard`): a write holds a kind's
+"""`memory_kind_guard(tenant, lock)` (`memories.kind_registry.kind_guard`): a write holds a kind's
 advisory lock shared, then reads the tenant's `kinds_version`, in one round trip. A function,
 because a volatile function's query takes its own snapshot after the lock is granted, and sees
 a registry change that committed while the write waited for it."""

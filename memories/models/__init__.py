@@ -19,7 +19,7 @@ from memories.models.events import (
     WebhookDelivery,
     WebhookEndpoint,
 )
-from memories.models.kinds import Cardinality, Kind, MemoryType
+from memories.models.kind import Cardinality, Kind, MemoryType
 from memories.models.memory import (
     EMBEDDING_DIM,
     PUBLIC_FIELDS,
@@ -36,7 +36,7 @@ from memories.models.memory import (
     Scope,
     Status,
 )
-from memories.models.threads import (
+from memories.models.thread import (
     MAX_MESSAGE_CHARS,
     MAX_SUMMARY_CHARS,
     OPEN_RUN_STATES,

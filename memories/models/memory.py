@@ -342,7 +342,7 @@ class Memory(models.Model):
                 fields=["tenant", "status", "review_state", "created_at"], name="memory_review_idx"
             ),
             # Console: tombstones page, most recently forgotten first (the sort key is never
-            # NULL: `memories.console.selectors.tombstone_page`).
+            # NULL: `memories.console.memory_selectors.tombstone_page`).
             models.Index(
                 F("tenant"),
                 Coalesce("status_changed_at", "updated_at").desc(),

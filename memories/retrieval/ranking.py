@@ -39,7 +39,7 @@ from pgvector.django import CosineDistance
 
 from memories.embeddings import vector_literal
 from memories.models import Memory
-from memories.retrieval import context
+from memories.retrieval import context_ranking
 from memoryhub import hnsw, tracing
 
 # Candidates taken from each list before fusing (at least the requested limit).
@@ -78,12 +78,12 @@ def _held_weight(vector: str, has_context: str) -> str:
     memory with neighbours' words can hold a lexeme at D alone."""
     return (
         f"CASE WHEN NOT {has_context} OR {vector} @@ l.qa THEN 1.0 "
-        f"ELSE {float(context.NEIGHBOUR_IDF)!r} END"
+        f"ELSE {float(context_ranking.NEIGHBOUR_IDF)!r} END"
     )
 
 
 def keyword_rank_sql(vector: str = "search_vector") -> str:
-    weights = f"'{{{float(context.NEIGHBOUR_TS_WEIGHT)!r}, 0.2, 0.4, 0.1}}'::float4[]"
+    weights = f"'{{{float(context_ranking.NEIGHBOUR_TS_WEIGHT)!r}, 0.2, 0.4, 0.1}}'::float4[]"
     return f"ts_rank({weights}, {vector}, {TSQUERY_SQL})"
 
 
@@ -159,7 +159,7 @@ class RankingArgs:
         min_score: float | None = None,
         model: str | None = None,
     ) -> RankingArgs:
-        dates = context.query_dates(query) if mode == "hybrid" else None
+        dates = context_ranking.query_dates(query) if mode == "hybrid" else None
         return cls(
             query=query,
             vector=None if vector is None else vector_literal(vector),
@@ -517,7 +517,7 @@ def _hybrid(args: RankingArgs, parts: list[str], params: list[Any]) -> str:
 
     Both scores again for every candidate of either list, then mixed: b = (1.5 · cosine
     similarity clamped at 0 + keyword score relative to the best candidate's) / 2.5. Then the
-    context of `memories.retrieval.context`, on the candidates: neighbours' and the sequence's
+    context of `memories.retrieval.context_ranking`, on the candidates: neighbours' and the sequence's
     scores, dates, mentions.
     """
     table = Memory._meta.db_table
@@ -566,7 +566,7 @@ def _hybrid(args: RankingArgs, parts: list[str], params: list[Any]) -> str:
     if args.dates:
         date_sql = (
             "COALESCE((SELECT max(CASE WHEN d.dd IS NULL THEN "
-            f"{float(context.DATE_MONTH_WEIGHT)!r} ELSE {float(context.DATE_DAY_WEIGHT)!r} END) "
+            f"{float(context_ranking.DATE_MONTH_WEIGHT)!r} ELSE {float(context_ranking.DATE_DAY_WEIGHT)!r} END) "
             "FROM unnest(%s::int[], %s::int[], %s::int[]) AS d(y, mo, dd), "
             "LATERAL (SELECT c.occurred_at AT TIME ZONE 'UTC' AS t) u "
             "WHERE (d.y IS NULL OR d.y = extract(year FROM u.t)) "
@@ -578,11 +578,11 @@ def _hybrid(args: RankingArgs, parts: list[str], params: list[Any]) -> str:
         f"CASE WHEN jsonb_typeof(c.mentions) = 'array' AND EXISTS (SELECT 1 FROM "
         "jsonb_array_elements(c.mentions) e, qv WHERE jsonb_typeof(e) = 'object' "
         "AND (e->>'name') ~ '[[:alnum:]]' AND qv.v @@ plainto_tsquery('simple'::regconfig, "
-        f"e->>'name')) THEN {float(context.MENTION_BOOST)!r} ELSE 1.0 END"
+        f"e->>'name')) THEN {float(context_ranking.MENTION_BOOST)!r} ELSE 1.0 END"
     )
     return (
-        f"SELECT id, (b + {float(context.NEIGHBOUR_WEIGHT)!r} * nb "
-        f"+ {float(context.SEQUENCE_WEIGHT)!r} * sq + dt) * mb AS score FROM ("
+        f"SELECT id, (b + {float(context_ranking.NEIGHBOUR_WEIGHT)!r} * nb "
+        f"+ {float(context_ranking.SEQUENCE_WEIGHT)!r} * sq + dt) * mb AS score FROM ("
         "SELECT c.id, c.b, GREATEST(COALESCE(p.b, 0), COALESCE(n.b, 0)) AS nb, "
         f"CASE WHEN c.thread_id IS NULL THEN 0 ELSE COALESCE({others}, 0) END AS sq, "
         f"CASE WHEN c.occurred_at IS NULL THEN 0 ELSE {date_sql} END AS dt, "

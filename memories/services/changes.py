@@ -8,7 +8,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 
 from accounts.principal import Principal
-from memories import inputs, kinds, retention, validation
+from memories import inputs, kind_registry, retention, validation
 from memories.clock import resolve_now
 from memories.ids import is_memory_id
 from memories.models import ChangeType, Memory
@@ -121,7 +121,7 @@ def memory_update(
     try:
         with embeddings_remembered(), transaction.atomic():
             # Held until commit: a registry change waits for this write, or this write for it.
-            registry = kinds.kind_guard(principal.tenant, kind)
+            registry = kind_registry.kind_guard(principal.tenant, kind)
             return change(
                 memory,
                 fields=lambda current: (

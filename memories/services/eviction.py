@@ -21,8 +21,8 @@ from django.db.models import BooleanField, ExpressionWrapper, OrderBy, Q
 from accounts.models import Agent, Tenant
 from memories.clock import resolve_now
 from memories.models import Category, ChangeType, Memory, OwnerCount, Status
-from memories.services.common import advisory_lock
 from memories.services.sequences import lock_rows
+from memories.services.write_support import advisory_lock
 from memories.services.writes import status_change
 from memories.visibility import user_q
 

@@ -4,7 +4,7 @@
   fields checked and normalised by the store API's field rules and secret scan) or an
   `ImportLineError` naming the line.
 - Check (`_check`): the memory as the line leaves it meets the rules of a stored memory, by the
-  functions a store uses (`inputs.memory_fields_check`, `kinds.check_data`, the model's
+  functions a store uses (`inputs.memory_fields_check`, `kind_registry.check_data`, the model's
   validators).
 - Apply (`_apply`, `_write`): the line over the stored memory, its one revision and event; a new
   agent named by a line is created by `accounts.services.agent_create`.
@@ -38,7 +38,7 @@ from django.db.models import Max
 
 from accounts import services as account_services
 from accounts.models import Agent, Tenant
-from memories import fingerprints, inputs, kinds, retention, validation
+from memories import fingerprints, inputs, kind_registry, retention, validation
 from memories.events.record import memory_events_write_many
 from memories.ids import is_memory_id
 from memories.jsonl import DATETIME_FIELDS, PLAIN_FIELDS, memory_to_record
@@ -99,7 +99,7 @@ def jsonl_import(*, tenant: Tenant, actor: str, lines: Iterable[str | bytes]) ->
     parsed.sort(key=lambda line: line.fields["status"] == Status.ACTIVE)
 
     result = ImportResult()
-    registry = kinds.registry(tenant)
+    registry = kind_registry.registry(tenant)
     with transaction.atomic():
         _refuse_unimportable_ids(tenant, parsed)
         agents = {a.slug: a for a in Agent.objects.for_tenant(tenant)}
@@ -296,7 +296,7 @@ def _refuse_unimportable_ids(tenant: Tenant, parsed: list[ImportLine]) -> None:
 # --- check -----------------------------------------------------------------------------------
 
 
-def _check(number: int, memory: Memory, registry: kinds.Registry) -> None:
+def _check(number: int, memory: Memory, registry: kind_registry.Registry) -> None:
     """The rules of a stored memory, on the memory as the line leaves it (a field the line
     omits keeps its current value; `agent` is always the line's): the cross-field rules, the
     kind's schema, the model's validators."""
@@ -308,7 +308,7 @@ def _check(number: int, memory: Memory, registry: kinds.Registry) -> None:
             subject_id=memory.subject_id,
             has_agent=memory.agent_id is not None,
         )
-        kinds.check_data(registry.rule(memory.kind), memory.data)
+        kind_registry.check_data(registry.rule(memory.kind), memory.data)
     except InvalidInput as exc:
         raise ImportLineError(number, exc.message) from None
     try:
@@ -344,7 +344,7 @@ def _agent(tenant: Tenant, agents: dict[str, Agent], line: ImportLine) -> Agent 
 
 
 def _apply(
-    memory: Memory, record: dict[str, Any], agent: Agent | None, registry: kinds.Registry
+    memory: Memory, record: dict[str, Any], agent: Agent | None, registry: kind_registry.Registry
 ) -> None:
     """The line's values over `memory`, and what a write derives from them."""
     memory.agent = agent

@@ -1,6 +1,6 @@
 """How a memory leaves `active`: an agent forgets it (tombstone, or purge: the right to
 erasure) or ends its thread (`conversation_end`, the memory part of
-`formation.threads.thread_end`); and the tombstone, purge and expiry steps the store and the
+`formation.thread_actions.thread_end`); and the tombstone, purge and expiry steps the store and the
 console's actions share.
 """
 
@@ -22,8 +22,8 @@ from memories.ids import is_memory_id
 from memories.models import Category, ChangeType, Memory, Status
 from memories.revisions import revision_write, snapshot
 from memories.services.changes import writable
-from memories.services.common import MAX_RETRIES, clean_reason
 from memories.services.sequences import lock_rows
+from memories.services.write_support import MAX_RETRIES, clean_reason
 from memories.services.writes import (
     change,
     conditional_update,
@@ -113,7 +113,7 @@ def _is_live(memory: Memory, now: datetime) -> bool:
 def conversation_end(
     *, principal: Principal, thread_id: str, subject_id: str | None, now: datetime
 ) -> int:
-    """The memory part of ending a run (`formation.threads.thread_end`, in its transaction):
+    """The memory part of ending a run (`formation.thread_actions.thread_end`, in its transaction):
     the agent's `conversation` memories of `thread_id` are marked expired (one revision each).
 
     A subject narrows it to that subject's (and subject-less) memories; None ends every

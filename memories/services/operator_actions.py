@@ -10,16 +10,16 @@ from typing import Any
 from django.db import IntegrityError, transaction
 
 from accounts.models import Tenant
-from memories import inputs, kinds, validation
+from memories import inputs, kind_registry, validation
 from memories.cas import Cas
 from memories.clock import resolve_now
 from memories.ids import is_memory_id
 from memories.models import ChangeType, Memory, ReviewState, Scope, Status
 from memories.secrets_scan import scan_secrets
 from memories.services.changes import single_conflict
-from memories.services.common import clean_reason
 from memories.services.eviction import cap_lock, evict_over_cap
 from memories.services.lifecycle import purge_content, tombstone
+from memories.services.write_support import clean_reason
 from memories.services.writes import change, change_guard, reload_any, update_fields
 from memoryhub.errors import Conflict, InvalidInput, NotFound
 
@@ -73,7 +73,7 @@ def memory_correct(
     kind = inp.changes.get("kind", memory.kind)
     try:
         with transaction.atomic():
-            registry = kinds.kind_guard(tenant, kind)  # held until commit, as a store's
+            registry = kind_registry.kind_guard(tenant, kind)  # held until commit, as a store's
             return change(
                 memory,
                 fields=lambda current: update_fields(current, inp.changes, registry),

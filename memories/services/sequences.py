@@ -28,7 +28,7 @@ from django.db import connection, transaction
 from django.db.models import QuerySet
 
 from memories.models import Memory
-from memories.services.common import MAX_RETRIES
+from memories.services.write_support import MAX_RETRIES
 from memoryhub.errors import Conflict
 
 # The key the triggers lock, over a memories row aliased {t}: the same text as in migration 0018

@@ -21,7 +21,7 @@ from django.db.models import QuerySet
 
 from accounts.models import Agent, Tenant
 from accounts.principal import Principal
-from memories import fingerprints, inputs, kinds, retention
+from memories import fingerprints, inputs, kind_registry, retention
 from memories.clock import resolve_now
 from memories.compiled import (
     CompiledSQL,
@@ -33,9 +33,9 @@ from memories.dedup import NEAR_LIMIT, Near, Probe, near_duplicates_sql, run_nea
 from memories.embeddings import vector_literal
 from memories.models import ChangeType, Memory, ReviewReason, ReviewState, Scope, Status
 from memories.revisions import revision_write, snapshot
-from memories.services.common import MAX_RETRIES
 from memories.services.eviction import cap_lock, cap_lock_name, evict_over_cap, owner_cap
 from memories.services.lifecycle import expire
+from memories.services.write_support import MAX_RETRIES
 from memories.services.writes import change, embedding_for
 from memories.visibility import formation_q, reads_from_ids, user_q, visible_memories, visible_q
 from memoryhub.errors import Conflict, NotFound, QuotaExceeded
@@ -128,7 +128,7 @@ def memory_store_prepare(
     cached registry), secret scan and the embedding."""
     principal.require_scope("write")
     now = resolve_now(now)
-    registry = kinds.registry(principal.tenant)
+    registry = kind_registry.registry(principal.tenant)
     inp = inputs.parse_store(data, agent=principal.agent, now=now, registry=registry)
     subject_id = principal.resolve_subject(inp.subject_id)
     inputs.memory_fields_check(
@@ -167,7 +167,7 @@ def _store_write(prepared: PreparedStore) -> StoreResult:
             memory=None, created=False, message="Out of scope", action=SKIPPED, out_of_scope=True
         )
     # A plain store (no key, not a single kind's) usually inserts: its cap lock is taken with
-    # the kind's, in one statement (`kinds.kind_guard`), and not again by `_insert`.
+    # the kind's, in one statement (`kind_registry.kind_guard`), and not again by `_insert`.
     cap_locked = not inp.key and not inp.kind_single
     single = _kind_single(prepared, cap_lock=cap_locked)
     dedup = not inp.key and not single and inp.dedup_policy != "insert"
@@ -205,18 +205,18 @@ def _store_write(prepared: PreparedStore) -> StoreResult:
 
 
 def _kind_single(prepared: PreparedStore, *, cap_lock: bool) -> bool:
-    """The kind's cardinality, under the kind's lock (`kinds.kind_guard`): a registry change that
+    """The kind's cardinality, under the kind's lock (`kind_registry.kind_guard`): a registry change that
     committed since the store was validated is applied to it (its schema checked again). With
     `cap_lock`, the owner's cap lock is taken next by the same statement."""
     inp = prepared.inp
     tenant = prepared.principal.tenant
     owner = prepared.owner.pk if prepared.owner is not None else None
     lock = cap_lock_name(tenant.pk, owner, prepared.user_subject) if cap_lock else None
-    registry = kinds.kind_guard(tenant, inp.kind, then_lock=lock)
+    registry = kind_registry.kind_guard(tenant, inp.kind, then_lock=lock)
     if registry.version == inp.kinds_version:
         return inp.kind_single
     rule = registry.rule(inp.kind)
-    kinds.check_data(rule, inp.data)
+    kind_registry.check_data(rule, inp.data)
     return rule.single
 
 

@@ -12,13 +12,13 @@ from typing import Any
 
 from django.db import transaction
 
-from memories import fingerprints, inputs, kinds, retention
+from memories import fingerprints, inputs, kind_registry, retention
 from memories.cas import Cas
 from memories.embeddings import get_embedder
 from memories.models import Category, Memory, Status
 from memories.revisions import revision_write, snapshot
-from memories.services.common import MAX_RETRIES, embed_text, embed_texts
 from memories.services.sequences import sequence_keys, sequence_lock
+from memories.services.write_support import MAX_RETRIES, embed_text, embed_texts
 from memoryhub.errors import Conflict, InvalidInput, NotFound
 
 
@@ -190,21 +190,21 @@ def reload_active(memory: Memory) -> Memory | None:
 
 
 def kind_fields(
-    memory: Memory, fields: dict[str, Any], registry: kinds.Registry | None
+    memory: Memory, fields: dict[str, Any], registry: kind_registry.Registry | None
 ) -> dict[str, Any]:
     """A change of `kind` or `data` meets the (new) kind's rules: its schema checks the data
     the memory will hold (INVALID_INPUT with `details.errors`), its cardinality sets
     `kind_single` (the partial unique index then refuses a second single record)."""
     if "kind" not in fields and "data" not in fields:
         return fields
-    registry = registry or kinds.registry(memory.tenant)
+    registry = registry or kind_registry.registry(memory.tenant)
     rule = registry.rule(fields.get("kind", memory.kind))
-    kinds.check_data(rule, fields.get("data", memory.data))
+    kind_registry.check_data(rule, fields.get("data", memory.data))
     return {**fields, "kind_single": rule.single}
 
 
 def update_fields(
-    memory: Memory, changes: dict[str, Any], registry: kinds.Registry | None = None
+    memory: Memory, changes: dict[str, Any], registry: kind_registry.Registry | None = None
 ) -> dict[str, Any]:
     """Turn validated changes into column values (re-embedding when the content changed)."""
     fields = kind_fields(memory, dict(changes), registry)

@@ -17,7 +17,7 @@ from memories.models import (
     WebhookDelivery,
     WebhookEndpoint,
 )
-from memories.services.kinds import kind_save
+from memories.services.kind_changes import kind_save
 from tests.factories import make_agent, make_key, make_operator
 
 pytestmark = pytest.mark.django_db

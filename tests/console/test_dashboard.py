@@ -11,7 +11,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from accounts.principal import Principal
-from memories.console import selectors as sel
+from memories.console import memory_selectors as sel
 from memories.console import trends
 from memories.models import ExtractionRun, MemoryRevision
 from memories.retrieval.search import memory_search

@@ -15,8 +15,8 @@ from django.utils import timezone
 
 from accounts.models import Agent
 from memories import fingerprints
-from memories.export import export_markdown, fence_for, inline_code
 from memories.jsonl import memory_to_record
+from memories.markdown_export import export_markdown, fence_for, inline_code
 from memories.models import Memory, MemoryRevision, Status
 from memories.services.jsonl_import import UNIMPORTABLE_ID, ImportLineError, jsonl_import
 from memories.services.operator_actions import memory_restore, memory_tombstone
@@ -390,7 +390,7 @@ def test_an_older_backup_is_imported_as_the_next_version(tenant, agent, store_me
 
 
 def test_a_memory_retention_deleted_is_reimported_after_its_history(tenant, agent, store_memory):
-    from memories.jobs.retention import purge_retention
+    from memories.jobs.retention_purge import purge_retention
 
     memory = store_memory(agent, "Deleted by retention, then restored from a backup")
     memory_tombstone(tenant=tenant, memory_id=memory.pk, actor="operator:t")

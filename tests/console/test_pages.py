@@ -11,7 +11,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from accounts.models import ApiKey, Membership
-from memories.console import selectors as sel
+from memories.console import memory_selectors as sel
 from memories.models import ChangeType, Memory, MemoryRevision, ReviewState, Status
 from tests.factories import make_agent, make_operator
 

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from accounts.models import Agent
 from accounts.services import operator_password_reset
-from memories.console import selectors as sel
+from memories.console import memory_selectors as sel
 from memories.console import trends
 from memories.demo_history import DAYS, seed_history
 from memories.management.commands.screenshots import CHROMIUM, Command

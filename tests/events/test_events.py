@@ -14,9 +14,9 @@ from django.db import connection, transaction
 from accounts.principal import Principal
 from memories.events import feed
 from memories.events.record import events_insert
-from memories.formation.threads import thread_end
+from memories.formation.thread_actions import thread_end
 from memories.jobs.prune import prune_memories
-from memories.jobs.retention import purge_retention
+from memories.jobs.retention_purge import purge_retention
 from memories.jsonl import memory_to_record
 from memories.models import Event, Memory
 from memories.services import erasure

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from accounts.principal import Principal
 from memories.events import feed
-from memories.jobs.retention import purge_retention
+from memories.jobs.retention_purge import purge_retention
 from memories.models import Event
 from memories.services.store import memory_store
 from tests.factories import make_agent, make_tenant

@@ -10,7 +10,7 @@ import pytest
 
 from memories.models import ExtractionRun, Message, RunState, Thread
 from memories.redaction import RedactSecrets
-from memories.services.kinds import kind_save
+from memories.services.kind_changes import kind_save
 from memories.services.store import memory_store
 from tests.factories import make_key
 from tests.formation.test_runs import NOW, TOKEN, extract, ingest

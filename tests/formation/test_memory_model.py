@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 
 from accounts.principal import Principal
-from memories.formation.context import EARLIER_MAX_CHARS
+from memories.formation.prompt_context import EARLIER_MAX_CHARS
 from memories.formation.prompts import KIND_SCHEMA_CHARS, KINDS_MAX_CHARS
 from memories.models import Memory, MemoryRevision
-from memories.services.kinds import kind_save
+from memories.services.kind_changes import kind_save
 from memories.services.store import memory_store
 from tests.factories import make_agent
 from tests.formation.test_runs import NOW, add_op, extract, ingest, update_op

@@ -9,7 +9,7 @@ import pytest
 from django.db import connection
 
 from accounts.principal import Principal
-from memories.formation.context import related_memories
+from memories.formation.prompt_context import related_memories
 from memories.formation.runs import run_execute
 from memories.models import ExtractionRun, Memory, RunState, Thread
 from memories.services.lifecycle import memory_forget

@@ -11,7 +11,7 @@ from django.test import override_settings
 
 from accounts.principal import Principal
 from memories.formation.ingest import thread_messages_add
-from memories.jobs.retention import purge_retention
+from memories.jobs.retention_purge import purge_retention
 from memories.models import (
     DailyReads,
     IdempotencyRecord,

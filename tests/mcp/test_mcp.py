@@ -17,6 +17,8 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from rest_framework.test import APIClient
 
 from accounts.services import api_key_revoke
+from memories.mcp import tools as _memory_tools  # noqa: F401 - registers the memory tools
+from memories.mcp.server import mcp
 from memories.models import Memory, MemoryRevision
 from tests.factories import make_agent, make_key, make_tenant
 
@@ -329,6 +331,17 @@ def test_tool_schemas_refuse_unknown_arguments(asgi_server, mcp_agent):
         assert field in store
     for field in ("category", "include_history", "session_id"):
         assert field in listed["memory_search"]["properties"]
+
+
+def test_tool_schemas_are_titled_for_the_tool_not_its_python_function():
+    """The memory tools' functions are `tool_<name>`; what `tools/list` shows names the tool
+    alone, as the SDK would if the function bore the tool's name."""
+    listed = asyncio.run(mcp.list_tools())
+    assert {tool.name for tool in listed} == {name for name in TOOLS if name.startswith("memory_")}
+    for tool in listed:
+        assert tool.input_schema["title"] == f"{tool.name}Arguments"
+        assert tool.output_schema["title"] == f"{tool.name}DictOutput"
+        assert "tool_memory_" not in json.dumps([tool.input_schema, tool.output_schema])
 
 
 def test_revoked_key_and_another_tenants_memory(asgi_server, mcp_agent):

@@ -18,7 +18,7 @@ from accounts.models import Tenant
 from accounts.principal import Principal
 from memories.mcp.listen import CURRENT_TENANT, TenantBus
 from memories.models import Kind, Memory, MemoryRevision
-from memories.services import kinds as kind_services
+from memories.services import kind_changes
 from tests.factories import make_agent, make_key, make_tenant
 from tests.mcp.test_mcp import body, run_session
 
@@ -153,7 +153,7 @@ def test_a_registry_change_announces_tools_list_changed(asgi_server, mcp_agent):
     agent, raw = mcp_agent
 
     def register_invoice():
-        kind_services.kind_save(
+        kind_changes.kind_save(
             tenant=agent.tenant,
             name="Invoice",
             data={"schema": {"type": "object", "properties": {"number": {"type": "string"}}}},
@@ -184,7 +184,7 @@ def test_kind_tools_are_listed_to_their_tenant_only(asgi_server, mcp_agent):
     agent, raw = mcp_agent
     other = make_agent(make_tenant("globex"), "globex-bot")
     _, other_raw = make_key(other, scopes=["read", "write"])
-    kind_services.kind_save(
+    kind_changes.kind_save(
         tenant=other.tenant, name="Shipment", data={"schema": {"type": "object"}}
     )
     mine, _ = run_session(asgi_server, raw, [])
@@ -236,7 +236,7 @@ def test_a_kind_tool_answers_hostile_data_with_a_tool_error(asgi_server, mcp_age
         for i in range(16)
     }
     doubling["d16"] = {"type": "array"}
-    kind_services.kind_save(
+    kind_changes.kind_save(
         tenant=agent.tenant,
         name="Probe",
         data={

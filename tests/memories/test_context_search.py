@@ -9,7 +9,7 @@ import pytest
 
 from accounts.principal import Principal
 from memories.models import Memory
-from memories.retrieval.context import query_dates
+from memories.retrieval.context_ranking import query_dates
 from memories.retrieval.search import memory_search
 from memories.services.changes import memory_update
 from memories.services.lifecycle import memory_forget

@@ -19,7 +19,7 @@ from django.db.models import F
 from rest_framework.test import APIClient
 
 from accounts.models import Tenant
-from memories import kind_checks, kinds
+from memories import kind_checks, kind_registry
 from memories.models import Kind, Memory
 from tests.factories import make_agent, make_key, make_tenant, seed_synthetic
 
@@ -47,9 +47,9 @@ def put_kind(client, name, schema):
 @pytest.fixture
 def timed_store(monkeypatch):
     """A store over REST, and the seconds its checks of `data` against the kind's schema took
-    (`kinds.check_data`, which every store path calls; the request's own time is the rest)."""
+    (`kind_registry.check_data`, which every store path calls; the request's own time is the rest)."""
     spent = []
-    check = kinds.check_data
+    check = kind_registry.check_data
 
     def timed_check(rule, data):
         started = time.perf_counter()
@@ -58,7 +58,7 @@ def timed_store(monkeypatch):
         finally:
             spent.append(time.perf_counter() - started)
 
-    monkeypatch.setattr(kinds, "check_data", timed_check)
+    monkeypatch.setattr(kind_registry, "check_data", timed_check)
 
     def store(client, **body):
         spent.clear()
@@ -322,11 +322,11 @@ def _doc_schemas() -> list[tuple[str, dict]]:
 
 @pytest.mark.django_db
 def test_built_in_and_documented_schemas_are_still_accepted():
-    schemas = [kind["schema"] for kind in kinds.BUILTIN_KINDS if kind["schema"] is not None]
+    schemas = [kind["schema"] for kind in kind_registry.BUILTIN_KINDS if kind["schema"] is not None]
     documented = _doc_schemas()
     assert any("pattern" in json.dumps(schema) for _, schema in documented)
     for schema in [*schemas, *(schema for _, schema in documented)]:
-        kinds.check_schema(schema)
+        kind_registry.check_schema(schema)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -385,7 +385,7 @@ def test_a_schema_change_over_ten_thousand_memories_leaves_the_service_answering
             finished.set()
             connections.close_all()
 
-    logger = logging.getLogger("memories.services.kinds")
+    logger = logging.getLogger("memories.services.kind_changes")
     handler, level = Pause(level=logging.INFO), logger.level
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)

@@ -10,7 +10,7 @@ from django.db import connections
 from rest_framework.test import APIClient
 
 from accounts.principal import Principal
-from memories import kinds
+from memories import kind_registry
 from memories.models import Kind, Memory, MemoryRevision
 from memories.serialization import kind_json
 from memories.services.store import memory_store
@@ -62,7 +62,7 @@ def test_every_new_tenant_starts_with_the_built_in_kinds():
         }
         for k in Kind.objects.for_tenant(tenant).order_by("name")
     ]
-    assert rows == sorted(kinds.BUILTIN_KINDS, key=lambda k: k["name"])
+    assert rows == sorted(kind_registry.BUILTIN_KINDS, key=lambda k: k["name"])
 
 
 @pytest.mark.django_db
@@ -329,10 +329,10 @@ def test_a_kind_supplies_its_default_category(api_client):
 
 
 def test_tool_names_are_snake_case():
-    assert kinds.tool_name("UserProfile") == "create_user_profile"
-    assert kinds.tool_name("AgentInstructions") == "create_agent_instructions"
-    assert kinds.tool_name("HTTPRequestLog") == "create_http_request_log"
-    assert kinds.tool_name("fact") == "create_fact"
+    assert kind_registry.tool_name("UserProfile") == "create_user_profile"
+    assert kind_registry.tool_name("AgentInstructions") == "create_agent_instructions"
+    assert kind_registry.tool_name("HTTPRequestLog") == "create_http_request_log"
+    assert kind_registry.tool_name("fact") == "create_fact"
 
 
 @pytest.mark.django_db

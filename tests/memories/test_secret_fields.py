@@ -21,12 +21,12 @@ from django.test.utils import CaptureQueriesContext
 from accounts.models import Agent
 from accounts.principal import Principal
 from memories import idempotency, inputs
-from memories.formation import threads
+from memories.formation import thread_actions
 from memories.ids import new_memory_id
 from memories.models import IdempotencyRecord, Memory, MemoryRevision
 from memories.services import changes, lifecycle, store
-from memories.services.common import clean_reason
 from memories.services.operator_actions import CORRECTABLE_FIELDS
+from memories.services.write_support import clean_reason
 from memoryhub.errors import InvalidInput, SecretRejected
 from tests.memories.secret_corpus import FALSE_POSITIVES, TRUE_POSITIVES
 
@@ -89,7 +89,9 @@ def test_true_positive_is_refused_in_every_field(principal, rule, text, secret):
         rule,
         "subject_id",
     )
-    _refused(lambda: threads.thread_end(principal=principal, thread_id=text), rule, "thread_id")
+    _refused(
+        lambda: thread_actions.thread_end(principal=principal, thread_id=text), rule, "thread_id"
+    )
 
 
 def _accepted_or_shape_refused(call) -> bool:

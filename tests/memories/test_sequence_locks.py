@@ -20,7 +20,7 @@ import pytest
 from django.db import connection, connections, transaction
 
 from accounts.principal import Principal
-from memories.formation.threads import thread_end
+from memories.formation.thread_actions import thread_end
 from memories.jobs.prune import prune_memories
 from memories.models import Memory
 from memories.services.changes import memory_confirm, memory_update

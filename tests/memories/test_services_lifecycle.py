@@ -8,7 +8,7 @@ import pytest
 
 from accounts.principal import Principal
 from memories import idempotency
-from memories.formation.threads import thread_end
+from memories.formation.thread_actions import thread_end
 from memories.models import Memory, MemoryRevision
 from memories.responses import store_response
 from memories.selectors import memory_get

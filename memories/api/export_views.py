@@ -10,7 +10,7 @@ from memories import selectors, validation
 from memories.api import schema
 from memories.api.views import AgentAPIView
 from memories.clock import resolve_now
-from memories.export import export_filename, export_markdown
+from memories.markdown_export import export_filename, export_markdown
 from memories.visibility import source_label
 
 

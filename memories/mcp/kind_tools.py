@@ -13,7 +13,7 @@ from mcp_types import Tool as MCPTool
 
 from accounts.models import Tenant
 from accounts.principal import Principal
-from memories import idempotency, kinds, validation
+from memories import idempotency, kind_registry, validation
 from memories.models import Kind
 from memories.responses import store_response
 from memories.services import store
@@ -74,18 +74,18 @@ def tools_for(tenant: Tenant) -> list[MCPTool]:
     """The tenant's kind tools, by name."""
     return [
         MCPTool(
-            name=kinds.tool_name(kind.name),
+            name=kind_registry.tool_name(kind.name),
             description=_description(kind),
             input_schema=input_schema(kind),
         )
-        for kind in kinds.registry(tenant).kinds
+        for kind in kind_registry.registry(tenant).kinds
         if kind.schema is not None
     ]
 
 
 def kind_of_tool(tenant: Tenant, name: str) -> Kind | None:
-    for kind in kinds.registry(tenant).kinds:
-        if kind.schema is not None and kinds.tool_name(kind.name) == name:
+    for kind in kind_registry.registry(tenant).kinds:
+        if kind.schema is not None and kind_registry.tool_name(kind.name) == name:
             return kind
     return None
 

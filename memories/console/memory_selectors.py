@@ -223,7 +223,7 @@ def text_search(qs: QuerySet, query: str, *, limit: int) -> list[Memory]:
     return found
 
 
-def near_duplicates(
+def near_duplicates_by_memory(
     *, tenant: Tenant, memory_ids: list[str], min_similarity: float = 0.8, per_memory: int = 3
 ) -> dict[str, list[dict]]:
     """Active look-alikes of each memory, by the store's rule (`memories.dedup`), in a fixed

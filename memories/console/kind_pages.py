@@ -16,11 +16,11 @@ from django.views.decorators.http import require_POST
 
 from accounts.console import require_role
 from accounts.models import Role
-from memories import kinds
-from memories.console.common import done, refuse_on_form, render, service_errors
+from memories import kind_registry
 from memories.console.forms import TenantPolicyForm, retention_text
+from memories.console.view_helpers import done, refuse_on_form, render, service_errors
 from memories.models import Kind, Memory
-from memories.services import kinds as kind_services
+from memories.services import kind_changes
 from memories.services.policies import tenant_policy_set
 from memoryhub.errors import DomainError
 
@@ -41,7 +41,7 @@ class KindForm(forms.Form):
     description = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 3}),
         required=False,
-        max_length=kind_services.MAX_DESCRIPTION_CHARS,
+        max_length=kind_changes.MAX_DESCRIPTION_CHARS,
         label="Description",
         help_text="Shown to models (MCP tool, formation)",
     )
@@ -85,13 +85,13 @@ class KindForm(forms.Form):
 
 
 def _list_context(request: HttpRequest, form: KindForm | None = None) -> dict[str, Any]:
-    registry = kinds.registry(request.tenant)
-    counts = kind_services.kind_counts(tenant=request.tenant)
+    registry = kind_registry.registry(request.tenant)
+    counts = kind_changes.kind_counts(tenant=request.tenant)
     rows = [
         {
             "kind": kind,
             "count": counts.get(kind.name, 0),
-            "tool": kinds.tool_name(kind.name) if kind.schema is not None else None,
+            "tool": kind_registry.tool_name(kind.name) if kind.schema is not None else None,
         }
         for kind in registry.kinds
     ]
@@ -114,7 +114,7 @@ def kind_list(request: HttpRequest) -> HttpResponse:
         form = KindForm(request.POST)
         if form.is_valid():
             try:
-                kind, _ = kind_services.kind_save(
+                kind, _ = kind_changes.kind_save(
                     tenant=request.tenant, name=form.cleaned_data["name"], data=form.definition()
                 )
             except DomainError as exc:
@@ -131,7 +131,7 @@ def kind_list(request: HttpRequest) -> HttpResponse:
 @service_errors(back=lambda name: reverse("console:kinds"))
 def kind_detail(request: HttpRequest, name: str) -> HttpResponse:
     """One kind: its definition, editable by admins (the name stays)."""
-    kind = kind_services.kind_get(tenant=request.tenant, name=name)
+    kind = kind_changes.kind_get(tenant=request.tenant, name=name)
     form = KindForm.of(kind)
     status = 200
     if request.method == "POST":
@@ -142,7 +142,7 @@ def kind_detail(request: HttpRequest, name: str) -> HttpResponse:
         form = KindForm(post)
         if form.is_valid():
             try:
-                kind_services.kind_save(
+                kind_changes.kind_save(
                     tenant=request.tenant, name=kind.name, data=form.definition()
                 )
             except DomainError as exc:
@@ -152,12 +152,12 @@ def kind_detail(request: HttpRequest, name: str) -> HttpResponse:
                     request, f"Kind {kind.name} saved.", reverse("console:kind", args=[name])
                 )
         status = 422
-    counts = kind_services.kind_counts(tenant=request.tenant)
+    counts = kind_changes.kind_counts(tenant=request.tenant)
     context = {
         "section": "kinds",
         "kind": kind,
         "count": counts.get(kind.name, 0),
-        "tool": kinds.tool_name(kind.name) if kind.schema is not None else None,
+        "tool": kind_registry.tool_name(kind.name) if kind.schema is not None else None,
         "form": form,
     }
     return render(request, "console/kind_detail.html", context, status=status)
@@ -166,8 +166,8 @@ def kind_detail(request: HttpRequest, name: str) -> HttpResponse:
 @require_role(Role.ADMIN)
 @require_POST
 @service_errors(back=lambda name: reverse("console:kind", args=[name]))
-def kind_delete(request: HttpRequest, name: str) -> HttpResponse:
-    kind_services.kind_delete(tenant=request.tenant, name=name)
+def kind_delete_view(request: HttpRequest, name: str) -> HttpResponse:
+    kind_changes.kind_delete(tenant=request.tenant, name=name)
     return done(request, f"Kind {name} deleted.", reverse("console:kinds"))
 
 
@@ -196,7 +196,7 @@ def tenant_settings(request: HttpRequest) -> HttpResponse:
     return render(request, "console/tenant.html", context, status=status)
 
 
-def data_rows(memory: Memory, registry: kinds.Registry) -> list[dict[str, Any]]:
+def data_rows(memory: Memory, registry: kind_registry.Registry) -> list[dict[str, Any]]:
     """A memory's `data` as its kind's schema fields: one row per property of the
     schema (name, type, description, the value or none), then the fields the schema does not
     name. Empty for a memory without data."""

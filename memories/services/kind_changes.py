@@ -1,8 +1,8 @@
 """Changes to a tenant's kind registry: define or redefine a kind, delete one.
 
 REST (`PUT`/`DELETE /api/v1/kinds/{name}`, admin scope) and the console's Kinds page (admin role)
-call these. A change holds the kind's lock exclusively (`kinds.kind_lock_name`; every write of a
-memory of that kind holds it shared, `kinds.kind_guard`), so the memories it checks are all
+call these. A change holds the kind's lock exclusively (`kind_registry.kind_lock_name`; every write of a
+memory of that kind holds it shared, `kind_registry.kind_guard`), so the memories it checks are all
 there is: none is written meanwhile against the registry it replaces.
 
 - A schema that the stored data of the kind's live memories no longer satisfies (they satisfied
@@ -31,11 +31,11 @@ from django.db import connection, transaction
 from django.db.models import Count
 
 from accounts.models import Tenant
-from memories import kind_checks, kinds
+from memories import kind_checks, kind_registry
 from memories.clock import resolve_now
 from memories.models import Cardinality, Kind, Memory, MemoryType, Status
 from memories.secrets_scan import scan_secrets
-from memories.services.common import advisory_lock
+from memories.services.write_support import advisory_lock
 from memories.validation import CATEGORY_RE, reject_unknown, require_object
 from memoryhub.errors import Conflict, InvalidInput, NotFound
 
@@ -49,7 +49,7 @@ logger = logging.getLogger(__name__)
 
 
 def kind_name(value: Any) -> str:
-    if not isinstance(value, str) or not kinds.KIND_NAME_RE.match(value):
+    if not isinstance(value, str) or not kind_registry.KIND_NAME_RE.match(value):
         raise InvalidInput(
             "A kind's name is a letter, then letters, digits or _ (at most 60): e.g. UserProfile",
             field="name",
@@ -78,7 +78,7 @@ def parse_kind(data: Any) -> dict[str, Any]:
             field="description",
         )
     schema = data.get("schema")
-    kinds.check_schema(schema)
+    kind_registry.check_schema(schema)
     category = data.get("default_category")
     if category is not None and (not isinstance(category, str) or not CATEGORY_RE.match(category)):
         raise InvalidInput(
@@ -164,14 +164,14 @@ def kind_delete(*, tenant: Tenant, name: str) -> None:
 
 def _lock(tenant: Tenant, name: str) -> None:
     """The kind's lock, exclusively: every write of a memory of this kind holds it shared."""
-    advisory_lock(kinds.kind_lock_name(tenant.pk, name))
+    advisory_lock(kind_registry.kind_lock_name(tenant.pk, name))
 
 
 def _check_tool_name(tenant: Tenant, name: str) -> None:
     """Two kinds must not share an MCP tool (`UserProfile` and `user_profile` would)."""
-    tool = kinds.tool_name(name)
+    tool = kind_registry.tool_name(name)
     for other in Kind.objects.for_tenant(tenant).exclude(name=name).values_list("name", flat=True):
-        if kinds.tool_name(other) == tool:
+        if kind_registry.tool_name(other) == tool:
             raise InvalidInput(
                 f"The kind '{other}' has the MCP tool {tool} already; choose another name",
                 field="name",
@@ -231,10 +231,10 @@ def _stored_errors(validator, data: Any) -> list[dict]:
     """A stored memory's errors under `validator`: a check past its budget, or one the
     validator cannot run, is an error like any other."""
     try:
-        return kinds.data_errors(validator, data)
+        return kind_registry.data_errors(validator, data)
     except kind_checks.CheckTooCostly:
         return [{"path": "", "message": kind_checks.budget_message()}]
-    except kinds.SchemaUnusable as exc:
+    except kind_registry.SchemaUnusable as exc:
         return [{"path": "", "message": f"the schema cannot be evaluated ({exc})"}]
 
 

@@ -10,7 +10,7 @@ from django.db.models import Func, IntegerField, Sum
 from django.db.models.functions import Length, Right
 
 from accounts.models import Tenant
-from memories import kinds
+from memories import kind_registry
 from memories.embeddings import get_embedder
 from memories.formation.llm import MAX_SUMMARY_CHARS, PromptKind, PromptMemory, PromptMessage
 from memories.models import Memory, Message, Scope, Thread
@@ -95,9 +95,9 @@ def earlier_messages(thread: Thread, *, before_seq: int) -> list[PromptMessage]:
 def prompt_kinds(tenant: Tenant) -> list[PromptKind]:
     """The tenant's kinds as the prompt lists them: the built-in ones first, in
     their order, then the tenant's own by name (`prompts` bounds how many fit)."""
-    builtin = {kind["name"]: i for i, kind in enumerate(kinds.BUILTIN_KINDS)}
+    builtin = {kind["name"]: i for i, kind in enumerate(kind_registry.BUILTIN_KINDS)}
     ordered = sorted(
-        kinds.registry(tenant).kinds,
+        kind_registry.registry(tenant).kinds,
         key=lambda kind: (builtin.get(kind.name, len(builtin)), kind.name),
     )
     return [

@@ -10,9 +10,9 @@ from django.views.decorators.http import require_POST
 
 from accounts.console import require_role
 from accounts.models import Extraction, Role
-from memories.console import selectors as sel
+from memories.console import memory_selectors as sel
 from memories.console import thread_selectors as tsel
-from memories.console.common import clean_param, render, service_errors
+from memories.console.view_helpers import clean_param, render, service_errors
 from memories.formation.llm import llm_configured
 from memories.formation.runs import run_request
 from memories.models import Thread
@@ -76,7 +76,7 @@ def thread_detail(request: HttpRequest, thread_pk: int) -> HttpResponse:
 @require_role(Role.REVIEWER)
 @require_POST
 @service_errors(back=_thread_url)
-def thread_extract(request: HttpRequest, thread_pk: int) -> HttpResponse:
+def thread_extract_view(request: HttpRequest, thread_pk: int) -> HttpResponse:
     """`Run extraction`: queue a run of the thread's waiting messages (the open run, if one is
     queued or running already). The page then shows the run: queued, or done when the cluster
     ran it at once."""
