@@ -103,7 +103,7 @@ def test_the_check_catches_a_moved_function_a_missing_file_and_a_private_name():
     page = (
         "`memories/inputs.py` `memories/services/` `inputs.parse_store` "
         "`memories.inputs.parse_store` `store.memory_store()` `services.store.memory_store` "
-        "`kinds.registry(tenant).rule(kind)` `Memory.objects` `PreparedStore.owner` "
+        "`kind_registry.registry(tenant).rule(kind)` `Memory.objects` `PreparedStore.owner` "
         "`memoryhub_client.RetryPolicy` `orjson.Fragment`\n"
         "`validation.parse_store` `validation.parse_store(data, agent=)` `memories/validation/` "
         "`store._existing` `_store_write` `memories.nowhere.thing` `Memory.no_such_field` "

@@ -1,5 +1,5 @@
 """The memory model's cost on the hot paths, pinned (docs/benchmarks.md times them): a store adds
-one statement (`kinds.kind_guard`: the kind's lock and the registry's version together), a single
+one statement (`kind_registry.kind_guard`: the kind's lock and the registry's version together), a single
 kind's replace costs what a keyed update costs, and hydrate's two core blocks cost what the one core
 pool did (an empty block costs nothing)."""
 
