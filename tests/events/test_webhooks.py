@@ -16,8 +16,8 @@ from memories.services.changes import memory_update
 from memories.services.store import memory_store
 from memories.webhooks import addresses, delivery, endpoints, signing
 from memoryhub.errors import InvalidInput
-from tests.events.receivers import Receiver
 from tests.factories import make_agent, make_tenant
+from tests.support.receivers import Receiver
 
 T0 = datetime(2026, 5, 1, 9, 0, tzinfo=UTC)
 

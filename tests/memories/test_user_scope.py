@@ -1,4 +1,4 @@
-"""User scope (SPEC §13.2) beyond visibility (tests/memories/test_api_access.py): what a user
+"""User scope beyond visibility (tests/memories/api/test_access.py): what a user
 memory may be, its cap per subject, erasure, export and backups."""
 
 from __future__ import annotations
