@@ -338,7 +338,7 @@ def test_run_extraction_then_approve_the_memory_next_to_its_evidence(
 ):
     from memories.formation.llm import get_llm
     from memories.models import ExtractionRun, RunState
-    from tests.console.conftest import ingest
+    from tests.support.memories import ingest
 
     token = "ghp_" + "aB3dE6gH9jK2mN5pQ8sT1vW4yZ7bC0eF3hJ6"
     thread = ingest(
