@@ -8,8 +8,8 @@ import pytest
 
 from memories.models import WebhookEndpoint
 from memories.webhooks import delivery, endpoints
-from tests.events.test_webhooks import T0, receiver, store  # noqa: F401 - the fixture
 from tests.factories import make_agent
+from tests.support.webhooks import T0, receiver, store  # noqa: F401 - the fixture
 
 KIND = {"cardinality": "multiple", "memory_type": "semantic", "description": "A pet"}
 

@@ -15,9 +15,9 @@ import pytest
 from bench import cpu, formation, latency
 from bench.latency import percentiles
 from bench.locomo import evidence_ids, load, turn_text
-from tests.events.receivers import Receiver
 from tests.support.bench import run_bench, throwaway_dir
 from tests.support.live_server import asgi_server  # noqa: F401 - the fixture
+from tests.support.receivers import Receiver
 
 TINY_LOCOMO = [
     {

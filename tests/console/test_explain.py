@@ -9,8 +9,8 @@ import pytest
 
 from memories.models import Memory
 from memories.services.operator_actions import memory_purge
-from tests.console.conftest import store
 from tests.factories import make_agent
+from tests.support.memories import store
 
 pytestmark = pytest.mark.django_db
 

@@ -613,7 +613,7 @@ def test_another_tenants_id_is_refused_like_a_malformed_one(
     every line was read, so a later bad line is reported first either way)."""
     import json
 
-    from tests.memories.secret_corpus import TRUE_POSITIVES
+    from tests.support.secret_corpus import TRUE_POSITIVES
 
     memory = store_memory(agent, "Acme's", key="plan")
     acme = json.dumps(

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from memories.models import JobRun, Memory
-from tests.console.test_browser import CHROMIUM, browser, expect, new_page, shot  # noqa: F401
 from tests.factories import make_agent, make_operator
-from tests.jobs.conftest import add_memories, ago
+from tests.support.browser import CHROMIUM, browser, expect, new_page, shot  # noqa: F401
+from tests.support.jobs import add_memories, ago
 
 pytestmark = pytest.mark.django_db
 

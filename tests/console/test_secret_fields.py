@@ -19,7 +19,7 @@ from memories.services.jsonl_import import ImportLineError, jsonl_import
 from memories.services.operator_actions import memory_add_tag
 from memoryhub.errors import SecretRejected
 from tests.factories import make_operator
-from tests.memories.secret_corpus import FALSE_POSITIVES, TRUE_POSITIVES
+from tests.support.secret_corpus import FALSE_POSITIVES, TRUE_POSITIVES
 
 TP_IDS = [f"{rule}-{index}" for index, (rule, _, _) in enumerate(TRUE_POSITIVES)]
 IDS = ["mem_01ARZ3NDEKTSV4RRFFQ69G5FA1", "mem_01ARZ3NDEKTSV4RRFFQ69G5FA2"]

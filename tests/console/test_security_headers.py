@@ -11,7 +11,7 @@ import pytest
 from django.conf import settings
 from django.test import Client
 
-from tests.console.conftest import store
+from tests.support.memories import store
 
 PAGES = [
     "/console/",

@@ -15,8 +15,8 @@ from django.utils import timezone
 from accounts.models import Extraction
 from memories.console import thread_selectors as tsel
 from memories.models import ExtractionRun, Memory, Message, ReviewState, RunState, Thread
-from tests.console.conftest import ingest
 from tests.factories import make_agent, make_operator
+from tests.support.memories import ingest
 
 pytestmark = pytest.mark.django_db
 

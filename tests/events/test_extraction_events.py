@@ -8,7 +8,7 @@ import pytest
 from memories.events import feed
 from memories.models import Event
 from memoryhub import metrics
-from tests.formation.test_runs import add_op, extract, ingest
+from tests.support.formation import add_op, extract, ingest
 
 
 @pytest.mark.django_db

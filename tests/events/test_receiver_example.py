@@ -15,7 +15,7 @@ from django.conf import settings
 from accounts.principal import Principal
 from memories.services.store import memory_store
 from memories.webhooks import delivery, endpoints
-from tests.operations.test_metrics import _free_port
+from tests.support.live_server import _free_port
 
 DOC = Path(settings.BASE_DIR) / "docs" / "operations.md"
 

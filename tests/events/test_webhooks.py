@@ -5,7 +5,7 @@ with backoff, a delivery log, auto-disable; the SSRF guard. Receivers are real H
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import httpx
 import pytest
@@ -13,30 +13,10 @@ import pytest
 from accounts.principal import Principal
 from memories.models import DeliveryState, IdempotencyRecord, WebhookDelivery, WebhookEndpoint
 from memories.services.changes import memory_update
-from memories.services.store import memory_store
 from memories.webhooks import addresses, delivery, endpoints, signing
 from memoryhub.errors import InvalidInput
-from tests.events.receivers import Receiver
 from tests.factories import make_agent, make_tenant
-
-T0 = datetime(2026, 5, 1, 9, 0, tzinfo=UTC)
-
-
-@pytest.fixture
-def receiver(settings):
-    settings.MEMORYHUB_WEBHOOK_ALLOW_INSECURE = True
-    settings.MEMORYHUB_WEBHOOK_TIMEOUT = 0.5
-    receiver = Receiver()
-    receiver.url = receiver.start()
-    yield receiver
-    receiver.stop()
-
-
-def store(agent, text, **data):
-    principal = Principal(tenant=agent.tenant, agent=agent)
-    return memory_store(
-        principal=principal, data={"text": text, "dedup_policy": "insert", **data}
-    ).memory
+from tests.support.webhooks import T0, store
 
 
 @pytest.mark.django_db

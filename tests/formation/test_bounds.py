@@ -21,7 +21,7 @@ from memories.formation.runs import MAX_RUN_ATTEMPTS, extract_due_threads, run_e
 from memories.models import ExtractionRun, Memory, RunState, Thread
 from memories.services.erasure import subject_erase
 from memories.services.store import memory_store
-from tests.formation.test_runs import NOW, add_op, extract, ingest
+from tests.support.formation import NOW, add_op, extract, ingest
 
 WAIT = 60  # seconds: a bound for events that happen at once when all is well
 

@@ -13,9 +13,9 @@ from memories.redaction import RedactSecrets
 from memories.services.kind_changes import kind_save
 from memories.services.store import memory_store
 from tests.factories import make_key
-from tests.formation.test_runs import NOW, TOKEN, extract, ingest
-from tests.mcp.test_mcp import body, run_session
+from tests.support.formation import NOW, TOKEN, extract, ingest
 from tests.support.live_server import asgi_server  # noqa: F401 - the fixture
+from tests.support.mcp import body, run_session
 
 # A generic `token=` assignment with a high-entropy value (no provider prefix).
 ASSIGNED = "token=Zq8vN2xLr5Tb9KwY3mHc7PdF4sJg6QeA"

@@ -16,7 +16,7 @@ from memories.models import Memory, MemoryRevision
 from memories.services.kind_changes import kind_save
 from memories.services.store import memory_store
 from tests.factories import make_agent
-from tests.formation.test_runs import NOW, add_op, extract, ingest, update_op
+from tests.support.formation import NOW, add_op, extract, ingest, update_op
 
 ALICE, BOB = "alice", "bob"
 

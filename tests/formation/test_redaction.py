@@ -7,8 +7,8 @@ import pytest
 
 from memories.redaction import redact
 from memories.secrets_scan import find_secret, normalise
-from tests.memories.nonsecret_corpus import NON_SECRETS, REPORTED
-from tests.memories.secret_corpus import FALSE_POSITIVES, TRUE_POSITIVES, zero_width_split
+from tests.support.nonsecret_corpus import NON_SECRETS, REPORTED
+from tests.support.secret_corpus import FALSE_POSITIVES, TRUE_POSITIVES, zero_width_split
 
 # ids by index: some corpus values are random per process (xdist workers must agree on ids)
 TP_IDS = [f"{rule}-{index}" for index, (rule, _, _) in enumerate(TRUE_POSITIVES)]

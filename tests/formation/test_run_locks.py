@@ -15,7 +15,7 @@ from memories.formation.llm import LLMClient
 from memories.models import ExtractionRun, Memory
 from memories.services.eviction import cap_lock_name
 from memories.services.store import memory_store
-from tests.formation.test_runs import NOW, add_op, extract, ingest, update_op
+from tests.support.formation import NOW, add_op, extract, ingest, update_op
 from tests.support.locks import waiting_for_a_lock
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -15,56 +15,8 @@ from memories.models import ExtractionRun, Memory, MemoryRevision, Message, RunS
 from memories.services.lifecycle import memory_forget
 from memories.services.operator_actions import memory_tombstone
 from memories.services.store import memory_store
-from tests.jobs.conftest import start_command
-
-NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
-TOKEN = "ghp_" + "aB3dE6gH9jK2mN5pQ8sT1vW4yZ7bC0eF3hJ6"
-
-
-def ingest(principal, *contents, thread_id="t-1", now=NOW, **extra):
-    messages = [
-        {"role": "user" if i % 2 == 0 else "assistant", "content": c}
-        for i, c in enumerate(contents)
-    ]
-    return thread_messages_add(
-        principal=principal,
-        thread_id=thread_id,
-        data={"messages": messages, "extract": "off", **extra},
-        now=now,
-    )
-
-
-def add_op(text, *, evidence=(1,), confidence=0.9, category="core", key=None, **extra):
-    return {
-        "op": "add",
-        "text": text,
-        "key": key,
-        "category": category,
-        "kind": "fact",
-        "tags": [],
-        "confidence": confidence,
-        "mentions": [],
-        "occurred_at": None,
-        "evidence": list(evidence),
-        **extra,
-    }
-
-
-def update_op(memory_id, text, *, version=1, evidence=(1,), confidence=0.9):
-    return {
-        "op": "update",
-        "memory_id": memory_id,
-        "version": version,
-        "text": text,
-        "confidence": confidence,
-        "evidence": list(evidence),
-    }
-
-
-def extract(principal, llm, *, thread_id="t-1", now=NOW) -> ExtractionRun:
-    thread = Thread.objects.get(thread_id=thread_id, agent=principal.agent)
-    run = run_request(thread=thread, trigger="now", now=now)
-    return run_execute(run.pk, llm=llm, now=now)
+from tests.support.commands import start_command
+from tests.support.formation import NOW, TOKEN, add_op, extract, ingest, update_op
 
 
 @pytest.mark.django_db

@@ -16,7 +16,7 @@ from memories.services.lifecycle import memory_forget
 from memories.services.operator_actions import memory_tombstone
 from memories.services.store import memory_store
 from tests.factories import make_agent
-from tests.formation.test_runs import NOW, add_op, extract, ingest, update_op
+from tests.support.formation import NOW, add_op, extract, ingest, update_op
 
 ALICE = "alice"
 

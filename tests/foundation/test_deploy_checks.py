@@ -10,7 +10,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 
-from tests.jobs.conftest import BASE_DIR, command_env
+from tests.support.commands import BASE_DIR, command_env
 
 REAL_KEY = "k9Qx-" + "vT2wLr8bN5zHs3Yd7Pq1Jc6Mf4Ug0Ae" * 2
 

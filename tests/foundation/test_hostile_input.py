@@ -17,7 +17,7 @@ from django.conf import settings
 from rest_framework.test import APIClient
 
 from tests.factories import make_agent, make_key, make_tenant
-from tests.mcp.conftest import asgi_server  # noqa: F401  (the real server, for /mcp)
+from tests.support.live_server import asgi_server  # noqa: F401  (the real server, for /mcp)
 
 HUGE = 200_000  # elements: each huge value stays under the 1 MiB body limit
 

@@ -24,7 +24,7 @@ from memoryhub.proxies import (
     resolve_scope,
 )
 from tests.factories import asgi_http_scope, asgi_request
-from tests.jobs.conftest import BASE_DIR, command_env
+from tests.support.commands import BASE_DIR, command_env
 
 PROXIES = parse_trusted_proxies("10.0.0.0/8, 127.0.0.1 2001:db8:f::/48")
 

@@ -12,7 +12,7 @@ from django.conf import settings
 from django.core.management import call_command
 
 from memoryhub import supervisor
-from tests.jobs.conftest import BASE_DIR, command_env
+from tests.support.commands import BASE_DIR, command_env
 
 
 def test_cluster_settings():

@@ -12,7 +12,8 @@ from django.core.management import call_command
 from memories.jobs.prune import prune_memories
 from memories.models import Memory, MemoryRevision, PruneRun
 from tests.factories import make_agent
-from tests.jobs.conftest import NOW, add_memories, ago, last_json_line, prune_revisions
+from tests.support.commands import last_json_line
+from tests.support.jobs import NOW, add_memories, ago, prune_revisions
 
 pytestmark = pytest.mark.django_db
 

@@ -19,16 +19,15 @@ from memories.services.store import memory_store
 from memories.tasks import run_job
 from memoryhub.errors import NotFound
 from tests.factories import make_agent
-from tests.jobs.conftest import (
+from tests.support.commands import last_json_line, start_command
+from tests.support.jobs import (
     NOW,
     add_memories,
     ago,
     held_at_start,
-    last_json_line,
     prune_revisions,
     row_number,
     spread_in_order,
-    start_command,
 )
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]

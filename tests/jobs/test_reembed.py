@@ -12,7 +12,8 @@ from memories.fingerprints import embedding_text
 from memories.jobs.reembed import reembed
 from memories.models import JobRun, Memory, MemoryRevision
 from memoryhub.errors import EmbeddingError
-from tests.jobs.conftest import add_memories, last_json_line
+from tests.support.commands import last_json_line
+from tests.support.jobs import add_memories
 
 pytestmark = pytest.mark.django_db
 

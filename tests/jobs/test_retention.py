@@ -22,7 +22,8 @@ from memories.models import (
     Thread,
 )
 from tests.factories import make_agent
-from tests.jobs.conftest import NOW, add_memories, ago, last_json_line
+from tests.support.commands import last_json_line
+from tests.support.jobs import NOW, add_memories, ago
 
 pytestmark = pytest.mark.django_db
 

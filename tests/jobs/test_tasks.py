@@ -12,7 +12,7 @@ from memories.embeddings import reset_embedder
 from memories.models import JobRun, Memory, PruneRun
 from memories.tasks import run_job
 from memoryhub.errors import EmbeddingError
-from tests.jobs.conftest import NOW, add_memories, ago
+from tests.support.jobs import NOW, add_memories, ago
 
 pytestmark = pytest.mark.django_db
 

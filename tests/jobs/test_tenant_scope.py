@@ -10,7 +10,8 @@ from django.core.management import CommandError, call_command
 from memories.models import IdempotencyRecord, JobRun, Memory, PruneRun
 from memories.tasks import run_job
 from tests.factories import make_agent
-from tests.jobs.conftest import NOW, add_memories, ago, last_json_line
+from tests.support.commands import last_json_line
+from tests.support.jobs import NOW, add_memories, ago
 
 pytestmark = pytest.mark.django_db
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import random
-import string
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -21,11 +19,8 @@ from memories.mcp import tools as _memory_tools  # noqa: F401 - registers the me
 from memories.mcp.server import mcp
 from memories.models import Memory, MemoryRevision
 from tests.factories import make_agent, make_key, make_tenant
+from tests.support.mcp import GITHUB_TOKEN, body, run_session
 
-# Built at run time so no token-shaped literal sits in the repository.
-GITHUB_TOKEN = "ghp_" + "".join(
-    random.Random(7).choices(string.ascii_letters + string.digits, k=36)
-)
 TOOLS = {
     "memory_store",
     "memory_recall",
@@ -39,36 +34,6 @@ TOOLS = {
     # One per kind with a schema of the tenant: the built-in UserProfile.
     "create_user_profile",
 }
-
-
-async def _session_calls(url: str, key: str, calls: list[tuple[str, dict]]):
-    headers = {"Authorization": f"Bearer {key}"}
-    async with (
-        create_mcp_http_client(headers=headers) as http_client,
-        streamable_http_client(f"{url}/mcp", http_client=http_client) as (read, write),
-        ClientSession(read, write) as session,
-    ):
-        await session.initialize()
-        tools = await session.list_tools()
-        results = []
-        for name, args in calls:
-            results.append(await session.call_tool(name, args))
-        return {t.name for t in tools.tools}, results
-
-
-def run_session(url, key, calls):
-    return asyncio.run(_session_calls(url, key, calls))
-
-
-def body(result) -> dict:
-    """A tool result's JSON body (structured content, or the error envelope in the text)."""
-    if result.is_error:
-        # The SDK prefixes "Error executing tool <name>: " to the envelope.
-        text = result.content[0].text
-        return json.loads(text[text.index("{") :])
-    if result.structured_content is not None:
-        return result.structured_content
-    return json.loads(result.content[0].text)
 
 
 @pytest.fixture

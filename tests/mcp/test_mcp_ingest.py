@@ -10,7 +10,7 @@ from rest_framework.test import APIClient
 from memories.formation.ingest import DISABLED_REASON
 from memories.models import ExtractionRun, Memory, Message, Thread
 from tests.factories import make_agent, make_key, make_tenant
-from tests.mcp.test_mcp import GITHUB_TOKEN, body, run_session
+from tests.support.mcp import GITHUB_TOKEN, body, run_session
 
 CONVERSATION = [
     {"role": "user", "content": "I am vegetarian", "created_at": "2026-05-01T10:00:00Z"},

@@ -20,7 +20,7 @@ from memories.mcp.listen import CURRENT_TENANT, TenantBus
 from memories.models import Kind, Memory, MemoryRevision
 from memories.services import kind_changes
 from tests.factories import make_agent, make_key, make_tenant
-from tests.mcp.test_mcp import body, run_session
+from tests.support.mcp import body, run_session
 
 
 @pytest.fixture

@@ -62,7 +62,7 @@ def test_control_and_invisible_characters_in_a_key_are_refused(api_client, key):
 def test_an_operator_correction_normalises_and_refuses_keys_the_same_way(tenant, agent):
     from memories.services.operator_actions import memory_correct
     from memoryhub.errors import InvalidInput
-    from tests.console.conftest import store
+    from tests.support.memories import store
 
     memory = store(agent, "Ann")
     corrected = memory_correct(

@@ -28,7 +28,7 @@ from memories.services import changes, lifecycle, store
 from memories.services.operator_actions import CORRECTABLE_FIELDS
 from memories.services.write_support import clean_reason
 from memoryhub.errors import InvalidInput, SecretRejected
-from tests.memories.secret_corpus import FALSE_POSITIVES, TRUE_POSITIVES
+from tests.support.secret_corpus import FALSE_POSITIVES, TRUE_POSITIVES
 
 NOW = datetime(2026, 5, 1, 9, 0, tzinfo=UTC)
 TP_IDS = [f"{rule}-{index}" for index, (rule, _, _) in enumerate(TRUE_POSITIVES)]

@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memories.secrets_scan import RULE_NAMES, SecretFinding, find_secret, normalise
-from tests.memories.nonsecret_corpus import NON_SECRET_OBJECTS, NON_SECRETS, REPORTED
-from tests.memories.secret_corpus import (
+from tests.support.nonsecret_corpus import NON_SECRET_OBJECTS, NON_SECRETS, REPORTED
+from tests.support.secret_corpus import (
     FALSE_POSITIVE_OBJECTS,
     FALSE_POSITIVES,
     TRUE_POSITIVES,

@@ -1,6 +1,6 @@
 """User scope (docs/memory-model.md#scopes-agent-and-user) beyond visibility
-(tests/memories/test_api_access.py): what a user memory may be, its cap per subject, erasure, export
-and backups."""
+(tests/memories/api/test_access.py): what a user memory may be, its cap per subject, erasure,
+export and backups."""
 
 from __future__ import annotations
 

@@ -11,7 +11,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import httpx
@@ -21,7 +20,7 @@ from rest_framework.test import APIClient
 
 from accounts.principal import Principal
 from memories.services.store import memory_store
-from tests.jobs.conftest import command_env
+from tests.support.commands import _wait_answering, command_env
 
 TOKEN = "scrape-token-for-tests"
 BASE_DIR = Path(settings.BASE_DIR)
@@ -127,18 +126,6 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def _wait_answering(url: str, process: subprocess.Popen) -> None:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        assert process.poll() is None, process.communicate()
-        try:
-            httpx.get(url + "/healthz", timeout=2)
-            return
-        except httpx.TransportError:
-            time.sleep(0.1)  # polling a server starting up, not timing anything
-    raise AssertionError("the server did not start")
 
 
 @pytest.fixture

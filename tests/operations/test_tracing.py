@@ -24,8 +24,8 @@ from memories.retrieval.search import memory_search
 from memories.services.store import memory_store
 from memoryhub import tracing
 from tests.factories import make_key
-from tests.jobs.conftest import command_env
-from tests.operations.test_metrics import _free_port, _wait_answering
+from tests.support.commands import _wait_answering, command_env
+from tests.support.live_server import _free_port
 
 BASE_DIR = Path(settings.BASE_DIR)
 

@@ -1,1 +1,2 @@
-"""Test doubles shared by the whole suite (stand-in servers, not fixtures: see tests/conftest.py)."""
+"""Code shared by the test modules: stand-in servers, helpers, corpora, and the fixtures that
+more than one directory uses (each conftest imports those it needs). Never a test."""

@@ -11,8 +11,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from memories.models import Memory, Message
-from tests.memories.nonsecret_corpus import NON_SECRET_OBJECTS, NON_SECRETS, REPORTED
-from tests.memories.secret_corpus import (
+from tests.support.nonsecret_corpus import NON_SECRET_OBJECTS, NON_SECRETS, REPORTED
+from tests.support.secret_corpus import (
     FALSE_POSITIVE_OBJECTS,
     FALSE_POSITIVES,
     TRUE_POSITIVES,

@@ -147,7 +147,7 @@ class Fuzzing:
         memory reaches the success schema); a malformed one stays as generated and must answer
         404. A well-formed Idempotency-Key is made unique to its case: generators repeat short
         values such as "0", and a reused key with another body is only ever 422 (reuse itself
-        is tested in test_api_concurrency). A thread named in the path is made to exist for its
+        is tested in test_concurrency). A thread named in the path is made to exist for its
         subject (a message in it), so thread reads and `/extract` reach their success schemas."""
         self.cases += 1
         memory_id = (case.path_parameters or {}).get("memory_id")

@@ -9,8 +9,8 @@ import pytest
 from django.db import connection
 
 from memories.models import Memory
-from tests.console.conftest import store
 from tests.factories import make_agent
+from tests.support.memories import store
 
 backfill = importlib.import_module("memories.migrations.0061_memory_review_reason_backfill")
 

@@ -10,14 +10,8 @@ from pathlib import Path
 import pytest
 
 from memories.models import Memory, Status
-from tests.console.test_browser import (  # noqa: F401 - fixtures
-    CHROMIUM,
-    browser,
-    expect,
-    new_page,
-    shot,
-)
 from tests.factories import make_agent
+from tests.support.browser import CHROMIUM, browser, expect, new_page, shot  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -102,7 +102,7 @@ def test_a_warm_connection_stores_and_recalls_without_planning_again(
     statuses, categories and limits as parameters, a table of some size with statistics made
     PostgreSQL plan every execution anew. The search ranking over a large scope and hydrate's
     pools still are planned for each request's values (their best plan depends on them); a
-    small scope's exact ranking has a generic plan (tests/memories/test_exact_scope.py)."""
+    small scope's exact ranking has a generic plan (tests/memories/retrieval/test_exact_scope.py)."""
     monkeypatch.setattr(search, "EXACT_SCOPE", 0)  # every scope large: the HNSW statement
     seed_synthetic(tenant, [agent, make_agent(tenant, "crowd")], 1500)
     with connection.cursor() as cursor:
