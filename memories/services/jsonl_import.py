@@ -333,6 +333,8 @@ def _agent(tenant: Tenant, agents: dict[str, Agent], line: ImportLine) -> Agent 
     slug = line.fields.get("agent")
     if not slug:
         return None
+    if not isinstance(slug, str):
+        raise ImportLineError(line.number, "invalid agent slug")
     agent = agents.get(slug)
     if agent is None:
         try:

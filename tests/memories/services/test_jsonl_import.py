@@ -96,6 +96,14 @@ def test_apply_names_the_line_of_an_agent_slug_it_cannot_create(tenant, agent):
     assert not Memory.objects.filter(pk__in=IDS).exists()
 
 
+@pytest.mark.parametrize("slug", [["support-bot"], {"slug": "support-bot"}, 7])
+def test_an_agent_that_is_not_a_string_is_the_lines_error(tenant, agent, slug):
+    with pytest.raises(ImportLineError) as exc:
+        jsonl_import(tenant=tenant, actor="operator:t", lines=[_line(IDS[0], agent=slug)])
+    assert (exc.value.line, exc.value.message) == (1, "invalid agent slug")
+    assert not Memory.objects.filter(pk=IDS[0]).exists()
+
+
 def test_apply_names_the_line_whose_write_fails(tenant, agent):
     lines = [_line(IDS[0], key="hours"), _line(IDS[1]), _line(IDS[2], key="hours")]
     with pytest.raises(ImportLineError) as exc:
