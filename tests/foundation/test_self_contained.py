@@ -25,7 +25,7 @@ MEASURING_DIRS = ("bench",)
 MIGRATION_DIRS = (ROOT / "memories" / "migrations", ROOT / "accounts" / "migrations")
 
 # `SPEC`, a word of its own (not `SPECTACULAR_SETTINGS`), or a bare section sign with a number.
-CITATION = re.compile(r"\bSPEC\b|§\s*\d")
+CITATION = re.compile(r"\b[S]PEC\b|§\s*\d")  # [S]: this file is no citation itself
 # A figure with a unit of time, throughput or share, on a line that also compares or measures.
 FIGURE = re.compile(r"\d(?:[\d.,]*\d)?\s*(?:ms|µs|req/s|rps|MB/s|%|×)(?![\w/])")
 MEASURING = re.compile(r"\b(?:p50|p95|p99|median|measured|faster|slower|against)\b", re.I)
