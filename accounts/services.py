@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
@@ -11,6 +12,9 @@ from django.utils import timezone
 from accounts import keys
 from accounts.models import Agent, ApiKey, Membership, Role, Scope, Tenant
 from memoryhub.errors import InvalidInput, NotFound
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User as UserModel
 
 User = get_user_model()
 
@@ -60,7 +64,7 @@ def tenant_extraction_budget_update(*, tenant: Tenant, tokens: int) -> Tenant:
 
 
 @transaction.atomic
-def tenant_policy_update(*, tenant: Tenant, **policy) -> Tenant:
+def tenant_policy_update(*, tenant: Tenant, **policy: Any) -> Tenant:
     """Change a tenant's memory policy (`user_cap`, `max_retention`). The memories whose
     expiry a retention change moves are the memories app's to recompute
     (`memories.services.policies`, which calls this)."""
@@ -87,7 +91,7 @@ def agent_get_or_create(*, tenant: Tenant, slug: str, name: str = "") -> Agent:
 
 @transaction.atomic
 def agent_policy_update(
-    *, tenant: Tenant, agent: Agent, reads_from: list[str] | None = None, **policy
+    *, tenant: Tenant, agent: Agent, reads_from: list[str] | None = None, **policy: Any
 ) -> Agent:
     """Change an agent's policy; `reads_from` names other agents of the same tenant."""
     if agent.tenant_id != tenant.pk:
@@ -164,7 +168,7 @@ def api_key_revoke(*, tenant: Tenant, key_id: int) -> ApiKey:
 
 
 @transaction.atomic
-def operator_password_reset(*, email: str, password: str) -> User:
+def operator_password_reset(*, email: str, password: str) -> UserModel:
     """Give an existing operator a new password (their memberships and roles stay as they are);
     a new one is refused: `operator_create` makes operators."""
     user = User.objects.filter(username=email.strip().lower()).first()
