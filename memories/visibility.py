@@ -149,7 +149,7 @@ def formation_shown_q(*, agent: Agent, subject_id: str | None) -> Q:
 
 def visible_memories(
     *,
-    tenant: Tenant,
+    tenant: Tenant | int,
     agent: Agent,
     subject_id: str | None,
     include_shared: bool = True,

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
 from django.contrib.postgres.search import SearchVector, SearchVectorField
@@ -58,8 +60,8 @@ class Category:
     BUILTIN = (CORE, DAILY, CONVERSATION, WORKSPACE, ARCHIVAL)
 
 
-class MemoryQuerySet(TenantQuerySet):
-    def live(self, now=None) -> MemoryQuerySet:
+class MemoryQuerySet(TenantQuerySet["Memory"]):
+    def live(self, now: datetime | None = None) -> MemoryQuerySet:
         """Active and not past `expires_at`: what every read may return."""
         now = now or timezone.now()
         return self.filter(status=Status.ACTIVE).filter(

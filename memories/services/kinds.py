@@ -26,7 +26,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Count
+from django.db.models import Count, QuerySet
 from jsonschema import Draft202012Validator
 
 from accounts.models import Tenant
@@ -178,13 +178,15 @@ def _check_tool_name(tenant: Tenant, name: str) -> None:
             )
 
 
-def _check_stored_data(rows, schema: dict, old_schema: dict | None, name: str) -> None:
+def _check_stored_data(
+    rows: QuerySet[Memory], schema: dict[str, Any], old_schema: dict[str, Any] | None, name: str
+) -> None:
     """CONFLICT when live memories of the kind satisfied the old definition (or none) and fail
     `schema`."""
     new = Draft202012Validator(schema)
     old = Draft202012Validator(old_schema) if old_schema is not None else None
     offending: list[str] = []
-    first_errors: list[dict] = []
+    first_errors: list[dict[str, Any]] = []
     for memory_id, data in rows.order_by("id").values_list("id", "data").iterator(2000):
         errors = kinds.data_errors(new, data)
         if errors and (old is None or not kinds.data_errors(old, data)):
@@ -199,7 +201,7 @@ def _check_stored_data(rows, schema: dict, old_schema: dict | None, name: str) -
         )
 
 
-def _check_one_per_owner(rows, name: str) -> None:
+def _check_one_per_owner(rows: QuerySet[Memory], name: str) -> None:
     """CONFLICT when an owner and subject have several live memories of the kind."""
     with connection.cursor() as cursor:
         sql, params = rows.values("id").query.sql_with_params()
