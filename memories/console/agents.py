@@ -3,6 +3,8 @@ limits, retention, formation (SPEC §11, §13)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Q
@@ -30,7 +32,8 @@ from memoryhub.errors import DomainError
 
 @require_role(Role.VIEWER)
 def agent_list(request: ConsoleRequest) -> HttpResponse:
-    agents = (
+    # Agents with their counts and, below, `core_over`: attributes of their own.
+    agents: Any = (
         Agent.objects.for_tenant(request.tenant)
         .annotate(
             live_count=Count("memories", filter=Q(memories__status=Status.ACTIVE), distinct=True),

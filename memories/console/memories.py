@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import messages
-from django.http import HttpResponse
+from django.http import HttpResponse, QueryDict
 from django.shortcuts import redirect
 from django.urls import reverse
 from django.views.decorators.http import require_POST
@@ -44,8 +45,8 @@ EXPIRY_CHOICES = [("24h", "Within 24 h"), ("7d", "Within 7 days"), ("never", "Ne
 BACK_LABELS = {"review": "Review queue", "tombstones": "Tombstones", "memories": "Memories"}
 
 
-def parse_filters(params) -> dict:
-    filters = {name: clean_param(params.get(name)) for name in sel.FILTER_FIELDS}
+def parse_filters(params: QueryDict) -> dict[str, Any]:
+    filters: dict[str, Any] = {name: clean_param(params.get(name)) for name in sel.FILTER_FIELDS}
     filters["tags"] = [clean_param(t).lower() for t in params.getlist("tag") if clean_param(t)]
     return filters
 

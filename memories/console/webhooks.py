@@ -5,7 +5,7 @@ as REST (`memories.webhooks.endpoints`)."""
 from __future__ import annotations
 
 from django import forms
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
@@ -109,7 +109,7 @@ def delivery_resend(request: ConsoleRequest, delivery_id: int) -> HttpResponse:
     return done(request, "Queued to be sent again.", back or reverse("console:webhooks"))
 
 
-def disabled_webhooks(request: HttpRequest) -> list[WebhookEndpoint]:
+def disabled_webhooks(request: ConsoleRequest) -> list[WebhookEndpoint]:
     """For the dashboard: endpoints disabled after 24 h of failures, shown to admins."""
     membership = getattr(request, "membership", None)
     if membership is None or not membership.has_role(Role.ADMIN):

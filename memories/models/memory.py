@@ -403,7 +403,7 @@ class Memory(models.Model):
     @property
     def owner_label(self) -> str:
         if self.agent_id:
-            return self.agent.slug
+            return self.agent.slug  # type: ignore[union-attr]  # agent_id is set
         return "user" if self.scope == Scope.USER else "workspace"
 
 
@@ -442,6 +442,8 @@ class MemoryRevision(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
 
     objects = TenantQuerySet.as_manager()
+    # The start of its memory's text, set for the console's lists (no column).
+    memory_label: str
 
     class Meta:
         indexes = [

@@ -205,7 +205,7 @@ def _pool_statements(
 NEWEST = ("-updated_at", "-id")
 
 
-def _newest(parts: list[QuerySet[Memory]]) -> QuerySet[Memory, tuple[Any, ...]]:
+def _newest(parts: Sequence[QuerySet[Memory]]) -> QuerySet[Memory, tuple[Any, ...]]:
     """(id, size_bytes, updated_at, chars) of the parts' rows, newest first."""
     rows = [_part_rows(part, core=False).order_by(*NEWEST) for part in parts]
     return rows[0] if len(rows) == 1 else rows[0].union(*rows[1:], all=True).order_by(*NEWEST)
