@@ -128,8 +128,10 @@ def export_jsonl(memories: QuerySet, *, chunk_size: int = CHUNK_SIZE) -> Iterato
 def _parse_line(number: int, line: str) -> dict[str, Any]:
     try:
         record = json.loads(line)
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         raise ImportLineError(number, f"not valid JSON ({exc.msg})") from exc
+    except ValueError as exc:  # an integer of more digits than Python converts
+        raise ImportLineError(number, "not valid JSON (a number too long)") from exc
     except RecursionError:
         raise ImportLineError(number, "not valid JSON (nested too deeply)") from None
     if not isinstance(record, dict):
