@@ -8,19 +8,21 @@ and expired keys all get the same 401 body.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import connection, models
 from django.utils import timezone
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.permissions import BasePermission
-from rest_framework.request import Request
-from rest_framework.views import APIView
 
 from accounts import keys
 from accounts.models import Agent, ApiKey, Tenant
 from accounts.principal import Principal
 from memoryhub.errors import WWW_AUTHENTICATE, Unauthenticated
+
+if TYPE_CHECKING:  # DRF imports this module while it loads its views
+    from rest_framework.request import Request
+    from rest_framework.views import APIView
 
 
 def _columns(model: type[models.Model]) -> list[str]:

@@ -22,7 +22,7 @@ from memories.visibility import source_label
 # slug (the column holds its id), `source` the viewer's relation to the owner.
 _OWNER_FIELDS = ("agent", "source")
 _COLUMNS = tuple(
-    cast(models.Field[Any, Any], Memory._meta.get_field(name))  # each one a column
+    cast("models.Field[Any, Any]", Memory._meta.get_field(name))  # each one a column
     for name in PUBLIC_FIELDS
     if name not in _OWNER_FIELDS
 )
