@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,7 +108,7 @@ class ImportResult:
 
 def memory_to_record(memory: Memory) -> dict[str, Any]:
     record: dict[str, Any] = {"format": FORMAT, "id": memory.pk}
-    record["agent"] = memory.agent.slug if memory.agent_id else None
+    record["agent"] = memory.agent.slug if memory.agent_id else None  # type: ignore[union-attr]
     for name in PLAIN_FIELDS:
         record[name] = getattr(memory, name)
     for name in DATETIME_FIELDS:
@@ -160,7 +160,7 @@ def _validate_fields(record: dict[str, Any]) -> None:
     validation.reject_nul(record)
     if record.get("status") not in Status.values:
         raise InvalidInput("unknown status", field="status")
-    checks = {
+    checks: dict[str, Callable[[Any], Any]] = {
         "review_state": lambda v: validation.choice(
             v, "review_state", tuple(ReviewState.values), ReviewState.NONE
         ),
@@ -411,8 +411,8 @@ def _integrity_message(exc: IntegrityError, memory: Memory) -> str:
     constraint = getattr(getattr(exc.__cause__, "diag", None), "constraint_name", None)
     if constraint == "memories_memory_pkey":  # the id was taken, here or in another tenant
         return UNIMPORTABLE_ID
-    if constraint == "memory_live_key_uniq":
-        key = memory.key if len(memory.key) <= 80 else memory.key[:79] + "…"
+    if constraint == "memory_live_key_uniq":  # the memory has a key
+        key = memory.key if len(memory.key) <= 80 else memory.key[:79] + "…"  # type: ignore[arg-type, index]
         return f"key '{key}' is already held by a live memory of the same owner and subject"
     if constraint == "memory_live_single_uniq":
         return f"the owner and subject have a live '{memory.kind}' already (a single kind)"

