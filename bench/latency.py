@@ -173,7 +173,7 @@ def seed_agent(
     vectors: list = []
     sql = f"COPY memories_memory ({COLUMNS}) FROM STDIN"
     with connection.cursor() as cursor, cursor.cursor.copy(sql) as copy:
-        for i, text in enumerate(texts):
+        for i, body in enumerate(texts):
             if i % SEED_CHUNK == 0:
                 vectors = embedder.embed(texts[i : i + SEED_CHUNK])
             category, thread_id = _category(i)
@@ -210,8 +210,8 @@ def seed_agent(
                     "active",
                     None,
                     "none",
-                    len(text.encode()),
-                    content_hash(text, None),
+                    len(body.encode()),
+                    content_hash(body, None),
                     _vector_text(vectors[i % SEED_CHUNK]),
                     embedder.model_name,
                     "",
