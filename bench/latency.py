@@ -190,7 +190,7 @@ def seed_agent(
                     key_for(agent_index, i) if keyed else None,
                     category,
                     "fact",
-                    text,
+                    body,
                     None,
                     [rng.choice(("crm", "billing", "travel", "support"))],
                     subject,

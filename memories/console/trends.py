@@ -183,7 +183,9 @@ def runs_per_day(*, tenant: Tenant, days: list[date]) -> tuple[dict[str, list[in
         .annotate(day=TruncDate("created_at", tzinfo=UTC))
         .values("day", "state")
         # `tokens` names a property of the model, not a field: the stubs' plugin mistakes it.
-        .annotate(n=Count("id"), tokens=Sum(F("prompt_tokens") + F("completion_tokens")))  # type: ignore[no-redef]
+        .annotate(  # type: ignore[no-redef]
+            n=Count("id"), tokens=Sum(F("prompt_tokens") + F("completion_tokens"))
+        )
         .order_by()
     )
     runs: dict[str, dict[date, int]] = defaultdict(lambda: defaultdict(int))
