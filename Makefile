@@ -57,10 +57,11 @@ test: install chromium
 	$(BIN)/python manage.py makemigrations --check --dry-run
 	$(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
 
-# Lint needs only the tools: the virtualenv (ruff) and the client's node_modules.
+# Lint needs only the tools: the virtualenv (ruff, mypy) and the client's node_modules.
 lint: $(STAMP) lint-ts
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 # The TypeScript client: ESLint (type-aware; it builds dist/ first) and Prettier's check.
 lint-ts: $(NODE_STAMP)

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django import forms
 from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
 
 from accounts.models import Agent, ApiKey, Membership, Tenant
 from accounts.services import api_key_revoke
@@ -21,10 +25,10 @@ class TenantAdmin(admin.ModelAdmin):
     search_fields = ("slug", "name")
     readonly_fields = ("slug", "max_retention", "kinds_version", "created_at")
 
-    def has_add_permission(self, request):
+    def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
-    def has_delete_permission(self, request, obj=None):
+    def has_delete_permission(self, request: HttpRequest, obj: Tenant | None = None) -> bool:
         return False
 
 
@@ -50,10 +54,10 @@ class ApiKeyForm(forms.ModelForm):
         model = ApiKey
         fields = ("name", "expires_at")
 
-    def clean_expires_at(self):
+    def clean_expires_at(self) -> datetime | None:
         """A key's life may be shortened, never lengthened: a later or cleared expiry on a key
         that has one would bring back a key someone chose to end."""
-        expires_at = self.cleaned_data["expires_at"]
+        expires_at: datetime | None = self.cleaned_data["expires_at"]
         current = self.instance.expires_at
         if current is not None and (expires_at is None or expires_at > current):
             raise forms.ValidationError("An expiry can only be moved earlier.")
@@ -94,7 +98,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
     actions = ("revoke_selected",)
 
     @admin.action(description="Revoke selected keys")
-    def revoke_selected(self, request, queryset):
+    def revoke_selected(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> None:
         already = 0
         keys = list(queryset)
         for key in keys:
@@ -106,10 +110,10 @@ class ApiKeyAdmin(admin.ModelAdmin):
             request, f"Revoked {revoked} {noun} ({already} already revoked).", messages.SUCCESS
         )
 
-    def has_add_permission(self, request):
+    def has_add_permission(self, request: HttpRequest) -> bool:
         # A key added here would have no secret and no hash: keys come from the console's
         # `Create key` or `manage.py create_api_key`, which show the key once.
         return False
 
-    def has_delete_permission(self, request, obj=None):
+    def has_delete_permission(self, request: HttpRequest, obj: ApiKey | None = None) -> bool:
         return False

@@ -7,7 +7,10 @@ and expired keys all get the same 401 body.
 
 from __future__ import annotations
 
-from django.db import connection
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from django.db import connection, models
 from django.utils import timezone
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.permissions import BasePermission
@@ -17,8 +20,12 @@ from accounts.models import Agent, ApiKey, Tenant
 from accounts.principal import Principal
 from memoryhub.errors import WWW_AUTHENTICATE, Unauthenticated
 
+if TYPE_CHECKING:  # DRF imports this module while it loads its views
+    from rest_framework.request import Request
+    from rest_framework.views import APIView
 
-def _columns(model) -> list[str]:
+
+def _columns(model: type[models.Model]) -> list[str]:
     return [field.column for field in model._meta.concrete_fields]
 
 
@@ -45,7 +52,12 @@ def _lookup_sql() -> str:
 LOOKUP_SQL = _lookup_sql()
 
 
-def _loading(model) -> tuple:
+# A model, its column count, its attribute names, and (position, converter) for the columns
+# that need one.
+_Loading = tuple[type[models.Model], int, list[str], list[tuple[int, Callable[..., Any]]]]
+
+
+def _loading(model: type[models.Model]) -> _Loading:
     """What loading `model` from its columns of the lookup row needs, worked out once."""
     fields = model._meta.concrete_fields
     converted = [(i, f.from_db_value) for i, f in enumerate(fields) if hasattr(f, "from_db_value")]
@@ -62,7 +74,7 @@ def _find_key(prefix: str) -> ApiKey | None:
         row = cursor.fetchone()
     if row is None:
         return None
-    instances = []
+    instances: list[Any] = []  # the key, its agent, the tenant
     start = 0
     for model, count, names, converted in _LOADING:
         values = list(row[start : start + count])
@@ -71,6 +83,9 @@ def _find_key(prefix: str) -> ApiKey | None:
             values[position] = from_db_value(values[position], None, connection)
         instances.append(model.from_db(connection.alias, names, values))
         start += count
+    api_key: ApiKey
+    agent: Agent
+    tenant: Tenant
     api_key, agent, tenant = instances
     agent.tenant = tenant
     agent._reads_from_ids = list(row[-1])
@@ -102,20 +117,22 @@ def bearer_token(header: str | None) -> str | None:
 
 
 class ApiKeyAuthentication(BaseAuthentication):
-    def authenticate(self, request):
+    def authenticate(self, request: Request) -> tuple[Principal, ApiKey | None]:
         token = bearer_token(request.META.get("HTTP_AUTHORIZATION"))
         principal = authenticate_key(token)
-        request._request.principal = principal
-        request._request.tenant = principal.tenant
-        request._request.agent = principal.agent
+        # On the Django request under DRF's, where middleware and logging read them.
+        django_request: Any = request._request
+        django_request.principal = principal
+        django_request.tenant = principal.tenant
+        django_request.agent = principal.agent
         return principal, principal.api_key
 
-    def authenticate_header(self, request) -> str:
+    def authenticate_header(self, request: Request) -> str:
         return WWW_AUTHENTICATE
 
 
 class HasAgentKey(BasePermission):
     """Every API view needs an authenticated agent key; scope checks happen per action."""
 
-    def has_permission(self, request, view) -> bool:
+    def has_permission(self, request: Request, view: APIView) -> bool:
         return isinstance(request.user, Principal)

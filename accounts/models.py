@@ -1,7 +1,8 @@
 from __future__ import annotations
 
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any, Self, TypeVar
 
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
@@ -19,7 +20,7 @@ CATEGORY_RE = r"^[a-z0-9_-]{1,40}\Z"
 MAX_RETENTION_SECONDS = 100 * 365 * 86400
 
 
-def validate_retention(value) -> None:
+def validate_retention(value: object) -> None:
     """A `max_retention` policy: {category: seconds}, each a whole number of seconds > 0."""
     if not isinstance(value, dict):
         raise ValidationError("A retention policy maps categories to durations.")
@@ -34,10 +35,13 @@ def validate_retention(value) -> None:
             raise ValidationError(f"The retention of “{category}” must be a positive duration.")
 
 
-class TenantQuerySet(models.QuerySet):
+_M = TypeVar("_M", bound=models.Model)
+
+
+class TenantQuerySet(models.QuerySet[_M]):
     """The one way to start a query over a tenant-owned model: `X.objects.for_tenant(t)`."""
 
-    def for_tenant(self, tenant: Tenant | int):
+    def for_tenant(self, tenant: Tenant | int) -> Self:
         tenant_id = tenant if isinstance(tenant, int) else tenant.pk
         return self.filter(tenant_id=tenant_id)
 
@@ -62,7 +66,7 @@ class Tenant(models.Model):
     def __str__(self) -> str:
         return self.slug
 
-    def policy(self) -> dict:
+    def policy(self) -> dict[str, Any]:
         """The tenant's memory policy, as `tenant_policy` prints it."""
         return {
             "tenant": self.slug,
@@ -73,7 +77,7 @@ class Tenant(models.Model):
         }
 
 
-def retention_json(stored: dict) -> dict[str, str]:
+def retention_json(stored: dict[str, int]) -> dict[str, str]:
     """A stored `max_retention` ({category: seconds}) as durations: {"daily": "72h"}."""
     return {
         category: format_duration(timedelta(seconds=seconds))
@@ -88,7 +92,7 @@ class Role(models.TextChoices):
     VIEWER = "viewer", "Viewer"
 
 
-ROLE_RANK = {Role.VIEWER: 0, Role.REVIEWER: 1, Role.ADMIN: 2, Role.OWNER: 3}
+ROLE_RANK: dict[str, int] = {Role.VIEWER: 0, Role.REVIEWER: 1, Role.ADMIN: 2, Role.OWNER: 3}
 
 
 class Membership(models.Model):
@@ -183,6 +187,8 @@ class Agent(models.Model):
     updated_at = models.DateTimeField(default=timezone.now)
 
     objects = TenantQuerySet.as_manager()
+    # The ids of `reads_from`, cached on the instance by the visibility checks (no column).
+    _reads_from_ids: list[int]
 
     class Meta:
         constraints = [
@@ -193,7 +199,7 @@ class Agent(models.Model):
     def __str__(self) -> str:
         return f"{self.tenant.slug}/{self.slug}"
 
-    def policy(self) -> dict:
+    def policy(self) -> dict[str, Any]:
         return {
             "tenant": self.tenant.slug,
             "agent": self.slug,
@@ -263,6 +269,6 @@ class ApiKey(models.Model):
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.agent})"
 
-    def is_active(self, now=None) -> bool:
+    def is_active(self, now: datetime | None = None) -> bool:
         now = now or timezone.now()
         return self.revoked_at is None and (self.expires_at is None or self.expires_at > now)

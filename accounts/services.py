@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
@@ -12,6 +13,9 @@ from django.utils import timezone
 from accounts import keys
 from accounts.models import Agent, ApiKey, Membership, Role, Scope, Tenant
 from memoryhub.errors import InvalidInput, NotFound
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User as UserModel
 
 User = get_user_model()
 
@@ -61,7 +65,7 @@ def tenant_extraction_budget_update(*, tenant: Tenant, tokens: int) -> Tenant:
 
 
 @transaction.atomic
-def _tenant_policy_write(*, tenant: Tenant, **policy) -> Tenant:
+def _tenant_policy_write(*, tenant: Tenant, **policy: Any) -> Tenant:
     """Internal: validate and write a tenant's policy row (`user_cap`, `max_retention`) only.
     Call `memories.services.policies.tenant_policy_set`, the one entry point, which also
     recomputes the expiry of the memories a retention change governs. (The entry point lives in
@@ -103,7 +107,7 @@ def agent_create(*, tenant: Tenant, slug: str, name: str = "") -> Agent:
 
 @transaction.atomic
 def _agent_policy_write(
-    *, tenant: Tenant, agent: Agent, reads_from: list[str] | None = None, **policy
+    *, tenant: Tenant, agent: Agent, reads_from: list[str] | None = None, **policy: Any
 ) -> Agent:
     """Internal: validate and write an agent's policy row only; `reads_from` names other agents
     of the same tenant. Call `memories.services.policies.agent_policy_set`, the one entry point,
@@ -183,7 +187,7 @@ def api_key_revoke(*, tenant: Tenant, key_id: int) -> ApiKey:
 
 
 @transaction.atomic
-def operator_password_reset(*, email: str, password: str) -> User:
+def operator_password_reset(*, email: str, password: str) -> UserModel:
     """Give an existing operator a new password (their memberships and roles stay as they are);
     a new one is refused: `operator_create` makes operators."""
     user = User.objects.filter(username=email.strip().lower()).first()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
@@ -11,7 +13,7 @@ from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
-from accounts.console import SESSION_TENANT_KEY
+from accounts.console import SESSION_TENANT_KEY, OperatorRequest
 from accounts.models import Membership
 
 
@@ -20,14 +22,18 @@ class LoginView(auth_views.LoginView):
     redirect_authenticated_user = True
 
 
-def lockout_username(request: HttpRequest, credentials: dict | None) -> str:
+def lockout_username(request: HttpRequest, credentials: dict[str, Any] | None) -> str:
     """The name django-axes counts failures under: the sign-in name as Django compares it
     (trimmed, lower-cased, as operators are created), so `Ops@X` and `ops@x ` share a count."""
     raw = (credentials or {}).get("username") or request.POST.get("username") or ""
     return raw.strip().lower()
 
 
-def lockout_response(request: HttpRequest, original_response=None, credentials=None):
+def lockout_response(
+    request: HttpRequest,
+    original_response: HttpResponse | None = None,
+    credentials: dict[str, Any] | None = None,
+) -> HttpResponse:
     """django-axes' answer once a user and IP address are locked out: the login page again,
     saying why and for how long (429 with Retry-After)."""
     minutes = max(1, round(settings.AXES_COOLOFF_TIME.total_seconds() / 60))
@@ -52,7 +58,7 @@ class LogoutView(auth_views.LogoutView):
 
 @login_required
 @require_POST
-def switch_tenant(request: HttpRequest) -> HttpResponse:
+def switch_tenant(request: OperatorRequest) -> HttpResponse:
     """Make another of the operator's tenants the current one (unknown ones answer 404)."""
     membership = (
         Membership.objects.filter(user=request.user, tenant__slug=request.POST.get("tenant", ""))

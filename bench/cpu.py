@@ -129,7 +129,7 @@ def sample_kinds(roots: dict[str, list[int]], classify) -> dict[int, tuple[str, 
                 sample = process_cpu(pid)
                 kind = None if sample is None else classify(name, pid, sample, root)
                 if kind is not None:
-                    out[pid] = (kind, sample)
+                    out[pid] = (kind, sample)  # type: ignore[assignment]  # a sample: a kind
     return out
 
 

@@ -221,11 +221,11 @@ class Evaluation:
             .filter(thread=thread)
             .values_list("seq", "created_at")
         )
-        for seq, created_at in rows:
-            dia_id = stamps.get(_iso(created_at))
+        for seq, stored_at in rows:
+            dia_id = stamps.get(_iso(stored_at))
             if dia_id is not None:
                 dia_of[(thread_id, seq)] = dia_id
-        return thread, dia_of
+        return thread, dia_of  # type: ignore[return-value]  # a session has turns: a thread
 
     def extract_thread(self, thread: Thread) -> list[int]:
         """Run extraction on the thread until no message waits; returns the run ids."""

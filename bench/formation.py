@@ -232,8 +232,9 @@ def _run_metered(run_id: int, client: _MeteredClient) -> tuple[float, float] | N
     main_after, db_after = cpu.thread_ns(), cpu.process_ns(pid)
     if None in (main, db, main_after, db_after):
         return None
-    on_cpu = main_after[0] - main[0] - client.cpu_ns + db_after[0] - db[0]
-    waited = main_after[1] - main[1] - client.wait_ns + db_after[1] - db[1]
+    # None of the four is None past the check above.
+    on_cpu = main_after[0] - main[0] - client.cpu_ns + db_after[0] - db[0]  # type: ignore[index]
+    waited = main_after[1] - main[1] - client.wait_ns + db_after[1] - db[1]  # type: ignore[index]
     return on_cpu / 1e6, waited / 1e6
 
 

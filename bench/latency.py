@@ -176,7 +176,7 @@ def seed_agent(
     vectors: list = []
     sql = f"COPY memories_memory ({COLUMNS}) FROM STDIN"
     with connection.cursor() as cursor, cursor.cursor.copy(sql) as copy:
-        for i, text in enumerate(texts):
+        for i, body in enumerate(texts):
             if i % SEED_CHUNK == 0:
                 vectors = embedder.embed(texts[i : i + SEED_CHUNK])
             category, thread_id = _category(i)
@@ -194,7 +194,7 @@ def seed_agent(
                     key_for(agent_index, i) if keyed else None,
                     category,
                     kind,
-                    text,
+                    body,
                     json.dumps(value) if value is not None else None,
                     [rng.choice(("crm", "billing", "travel", "support"))],
                     subject,
@@ -214,8 +214,8 @@ def seed_agent(
                     "active",
                     None,
                     "none",
-                    len(text.encode()),
-                    content_hash(text, value),
+                    len(body.encode()),
+                    content_hash(body, value),
                     _vector_text(vectors[i % SEED_CHUNK]),
                     embedder.model_name,
                     "",

@@ -112,7 +112,7 @@ def serving(
             server_environment.pop(variable, None)
         else:
             server_environment[variable] = value
-    env = server_environment
+    env = server_environment  # type: ignore[assignment]
     log_path = data_dir / f"{name}.log"  # removed with the throwaway directory
     command = [sys.executable, "manage.py", "serve", "--port", str(port)]
     if workers is not None:
@@ -121,7 +121,7 @@ def serving(
         process = subprocess.Popen(
             command,
             cwd=settings.BASE_DIR,
-            env=env,
+            env=env,  # type: ignore[arg-type]  # str values only, from here on
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -263,20 +263,20 @@ def drive(
     ]
     try:
         for process, config in zip(processes, configs, strict=True):
-            process.stdin.write(json.dumps(config) + "\n")
-            process.stdin.flush()
+            process.stdin.write(json.dumps(config) + "\n")  # type: ignore[union-attr]  # PIPE
+            process.stdin.flush()  # type: ignore[union-attr]  # PIPE
         for process in processes:
-            if process.stdout.readline().strip() != "ready":
+            if process.stdout.readline().strip() != "ready":  # type: ignore[union-attr]  # PIPE
                 raise RuntimeError("a load client did not start")
         went = time.monotonic()
         for process in processes:
-            process.stdin.write("go\n")
-            process.stdin.flush()
+            process.stdin.write("go\n")  # type: ignore[union-attr]  # PIPE
+            process.stdin.flush()  # type: ignore[union-attr]  # PIPE
         started([process.pid for process in processes])
         out(f"{len(processes)} clients: {warmup:g}s warm-up, {duration:g}s measured")
         results = []
         for process in processes:
-            line = process.stdout.readline()
+            line = process.stdout.readline()  # type: ignore[union-attr]  # PIPE
             if process.wait(timeout=duration + warmup + 120) != 0 or not line:
                 raise RuntimeError("a load client failed")
             results.append(json.loads(line))

@@ -40,7 +40,11 @@ class Client:
         transport error. `headers` are added to (or replace) the client's own for this request
         (another agent's key, another service's header)."""
         if self.connection is None:
-            self.connection = http.client.HTTPConnection(self.host, self.port, timeout=60)
+            self.connection = http.client.HTTPConnection(
+                self.host,  # type: ignore[arg-type]  # an http:// URL has a host
+                self.port,
+                timeout=60,
+            )
         payload = None if body is None else json.dumps(body).encode()
         sent = self.headers if headers is None else self.headers | headers
         try:

@@ -27,6 +27,7 @@ import secrets
 import time
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 from bench import cpu
 from bench.corpus import CORPORA
@@ -136,7 +137,7 @@ def run_pair_bench(
         for kind, ms in used.items():
             spent[kind] = spent.get(kind, 0.0) + ms
     timed = duration * ROUNDS
-    sides = {}
+    sides: dict[str, dict[str, Any]] = {}
     for side in SIDES:
         mine = results[side]
         sides[side] = {

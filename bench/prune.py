@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 from django.db import connection, connections
@@ -68,7 +69,7 @@ def insert_memories(
 ) -> int:
     """Insert `n` active memories in SQL (fast enough for a million); returns n."""
     prefix = new_ulid()[-10:]  # the random part: ids stay unique across calls
-    params = {
+    params: dict[str, Any] = {
         "prefix": prefix,
         "tenant_id": tenant_id,
         "agent_id": agent_id,

@@ -33,6 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import zip_longest
 from pathlib import Path
+from typing import Any, TypeVar
 
 from accounts.services import agent_get_or_create, api_key_create, tenant_get_or_create
 from bench import locomo
@@ -52,7 +53,7 @@ KS = tuple(k for k in locomo.KS if k <= TOP_K)
 WARMUP = 5  # untimed requests of each sequential phase, each system
 TARGET = 2.0  # "every call ≥ 2× faster at p50" (docs/benchmarks.md, Targets)
 # What MemoryHub's server is started with here: the query-vector cache off, as mem0 has none.
-SERVER_ENV = {"MEMORYHUB_EMBEDDING_CACHE": "0"}
+SERVER_ENV: dict[str, str | None] = {"MEMORYHUB_EMBEDDING_CACHE": "0"}
 PHASES = ("bulk", "write", "search_hybrid", "search_semantic")
 # What sending on a connection the server has closed raises (load_client.Client closes its side
 # then, and the next request opens a new one).
@@ -196,7 +197,10 @@ def turns_in_order(conversations: list[locomo.Conversation]) -> list[tuple[int, 
     return [(index, turn) for index, c in enumerate(conversations) for turn in c.turns]
 
 
-def round_robin(lists: list[list]) -> Iterator[tuple[int, object]]:
+_T = TypeVar("_T")
+
+
+def round_robin(lists: list[list[_T]]) -> Iterator[tuple[int, _T]]:
     """(list index, item), one from each list in turn: the first of each, then the second..."""
     for row in zip_longest(*lists):
         for index, item in enumerate(row):
@@ -320,7 +324,7 @@ def _bulk(sides, stripes, conversations, ids, block, out) -> dict:
         for name in SYSTEMS
     }
     rates = [figures[name]["memories_per_s"] for name in SYSTEMS]
-    result = {**figures, "faster": _faster(figures), "order": "".join(order)}
+    result: dict[str, Any] = {**figures, "faster": _faster(figures), "order": "".join(order)}
     result["faster"]["throughput"] = round(rates[0] / rates[1], 2) if all(rates) else None
     out(
         f"bulk load: MemoryHub {rates[0]} memories/s, mem0 {rates[1]} "
@@ -347,7 +351,7 @@ def _sequential(phase, sides, timers, make, requests, warmup, out) -> tuple[dict
             progress.advance()
     progress.close()
     figures = {name: percentiles(latencies[name]) for name in SYSTEMS}
-    result = {**figures, "faster": _faster(figures), "order": "".join(order)}
+    result: dict[str, Any] = {**figures, "faster": _faster(figures), "order": "".join(order)}
     out(
         f"{phase}: MemoryHub p50 {figures['memoryhub']['p50']} ms, mem0 "
         f"{figures['mem0']['p50']} ms ({result['faster']['p50']}x at p50)"

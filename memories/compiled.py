@@ -20,7 +20,7 @@ from typing import Any
 from django.db import connections
 from django.db.models import Model, QuerySet
 from django.db.models.base import DEFERRED
-from django.db.models.query import get_related_populators
+from django.db.models.query import get_related_populators  # type: ignore[attr-defined]
 from django.db.models.sql import InsertQuery
 
 from accounts.models import Agent, Tenant

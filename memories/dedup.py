@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from django.db import connection
 from django.db.models import QuerySet
@@ -125,15 +126,16 @@ def run_near_duplicates(
     """Runs `near_duplicates_sql`'s statement (of `counts[i]` probes for the i-th candidate
     set) and gives what `near_duplicates_in` gives."""
     total = sum(counts)
-    exact: list[list[Memory]] = [[] for _ in range(total)]
-    near: list[list[Memory]] = [[] for _ in range(total)]
+    # Memories with the statement's `probe` and `distance` columns as attributes.
+    exact: list[list[Any]] = [[] for _ in range(total)]
+    near: list[list[Any]] = [[] for _ in range(total)]
     # HNSW keeps scanning past filtered-out rows (pgvector ≥ 0.8): a setting the connection
     # holds from its start, or this transaction sets (`memoryhub.hnsw`).
     with hnsw.scan_settings(hnsw.EF_SEARCH, savepoint=False), connection.cursor() as cursor:
         cursor.execute(*statement)
         fetched = cursor.fetchall()
     # Usually none: a store's look-alikes are the exception.
-    rows = _LOADER.load(fetched) if fetched else []
+    rows: list[Any] = _LOADER.load(fetched) if fetched else []
     if agents is not None:
         _with_agents(rows, agents)
     for memory in rows:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 from datetime import datetime, timedelta
+from typing import Any
 
 from accounts.models import Agent
 from accounts.principal import Principal
@@ -86,7 +87,7 @@ def seed_history(*, tenant, agent: Agent, now: datetime | None = None, seed: int
 def _store(rng: random.Random, principal: Principal, at: datetime):
     if rng.random() < 0.2:
         category, text = rng.choice(AGENT_FACTS)
-        data = {"text": text, "category": category}
+        data: dict[str, Any] = {"text": text, "category": category}
     else:
         subject = rng.choice(SUBJECTS)
         category, text = rng.choice(FACTS)

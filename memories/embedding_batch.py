@@ -91,7 +91,8 @@ class MicroBatcher:
     def _take(self, leader: _Request) -> list[_Request]:
         """The leader's request and those queued behind it, up to `max_batch` texts."""
         with self._lock:
-            batch, size = [], 0
+            batch: list[_Request] = []
+            size = 0
             for request in self._queue:
                 if batch and size + len(request.texts) > self.max_batch:
                     break
@@ -132,7 +133,7 @@ class MicroBatcher:
     def _result(request: _Request) -> Sequence:
         if request.error is not None:
             raise request.error
-        return request.vectors
+        return request.vectors  # type: ignore[return-value]  # set when there is no error
 
 
 class VectorCache:

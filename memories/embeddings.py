@@ -150,7 +150,8 @@ class LocalEmbedder:
         self.idle_threads = (
             settings.MEMORYHUB_EMBEDDER_IDLE_THREADS if idle_threads is None else idle_threads
         )
-        self.onnx_model = None  # the ONNX model, once loaded on that runtime
+        # The ONNX model, once loaded on that runtime.
+        self.onnx_model: onnx_minilm.OnnxMiniLM | None = None
         self._encode_fn = None
         self._load_lock = threading.Lock()
         if cache_size is None:

@@ -159,7 +159,8 @@ def respond(
     principal.require_scope("write")
     key = clean_key(key)
     if key is None:
-        return Outcome(*action(prepare() if prepare else None))
+        # Without `prepare` the action takes None (its Prepared is None).
+        return Outcome(*action(prepare() if prepare else None))  # type: ignore[arg-type]
     now = resolve_now(now)
     tenant = principal.tenant
     digest = key_digest(tenant.pk, key)
@@ -173,7 +174,7 @@ def respond(
         found = _find(tenant, digest, request_hash, now, unseal)
         if found is not None:
             return found
-        status, body = action(prepared)
+        status, body = action(prepared)  # type: ignore[arg-type]  # as above
         # An expired record of the same key.
         IdempotencyRecord.objects.for_tenant(tenant).filter(key_digest=digest).delete()
         IdempotencyRecord.objects.create(

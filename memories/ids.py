@@ -24,5 +24,5 @@ def new_memory_id() -> str:
     return "mem_" + new_ulid()
 
 
-def is_memory_id(value: str) -> bool:
+def is_memory_id(value: object) -> bool:
     return isinstance(value, str) and bool(MEMORY_ID_RE.fullmatch(value))

@@ -51,7 +51,7 @@ DATETIME_FIELDS = (
 
 def memory_to_record(memory: Memory) -> dict[str, Any]:
     record: dict[str, Any] = {"format": FORMAT, "id": memory.pk}
-    record["agent"] = memory.agent.slug if memory.agent_id else None
+    record["agent"] = memory.agent.slug if memory.agent_id else None  # type: ignore[union-attr]
     for name in PLAIN_FIELDS:
         record[name] = getattr(memory, name)
     for name in DATETIME_FIELDS:

@@ -293,7 +293,7 @@ def _own_keys(validator, instance: dict, schema: dict) -> set:
     keys: set = set()
     properties = schema.get("properties")
     if validator.is_type(properties, "object"):
-        keys |= properties.keys() & instance.keys()
+        keys |= properties.keys() & instance.keys()  # type: ignore[union-attr]  # an object
     for keyword in ("additionalProperties", "unevaluatedProperties"):
         subschema = schema.get(keyword)
         if subschema is not None:
@@ -415,11 +415,11 @@ KindValidator.descend = _metered_descend
 
 
 def _no_retrieval(uri: str):
-    raise referencing.exceptions.NoSuchResource(ref=uri)
+    raise referencing.exceptions.NoSuchResource(ref=uri)  # type: ignore[call-arg]  # attrs class
 
 
 # Only the specifications' own meta-schemas are known; anything else is never fetched.
-_REGISTRY = referencing.Registry(retrieve=_no_retrieval)
+_REGISTRY = referencing.Registry(retrieve=_no_retrieval)  # type: ignore[call-arg]  # attrs class
 
 
 def validator_for(schema: dict | bool) -> Draft202012Validator:

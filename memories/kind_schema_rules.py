@@ -121,7 +121,7 @@ def inspect(schema: dict) -> None:
     """`SchemaProblem` unless `schema` is within the limits, its patterns compile on RE2, its
     references resolve as the validator will resolve them, and no chain of references and
     combinators comes back to a schema without descending into the data."""
-    root = validator_for(schema)._resolver
+    root = validator_for(schema)._resolver  # type: ignore[attr-defined]  # jsonschema's resolver
     counts = {"subschemas": 0, "keywords": 0, "patterns": 0}
     walked: set[tuple[int, str]] = set()
     nodes: dict[int, str] = {}  # id of each schema object walked -> its pointer

@@ -269,7 +269,8 @@ class OnnxMiniLM:
                 out = np.empty((len(texts), hidden.shape[-1]), dtype=np.float32)
             weights = group_mask[..., None].astype(np.float32)
             out[rows] = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
-        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        # `out` is made by the first group: the embedder never asks for no texts.
+        norms = np.linalg.norm(out, axis=1, keepdims=True)  # type: ignore[arg-type]
         return out / np.clip(norms, 1e-12, None)
 
 

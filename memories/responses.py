@@ -6,10 +6,11 @@ them into the status and body each surface sends.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from accounts.models import Agent
 from memories.formation.ingest import IngestResult
+from memories.models import Memory
 from memories.serialization import iso, memory_json
 from memories.services.store import StoreResult
 
@@ -17,7 +18,8 @@ from memories.services.store import StoreResult
 def store_response(result: StoreResult, *, agent: Agent) -> tuple[int, dict[str, Any]]:
     """The status and body of `POST /api/v1/memories` (the MCP tool returns the
     same body): 201 when inserted, 200 when updated, replaced or already remembered."""
-    memory = result.memory
+    # Only a formed store, answered elsewhere, may have none.
+    memory = cast(Memory, result.memory)
     body: dict[str, Any] = {
         "ok": True,
         "memory_id": memory.id,

@@ -117,7 +117,7 @@ def _fold_non_ascii(error: UnicodeEncodeError) -> tuple[str, int]:
 
 
 _FOLD = "memoryhub.secrets_scan.fold"
-codecs.register_error(_FOLD, _fold_non_ascii)
+codecs.register_error(_FOLD, _fold_non_ascii)  # type: ignore[arg-type]  # encoding only
 
 # No rule can match fewer characters than this (`://a:b@c`), so shorter strings are skipped.
 _MIN_SCAN_LEN = 8
@@ -392,7 +392,7 @@ def _scan_assignments(text: str) -> str | None:
             start = at
             while start and low[start - 1] in _NAME_CHARS and at - start < 64:
                 start -= 1
-            end = resume = _NAME_END_RE.match(text, at).end()
+            end = resume = _NAME_END_RE.match(text, at).end()  # type: ignore[union-attr]  # `*+`
             name = text[start:end]
             if _is_secret_name(name):
                 assigned = _ASSIGNED_VALUE_RE.match(text, end)

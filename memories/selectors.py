@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
-from typing import Any
+from typing import Any, cast
 
 from django.db import connection
 from django.db.models import (
@@ -164,7 +164,7 @@ def memory_get(
 def memory_recall(
     *,
     principal: Principal,
-    key: str,
+    key: str | None,
     subject_id: str | None = None,
     now: datetime | None = None,
 ) -> Memory | None:
@@ -201,7 +201,8 @@ def memory_keys(
     if category:
         rows = rows.filter(category=validation.category(category, default=""))
     rows = _with_key_prefix(rows, key_prefix)
-    return list(rows.order_by("key").values_list("key", flat=True).distinct())
+    keys = rows.order_by("key").values_list("key", flat=True).distinct()
+    return cast(list[str], list(keys))  # key__isnull=False above
 
 
 def _with_key_prefix(rows: MemoryQuerySet, raw: Any) -> MemoryQuerySet:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from django.db import models
 
@@ -22,7 +22,9 @@ from memories.visibility import source_label
 # slug (the column holds its id), `source` the viewer's relation to the owner.
 _OWNER_FIELDS = ("agent", "source")
 _COLUMNS = tuple(
-    Memory._meta.get_field(name) for name in PUBLIC_FIELDS if name not in _OWNER_FIELDS
+    cast("models.Field[Any, Any]", Memory._meta.get_field(name))  # each one a column
+    for name in PUBLIC_FIELDS
+    if name not in _OWNER_FIELDS
 )
 
 
@@ -58,8 +60,14 @@ def memory_json(
     `agent:<slug>`, `workspace` or `user`)."""
     owner_slug = None
     if memory.agent_id is not None:
-        owner_slug = (slugs or {}).get(memory.agent_id) or memory.agent.slug
-    source = source_label(memory, agent, {memory.agent_id: owner_slug} if owner_slug else None)
+        owner_slug = (slugs or {}).get(memory.agent_id) or (
+            memory.agent.slug  # type: ignore[union-attr]  # agent_id is set
+        )
+    source = source_label(
+        memory,
+        agent,
+        {memory.agent_id: owner_slug} if owner_slug else None,  # type: ignore[dict-item]
+    )
     out: dict[str, Any] = dict.fromkeys(PUBLIC_FIELDS)  # the keys in the API's order
     for name, encode in _PYTHON_ENCODERS:
         value = getattr(memory, name)

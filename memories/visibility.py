@@ -149,7 +149,7 @@ def formation_shown_q(*, agent: Agent, subject_id: str | None) -> Q:
 
 def visible_memories(
     *,
-    tenant: Tenant,
+    tenant: Tenant | int,
     agent: Agent,
     subject_id: str | None,
     include_shared: bool = True,
@@ -214,5 +214,5 @@ def source_label(
         return "workspace"
     if agent is not None and owned.agent_id == agent.pk:
         return "own"
-    slug = (slugs or {}).get(owned.agent_id) or owned.agent.slug
+    slug = (slugs or {}).get(owned.agent_id) or owned.agent.slug  # type: ignore[union-attr]
     return f"shared:{slug}" if agent is not None else f"agent:{slug}"

@@ -73,7 +73,8 @@ from memoryhub.middleware import body_limit  # noqa: E402
 from memoryhub.renderers import FastJSONRenderer  # noqa: E402
 from memoryhub.web_pool import web_executor  # noqa: E402
 
-django_wsgi_pool = WSGIMiddleware(django_wsgi, workers=1)
+# Django's WSGIHandler is a WSGI app; the stubs type its start_response more narrowly.
+django_wsgi_pool = WSGIMiddleware(django_wsgi, workers=1)  # type: ignore[arg-type]
 # a2wsgi runs requests in its executor; it is the process's one pool (made no thread yet).
 django_wsgi_pool.executor = web_executor()
 host_logger = logging.getLogger("django.security.DisallowedHost")
@@ -182,7 +183,7 @@ async def _buffered(scope, body: bytes, send) -> None:
     included: Django's `request_finished` closes the thread's database connections) in that one
     thread."""
     loop = asyncio.get_running_loop()
-    environ = build_environ(scope, io.BytesIO(body))
+    environ = build_environ(scope, io.BytesIO(body))  # type: ignore[arg-type]  # a readable body
     context = contextvars.copy_context()
     answer = await loop.run_in_executor(
         django_wsgi_pool.executor, context.run, _call_django, environ, loop, send

@@ -111,7 +111,7 @@ def _pools() -> dict:
     from django.db.backends.postgresql.base import DatabaseWrapper
 
     # Django 5.2 keeps one psycopg pool per alias in this class attribute (`pool` property).
-    return DatabaseWrapper._connection_pools
+    return DatabaseWrapper._connection_pools  # type: ignore[attr-defined]  # Django's own
 
 
 def replace_pools() -> None:
@@ -129,7 +129,7 @@ def replace_pools() -> None:
         staging = f"{alias}:replacement"
         # The property builds a pool (open=False) exactly as Django does, under another key.
         fresh_wrapper = type(wrapper)(wrapper.settings_dict, alias=staging)
-        fresh_wrapper.pool  # noqa: B018
+        fresh_wrapper.pool  # type: ignore[attr-defined]  # noqa: B018
         old = pools.get(alias)
         pools[alias] = pools.pop(staging)
         if old is not None:

@@ -25,7 +25,7 @@ class UtcTimestamptzLoader(Loader):
 
     def __init__(self, oid: int, context=None):
         super().__init__(oid, context)
-        self._load = _FastLoader(oid, context).load
+        self._load = _FastLoader(oid, context).load  # type: ignore[misc]  # psycopg has one
 
     def load(self, data):
         return self._load(data).replace(tzinfo=self.timezone)

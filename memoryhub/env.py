@@ -22,12 +22,12 @@ def env_bool(name: str, default: bool = False) -> bool:
 
 def env_int(name: str, default: int) -> int:
     raw = os.environ.get(name)
-    return int(raw) if raw not in (None, "") else default
+    return int(raw) if raw else default
 
 
 def env_float(name: str, default: float) -> float:
     raw = os.environ.get(name)
-    return float(raw) if raw not in (None, "") else default
+    return float(raw) if raw else default
 
 
 def env_list(name: str, default: list[str]) -> list[str]:

@@ -151,7 +151,7 @@ def error_for_exception(exc: BaseException) -> DomainError | None:
         err.status = 405
         return err
     if isinstance(exc, drf_exceptions.Throttled):
-        wait = int(exc.wait or 1)
+        wait = int(exc.wait or 1)  # type: ignore[attr-defined]  # set by Throttled()
         return RateLimited(headers={"Retry-After": str(wait)})
     return None
 

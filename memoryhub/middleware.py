@@ -167,6 +167,7 @@ class ContentSecurityPolicyMiddleware(CSPMiddleware):
         self.excluded = tuple(excluded)
 
     def __call__(self, request: HttpRequest):
-        if self.excluded and not self.async_mode and request.path_info.startswith(self.excluded):
+        async_mode = self.async_mode  # type: ignore[attr-defined]  # MiddlewareMixin's
+        if self.excluded and not async_mode and request.path_info.startswith(self.excluded):
             return self.get_response(request)
         return super().__call__(request)

@@ -61,7 +61,7 @@ def annotate(info: RequestInfo, request: HttpRequest) -> None:
     principal_agent = getattr(getattr(user, "_wrapped", user), "agent", None)
     if principal_agent is not None:  # an API key's principal
         info.agent = principal_agent.slug
-        info.tenant = user.tenant.slug
+        info.tenant = user.tenant.slug  # type: ignore[union-attr]  # the principal
         return
     tenant = getattr(request, "tenant", None)  # a console view's current tenant
     if tenant is not None:
@@ -104,5 +104,10 @@ class ObserveMiddleware:
         response = self.get_response(request)
         info = RequestInfo()
         annotate(info, request)
-        record(request.method, response.status_code, time.perf_counter() - started, info)
+        record(
+            request.method,  # type: ignore[arg-type]  # a request Django answered has one
+            response.status_code,
+            time.perf_counter() - started,
+            info,
+        )
         return response

@@ -33,4 +33,4 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 Q_CLUSTER = {**Q_CLUSTER, "sync": True}  # noqa: F405
 # The embedded test server's data is thrown away: it runs without durability (no fsync).
 if EMBEDDED_DB is not None:  # noqa: F405
-    DATABASES["default"]["EMBEDDED_THROWAWAY"] = True  # noqa: F405
+    DATABASES["default"]["EMBEDDED_THROWAWAY"] = True  # type: ignore[typeddict-unknown-key]  # noqa: F405

@@ -134,7 +134,7 @@ class Child:
 
     def __init__(self, name: str, command: list[str], env: dict[str, str]):
         self.name, self.command, self.env = name, command, env
-        self.process = None
+        self.process: subprocess.Popen[bytes] | None = None
         self.started_at = 0.0
         self.failures = 0  # deaths in a row, each before STABLE_AFTER
         self.restart_at: float | None = None
@@ -172,7 +172,7 @@ class Child:
                 self.died(code)
         elif self.restart_at is not None and time.monotonic() >= self.restart_at:
             self.start()
-            logger.warning("%s restarted (pid %s)", self.name, self.process.pid)
+            logger.warning("%s restarted (pid %s)", self.name, self.process.pid)  # type: ignore[attr-defined]
 
     def terminate(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -331,7 +331,7 @@ def supervise(
             # at once.
             if web.running:
                 try:
-                    code = web.process.wait(timeout=TICK)
+                    code = web.process.wait(timeout=TICK)  # type: ignore[union-attr]  # running
                 except subprocess.TimeoutExpired:
                     pass
                 else:

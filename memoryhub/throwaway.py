@@ -61,7 +61,7 @@ def throwaway_database(
         _disconnect(connection)
         connection.settings_dict.clear()
         connection.settings_dict.update(saved_settings)
-        settings.DATABASES["default"].update(saved_settings)
+        settings.DATABASES["default"].update(saved_settings)  # type: ignore[typeddict-item]
         settings.DATA_DIR = saved_data_dir
         try:
             stop_server(data_dir)

@@ -41,7 +41,10 @@ class MessageInSerializer(StrictRequestSerializer):
 class IngestRequestSerializer(StrictRequestSerializer):
     """The body of `POST /api/v1/threads/{thread_id}/messages`."""
 
-    messages = MessageInSerializer(many=True, min_length=1, max_length=MAX_BATCH)
+    # many=True passes the lengths on to the ListSerializer (the stubs do not know them).
+    messages = MessageInSerializer(  # type: ignore[call-arg]
+        many=True, min_length=1, max_length=MAX_BATCH
+    )
     subject_id = identifier_field(help_text="The end user this conversation is with")
     extract = serializers.ChoiceField(
         choices=list(EXTRACT_CHOICES),

@@ -24,7 +24,7 @@ class EventSerializer(serializers.Serializer):
     memory_id = serializers.CharField(allow_null=True)
     version = serializers.IntegerField(allow_null=True)
     occurred_at = serializers.DateTimeField()
-    data = serializers.DictField(
+    data = serializers.DictField(  # type: ignore[assignment]  # a field, like Serializer.data
         help_text="The public memory object as of the change (never purged content), or the "
         "extraction run's / erasure's summary."
     )

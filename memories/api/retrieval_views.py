@@ -69,9 +69,14 @@ class SearchHitSerializer(serializers.Serializer):
     kind = serializers.CharField()
     category = serializers.CharField()
     quality = SearchQualitySerializer()
-    data = serializers.DictField(help_text="`text` plus the memory's data fields")
-    context = SearchContextSerializer()
-    source = serializers.CharField(help_text="own | workspace | user | shared:<agent-slug>")
+    # Fields named like the Serializer's own attributes (DRF's metaclass takes them as fields).
+    data = serializers.DictField(  # type: ignore[assignment]
+        help_text="`text` plus the memory's data fields"
+    )
+    context = SearchContextSerializer()  # type: ignore[assignment]
+    source = serializers.CharField(  # type: ignore[assignment]
+        help_text="own | workspace | user | shared:<agent-slug>"
+    )
 
 
 class SearchResponseSerializer(serializers.Serializer):

@@ -173,7 +173,7 @@ class MemorySerializer(serializers.Serializer):
         help_text="agent: the agent's memory; user: the subject's, across every agent",
     )
     text = serializers.CharField(allow_blank=True)
-    data = serializers.DictField(allow_null=True)
+    data = serializers.DictField(allow_null=True)  # type: ignore[assignment]  # a field
     tags = serializers.ListField(child=serializers.CharField())
     subject_id = serializers.CharField(allow_null=True)
     thread_id = serializers.CharField(allow_null=True)
@@ -194,7 +194,9 @@ class MemorySerializer(serializers.Serializer):
     agent = serializers.CharField(
         allow_null=True, help_text="Owner slug; null for workspace and user memories"
     )
-    source = serializers.CharField(help_text="`own`, `workspace`, `user` or `shared:<agent-slug>`")
+    source = serializers.CharField(  # type: ignore[assignment]  # a field, like Field.source
+        help_text="`own`, `workspace`, `user` or `shared:<agent-slug>`"
+    )
     evidence = EvidenceSerializer(
         allow_null=True,
         help_text="For a memory formed from a conversation: the messages it came from; null "
@@ -239,7 +241,7 @@ class StoreRequestSerializer(StrictRequestSerializer):
         help_text="user: the subject's memory across every agent of the tenant (needs a "
         "subject; not workspace or conversation). Default: agent",
     )
-    data = serializers.DictField(
+    data = serializers.DictField(  # type: ignore[assignment]  # a field, like Serializer.data
         required=False,
         allow_null=True,
         help_text="Checked against the kind's schema when it has one",
@@ -289,7 +291,7 @@ class UpdateRequestSerializer(StrictRequestSerializer):
         max_length=settings.MAX_TEXT_CHARS,
         help_text="Blank only if the memory has `data`",
     )
-    data = serializers.DictField(required=False, allow_null=True)
+    data = serializers.DictField(required=False, allow_null=True)  # type: ignore[assignment]
     tags = tags_field(required=False, allow_null=True)
     category = category_field(
         required=False,

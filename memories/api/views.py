@@ -6,7 +6,7 @@ every error becomes the envelope through `memoryhub.errors.api_exception_handler
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import orjson
 from drf_spectacular.utils import OpenApiResponse, extend_schema
@@ -14,6 +14,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from accounts.principal import Principal
 from memories import idempotency, selectors, validation
 from memories.api import schema
 from memories.ratelimit import KeyRateThrottle
@@ -22,12 +23,17 @@ from memories.serialization import memory_json
 from memories.services import changes, lifecycle, store
 
 
+def _principal(request: Request) -> Principal:
+    """The key's principal: what `ApiKeyAuthentication` makes a request's user."""
+    return cast(Principal, request.user)
+
+
 def query_subject(request: Request) -> str | None:
     return request.query_params.get("subject_id") or None
 
 
 def _memory_body(request: Request, memory) -> dict[str, Any]:
-    return {"ok": True, "memory": memory_json(memory, agent=request.user.agent)}
+    return {"ok": True, "memory": memory_json(memory, agent=_principal(request).agent)}
 
 
 def _with_etag(response: Response, memory) -> Response:
@@ -46,7 +52,7 @@ def idempotent_response(
 ) -> Response:
     """Answer a POST through `idempotency.respond` with the request's `Idempotency-Key`."""
     outcome = idempotency.respond(
-        principal=request.user,
+        principal=_principal(request),
         operation=operation,
         payload=payload,
         key=request.headers.get("Idempotency-Key"),
@@ -65,11 +71,11 @@ def _forget(request: Request, **target: str) -> Response:
         reason = request.data.get("reason")
     purge = validation.parse_bool(request.query_params.get("purge"), "purge", default=False)
     deleted, forgotten_id = lifecycle.memory_forget(
-        principal=request.user,
+        principal=_principal(request),
         subject_id=query_subject(request),
         reason=reason or "",
         purge=purge,
-        **target,
+        **target,  # type: ignore[arg-type]  # memory_id= or key=, a str
     )
     return Response({"ok": True, "deleted": deleted, "memory_id": forgotten_id})
 

@@ -3,16 +3,18 @@ limits, retention, formation."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Q
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from accounts import services as account_services
-from accounts.console import operator_actor, require_role
+from accounts.console import ConsoleRequest, operator_actor, require_role
 from accounts.models import Agent, ApiKey, Role
 from memories.clock import resolve_now
 from memories.console import memory_selectors as sel
@@ -29,8 +31,9 @@ from memoryhub.errors import DomainError
 
 
 @require_role(Role.VIEWER)
-def agent_list(request: HttpRequest) -> HttpResponse:
-    agents = (
+def agent_list(request: ConsoleRequest) -> HttpResponse:
+    # Agents with their counts and, below, `core_over`: attributes of their own.
+    agents: Any = (
         Agent.objects.for_tenant(request.tenant)
         .annotate(
             live_count=Count("memories", filter=Q(memories__status=Status.ACTIVE), distinct=True),
@@ -70,7 +73,7 @@ def agent_list(request: HttpRequest) -> HttpResponse:
 @require_role(Role.ADMIN)
 @require_POST
 @service_errors(back=lambda: reverse("console:agents"))
-def extraction_budget(request: HttpRequest) -> HttpResponse:
+def extraction_budget(request: ConsoleRequest) -> HttpResponse:
     """The tenant's daily token budget for memory formation (shown on the Agents page)."""
     form = ExtractionBudgetForm(request.POST)
     if not form.is_valid():
@@ -87,7 +90,7 @@ def extraction_budget(request: HttpRequest) -> HttpResponse:
     )
 
 
-def _agent(request: HttpRequest, slug: str) -> Agent:
+def _agent(request: ConsoleRequest, slug: str) -> Agent:
     agent = Agent.objects.for_tenant(request.tenant).filter(slug=slug).first()
     if agent is None:
         raise Http404("No such agent")
@@ -114,7 +117,7 @@ def _agent_context(request, agent, *, policy_form=None, key_form=None, new_key=N
 
 @require_role(Role.VIEWER)
 @service_errors(back=lambda slug: reverse("console:agent", args=[slug]))
-def agent_detail(request: HttpRequest, slug: str) -> HttpResponse:
+def agent_detail(request: ConsoleRequest, slug: str) -> HttpResponse:
     agent = _agent(request, slug)
     if request.method == "POST":
         if not request.membership.has_role(Role.ADMIN):
@@ -137,7 +140,7 @@ def agent_detail(request: HttpRequest, slug: str) -> HttpResponse:
 
 @require_role(Role.ADMIN)
 @require_POST
-def key_create(request: HttpRequest, slug: str) -> HttpResponse:
+def key_create(request: ConsoleRequest, slug: str) -> HttpResponse:
     """`Create key`: the raw key is in this one response and nowhere else, ever."""
     agent = _agent(request, slug)
     form = ApiKeyCreateForm(request.POST)
@@ -163,7 +166,7 @@ def key_create(request: HttpRequest, slug: str) -> HttpResponse:
 @require_role(Role.ADMIN)
 @require_POST
 @service_errors(back=lambda key_id: reverse("console:agents"))
-def key_revoke(request: HttpRequest, key_id: int) -> HttpResponse:
+def key_revoke(request: ConsoleRequest, key_id: int) -> HttpResponse:
     api_key = account_services.api_key_revoke(tenant=request.tenant, key_id=key_id)
     agent = api_key.agent
     if request.htmx:

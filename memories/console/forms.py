@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Any
+from typing import Any, cast
 
 from django import forms
 from django.contrib.auth import get_user_model
@@ -62,7 +62,7 @@ class SecretScannedForm(forms.Form):
         super().__init__(data, *args, **kwargs)
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        data = cast(dict[str, Any], super().clean())  # Form.clean gives cleaned_data
         for name, message in self.secret_errors.items():
             self.add_error(name, message)
         return data
@@ -332,7 +332,9 @@ class AgentPolicyForm(forms.Form):
             },
         )
         super().__init__(*args, **kwargs)
-        self.fields["reads_from"].choices = [(a.slug, a.slug) for a in others]
+        self.fields["reads_from"].choices = [  # type: ignore[attr-defined]  # a choice field
+            (a.slug, a.slug) for a in others
+        ]
 
     def clean_extraction_categories(self) -> list[str]:
         raw = self.cleaned_data["extraction_categories"]
@@ -346,7 +348,7 @@ class AgentPolicyForm(forms.Form):
         return retention_field(self.cleaned_data["max_retention"])
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        data = cast(dict[str, Any], super().clean())  # Form.clean gives cleaned_data
         for name in self.OPTIONAL_FIELDS:
             if name not in self.data:
                 data.pop(name, None)  # left out of the post: unchanged
@@ -462,7 +464,7 @@ class MemberForm(forms.Form):
 
     def clean(self) -> dict[str, Any]:
         """A new operator needs a password; an existing one keeps theirs (`password` None)."""
-        data = super().clean()
+        data = cast(dict[str, Any], super().clean())  # Form.clean gives cleaned_data
         email = data.get("email")
         if email is None:
             return data

@@ -10,11 +10,11 @@ from typing import Any
 
 from django import forms
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from accounts.console import require_role
+from accounts.console import ConsoleRequest, require_role
 from accounts.models import Role
 from memories import kind_registry
 from memories.console.forms import TenantPolicyForm, retention_text
@@ -84,7 +84,7 @@ class KindForm(forms.Form):
         return data
 
 
-def _list_context(request: HttpRequest, form: KindForm | None = None) -> dict[str, Any]:
+def _list_context(request: ConsoleRequest, form: KindForm | None = None) -> dict[str, Any]:
     registry = kind_registry.registry(request.tenant)
     counts = kind_changes.kind_counts(tenant=request.tenant)
     rows = [
@@ -106,7 +106,7 @@ def _list_context(request: HttpRequest, form: KindForm | None = None) -> dict[st
 
 @require_role(Role.VIEWER)
 @service_errors(back=lambda: reverse("console:kinds"))
-def kind_list(request: HttpRequest) -> HttpResponse:
+def kind_list(request: ConsoleRequest) -> HttpResponse:
     """The tenant's kinds with their live counts, and (admins) a form for a new one."""
     if request.method == "POST":
         if not request.membership.has_role(Role.ADMIN):
@@ -129,7 +129,7 @@ def kind_list(request: HttpRequest) -> HttpResponse:
 
 @require_role(Role.VIEWER)
 @service_errors(back=lambda name: reverse("console:kinds"))
-def kind_detail(request: HttpRequest, name: str) -> HttpResponse:
+def kind_detail(request: ConsoleRequest, name: str) -> HttpResponse:
     """One kind: its definition, editable by admins (the name stays)."""
     kind = kind_changes.kind_get(tenant=request.tenant, name=name)
     form = KindForm.of(kind)
@@ -166,14 +166,14 @@ def kind_detail(request: HttpRequest, name: str) -> HttpResponse:
 @require_role(Role.ADMIN)
 @require_POST
 @service_errors(back=lambda name: reverse("console:kind", args=[name]))
-def kind_delete_view(request: HttpRequest, name: str) -> HttpResponse:
+def kind_delete_view(request: ConsoleRequest, name: str) -> HttpResponse:
     kind_changes.kind_delete(tenant=request.tenant, name=name)
     return done(request, f"Kind {name} deleted.", reverse("console:kinds"))
 
 
 @require_role(Role.VIEWER)
 @service_errors(back=lambda: reverse("console:tenant"))
-def tenant_settings(request: HttpRequest) -> HttpResponse:
+def tenant_settings(request: ConsoleRequest) -> HttpResponse:
     """The tenant's memory policy: the cap of user memories per subject, retention."""
     tenant = request.tenant
     form = TenantPolicyForm(

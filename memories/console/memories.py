@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse, QueryDict
 from django.shortcuts import redirect
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from accounts.console import operator_actor, require_role
+from accounts.console import ConsoleRequest, operator_actor, require_role
 from accounts.models import Role
 from memories import kind_registry
 from memories.console import memory_selectors as sel
@@ -44,8 +45,8 @@ EXPIRY_CHOICES = [("24h", "Within 24 h"), ("7d", "Within 7 days"), ("never", "Ne
 BACK_LABELS = {"review": "Review queue", "tombstones": "Tombstones", "memories": "Memories"}
 
 
-def parse_filters(params) -> dict:
-    filters = {name: clean_param(params.get(name)) for name in sel.FILTER_FIELDS}
+def parse_filters(params: QueryDict) -> dict[str, Any]:
+    filters: dict[str, Any] = {name: clean_param(params.get(name)) for name in sel.FILTER_FIELDS}
     filters["tags"] = [clean_param(t).lower() for t in params.getlist("tag") if clean_param(t)]
     return filters
 
@@ -54,7 +55,7 @@ def parse_filters(params) -> dict:
 
 
 @require_role(Role.VIEWER)
-def memory_list_view(request: HttpRequest) -> HttpResponse:
+def memory_list_view(request: ConsoleRequest) -> HttpResponse:
     filters = parse_filters(request.GET)
     sort = request.GET.get("sort") or sel.DEFAULT_SORT
     page = sel.memory_page(
@@ -121,7 +122,7 @@ def _detail_context(
     }
 
 
-def _back(request: HttpRequest) -> dict[str, str]:
+def _back(request: ConsoleRequest) -> dict[str, str]:
     """The page the operator came from (`next`: the review queue, tombstones, a filtered
     list), so the detail page and its Save lead back there; else the memories list."""
     target = safe_next(request, "")
@@ -134,7 +135,7 @@ def _back(request: HttpRequest) -> dict[str, str]:
 
 
 @require_role(Role.VIEWER)
-def memory_detail(request: HttpRequest, memory_id: str) -> HttpResponse:
+def memory_detail(request: ConsoleRequest, memory_id: str) -> HttpResponse:
     memory = sel.memory_for_console(tenant=request.tenant, memory_id=memory_id)
     editing = request.GET.get("edit") == "1" and memory.status == Status.ACTIVE
     context = _detail_context(request, memory, editing=editing)
@@ -144,7 +145,7 @@ def memory_detail(request: HttpRequest, memory_id: str) -> HttpResponse:
 @require_role(Role.REVIEWER)
 @require_POST
 @service_errors(back=_detail_url)
-def memory_save(request: HttpRequest, memory_id: str) -> HttpResponse:
+def memory_save(request: ConsoleRequest, memory_id: str) -> HttpResponse:
     """`Save`: a correction, compare-and-set against the version the form was loaded with."""
     memory = sel.memory_for_console(tenant=request.tenant, memory_id=memory_id)
     form = CorrectionForm(request.POST)
@@ -226,7 +227,7 @@ def _last_actor(request, memory) -> str:
     return revisions[0].actor if revisions else ""
 
 
-def _after_action(request: HttpRequest, memory, message: str) -> HttpResponse:
+def _after_action(request: ConsoleRequest, memory, message: str) -> HttpResponse:
     """Detail actions: HTMX gets the refreshed panel, a plain form post redirects."""
     origin = request.POST.get("from", "")
     if request.htmx and origin in ("review", "tombstones"):
@@ -246,7 +247,7 @@ def _after_action(request: HttpRequest, memory, message: str) -> HttpResponse:
     return done(request, message, fallback.get(origin, detail_url))
 
 
-def _action(request: HttpRequest, memory_id: str, call, message: str) -> HttpResponse:
+def _action(request: ConsoleRequest, memory_id: str, call, message: str) -> HttpResponse:
     memory = call(sel.memory_for_console(tenant=request.tenant, memory_id=memory_id))
     return _after_action(request, memory, message)
 
@@ -254,7 +255,7 @@ def _action(request: HttpRequest, memory_id: str, call, message: str) -> HttpRes
 @require_role(Role.REVIEWER)
 @require_POST
 @service_errors(back=_detail_url)
-def memory_tombstone_view(request: HttpRequest, memory_id: str) -> HttpResponse:
+def memory_tombstone_view(request: ConsoleRequest, memory_id: str) -> HttpResponse:
     reason = (request.POST.get("reason") or "").strip()  # the service bounds and scans it
     return _action(
         request,
@@ -269,7 +270,7 @@ def memory_tombstone_view(request: HttpRequest, memory_id: str) -> HttpResponse:
 @require_role(Role.REVIEWER)
 @require_POST
 @service_errors(back=_detail_url)
-def memory_restore_view(request: HttpRequest, memory_id: str) -> HttpResponse:
+def memory_restore_view(request: ConsoleRequest, memory_id: str) -> HttpResponse:
     return _action(
         request,
         memory_id,
@@ -283,7 +284,7 @@ def memory_restore_view(request: HttpRequest, memory_id: str) -> HttpResponse:
 @require_role(Role.ADMIN)
 @require_POST
 @service_errors(back=_detail_url)
-def memory_purge_view(request: HttpRequest, memory_id: str) -> HttpResponse:
+def memory_purge_view(request: ConsoleRequest, memory_id: str) -> HttpResponse:
     return _action(
         request,
         memory_id,
@@ -297,7 +298,7 @@ def memory_purge_view(request: HttpRequest, memory_id: str) -> HttpResponse:
 @require_role(Role.REVIEWER)
 @require_POST
 @service_errors(back=_detail_url)
-def memory_approve_view(request: HttpRequest, memory_id: str) -> HttpResponse:
+def memory_approve_view(request: ConsoleRequest, memory_id: str) -> HttpResponse:
     return _action(
         request,
         memory_id,
@@ -311,7 +312,7 @@ def memory_approve_view(request: HttpRequest, memory_id: str) -> HttpResponse:
 @require_role(Role.REVIEWER)
 @require_POST
 @service_errors(back=_detail_url)
-def memory_merge_view(request: HttpRequest, memory_id: str) -> HttpResponse:
+def memory_merge_view(request: ConsoleRequest, memory_id: str) -> HttpResponse:
     """`Merge`: keep this memory, tombstone the chosen near-duplicates ("merged into …")."""
     sel.memory_for_console(tenant=request.tenant, memory_id=memory_id)  # 404 before anything
     merge_ids = [i for i in request.POST.getlist("merge") if i and i != memory_id]
@@ -338,7 +339,7 @@ def _memories_url(*args, **kwargs) -> str:
 @require_role(Role.REVIEWER)
 @require_POST
 @service_errors(back=_memories_url)
-def memory_bulk(request: HttpRequest) -> HttpResponse:
+def memory_bulk(request: ConsoleRequest) -> HttpResponse:
     """`Tombstone selected` / `Add tag` over the checked rows (one transaction)."""
     ids = list(dict.fromkeys(request.POST.getlist("ids")))
     action = request.POST.get("action")
@@ -374,7 +375,7 @@ def memory_bulk(request: HttpRequest) -> HttpResponse:
 
 
 @require_role(Role.VIEWER)
-def review_queue(request: HttpRequest) -> HttpResponse:
+def review_queue(request: ConsoleRequest) -> HttpResponse:
     page = sel.review_page(tenant=request.tenant, cursor=request.GET.get("cursor"))
     near = sel.near_duplicates_by_memory(
         tenant=request.tenant, memory_ids=[m.pk for m in page.items]
@@ -389,14 +390,14 @@ def review_queue(request: HttpRequest) -> HttpResponse:
 
 
 @require_role(Role.VIEWER)
-def tombstones(request: HttpRequest) -> HttpResponse:
+def tombstones(request: ConsoleRequest) -> HttpResponse:
     page = sel.tombstone_page(tenant=request.tenant, cursor=request.GET.get("cursor"))
     context = {"section": "tombstones", "page": page}
     return render(request, "console/tombstones.html", context, fragment="tombstone-table")
 
 
 @require_role(Role.VIEWER)
-def activity(request: HttpRequest) -> HttpResponse:
+def activity(request: ConsoleRequest) -> HttpResponse:
     actor = (request.GET.get("actor") or "").strip()
     change_type = request.GET.get("type") or ""
     page = sel.activity_page(

@@ -28,6 +28,7 @@ from memories.embeddings import get_embedder
 from memories.models import (
     JobRun,
     Memory,
+    MemoryQuerySet,
     MemoryRevision,
     ReviewState,
     Scope,
@@ -96,7 +97,7 @@ def page_of(qs: QuerySet, *, field_name: str, desc: bool, cursor: str | None, si
 # --- memories --------------------------------------------------------------------------------
 
 
-def tenant_memories(tenant: Tenant) -> QuerySet:
+def tenant_memories(tenant: Tenant) -> MemoryQuerySet:
     return Memory.objects.for_tenant(tenant)
 
 
@@ -244,7 +245,7 @@ def near_duplicates_by_memory(
     found = dedup.near_duplicates(candidates, probes, threshold=min_similarity, limit=per_memory)
     out: dict[str, list[dict]] = {pk: [] for pk in memory_ids}
     for probe, near in zip(probes, found, strict=True):
-        out[probe.memory_id] = [
+        out[probe.memory_id] = [  # type: ignore[index]  # each probe has its memory's id
             {
                 "memory_id": memory.id,
                 "text": memory.text,

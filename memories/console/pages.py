@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from django.contrib import messages
-from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import Http404, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect
 from django.urls import reverse
 from django.views.decorators.http import require_POST
@@ -11,7 +11,7 @@ from django_q.models import Schedule
 from django_q.tasks import async_task
 
 from accounts import services as account_services
-from accounts.console import operator_actor, require_role
+from accounts.console import ConsoleRequest, operator_actor, require_role
 from accounts.models import Agent, ApiKey, Membership, Role
 from memories.clock import resolve_now
 from memories.console import memory_selectors as sel
@@ -36,7 +36,7 @@ JOB_NAMES = ("prune_memories", "purge_retention", "reembed")
 
 
 @require_role(Role.VIEWER)
-def dashboard(request: HttpRequest) -> HttpResponse:
+def dashboard(request: ConsoleRequest) -> HttpResponse:
     stats = sel.dashboard_stats(tenant=request.tenant)
     context = {
         "section": "dashboard",
@@ -49,7 +49,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     return render(request, "console/dashboard.html", context, fragment="dashboard-body")
 
 
-def _first_steps(request: HttpRequest) -> dict:
+def _first_steps(request: ConsoleRequest) -> dict:
     agent = Agent.objects.for_tenant(request.tenant).order_by("pk").first()
     now = resolve_now()
     has_key = agent is not None and any(
@@ -69,7 +69,7 @@ EXPORT_STATUSES = [
 ]
 
 
-def _export_queryset(request: HttpRequest):
+def _export_queryset(request: ConsoleRequest):
     params = request.GET
     ids = [i for i in params.getlist("ids") if is_memory_id(i)]
     filters = parse_filters(params)
@@ -88,7 +88,7 @@ def _export_queryset(request: HttpRequest):
 
 
 @require_role(Role.VIEWER)
-def export_page(request: HttpRequest) -> HttpResponse:
+def export_page(request: ConsoleRequest) -> HttpResponse:
     context = {
         "section": "export",
         "agents": sel.agents_for(request.tenant),
@@ -99,7 +99,7 @@ def export_page(request: HttpRequest) -> HttpResponse:
 
 
 @require_role(Role.VIEWER)
-def export_markdown_view(request: HttpRequest) -> StreamingHttpResponse:
+def export_markdown_view(request: ConsoleRequest) -> StreamingHttpResponse:
     """`Export markdown`: the API's export format, streamed from a server-side cursor."""
     qs, filters = _export_queryset(request)
     now = resolve_now()
@@ -118,7 +118,7 @@ def export_markdown_view(request: HttpRequest) -> StreamingHttpResponse:
 
 
 @require_role(Role.VIEWER)
-def export_jsonl_view(request: HttpRequest) -> StreamingHttpResponse:
+def export_jsonl_view(request: ConsoleRequest) -> StreamingHttpResponse:
     """`Export JSONL`: every field of every memory in scope, for backups and `Import`."""
     qs, filters = _export_queryset(request)
     now = resolve_now()
@@ -130,7 +130,7 @@ def export_jsonl_view(request: HttpRequest) -> StreamingHttpResponse:
 
 @require_role(Role.ADMIN)
 @require_POST
-def import_view(request: HttpRequest) -> HttpResponse:
+def import_view(request: ConsoleRequest) -> HttpResponse:
     """`Import`: idempotent by memory id, all or nothing; a bad line is named by number."""
     form = ImportForm(request.POST, request.FILES)
     if not form.is_valid():
@@ -173,7 +173,7 @@ def _job_runs(tenant) -> list[JobRun]:
 
 
 @require_role(Role.VIEWER)
-def jobs(request: HttpRequest) -> HttpResponse:
+def jobs(request: ConsoleRequest) -> HttpResponse:
     context = {
         "section": "jobs",
         "schedules": list(Schedule.objects.order_by("name")),
@@ -187,7 +187,7 @@ def jobs(request: HttpRequest) -> HttpResponse:
 
 @require_role(Role.ADMIN)
 @require_POST
-def job_run(request: HttpRequest) -> HttpResponse:
+def job_run(request: ConsoleRequest) -> HttpResponse:
     """`Run now`: enqueue the job on the django-q2 cluster, for the operator's tenant only."""
     name = request.POST.get("job", "")
     if name not in JOB_NAMES:
@@ -201,7 +201,7 @@ def job_run(request: HttpRequest) -> HttpResponse:
 
 
 @require_role(Role.OWNER)
-def members(request: HttpRequest) -> HttpResponse:
+def members(request: ConsoleRequest) -> HttpResponse:
     form = MemberForm()
     if request.method == "POST":
         form = MemberForm(request.POST)

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.db.models import Count, Q
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from accounts.console import operator_actor, require_role
+from accounts.console import ConsoleRequest, operator_actor, require_role
 from accounts.models import ApiKey, Role
 from memories.clock import resolve_now
 from memories.console import memory_selectors as sel
@@ -49,7 +49,7 @@ def _counts(tenant, subject_id: str, now) -> dict[str, int]:
 
 
 @require_role(Role.VIEWER)
-def subject_detail(request: HttpRequest, subject_id: str) -> HttpResponse:
+def subject_detail(request: ConsoleRequest, subject_id: str) -> HttpResponse:
     tenant, now = request.tenant, resolve_now()
     memories = sel.memory_page(
         tenant=tenant, filters={"subject": subject_id, "status": "live"}, size=SHOWN, now=now
@@ -78,7 +78,7 @@ def subject_detail(request: HttpRequest, subject_id: str) -> HttpResponse:
 
 @require_role(Role.ADMIN)
 @require_POST
-def subject_erase_view(request: HttpRequest) -> HttpResponse:
+def subject_erase_view(request: ConsoleRequest) -> HttpResponse:
     """`Erase subject`: tombstone (restorable) or purge (irreversible) every memory of the
     subject and delete its messages; the operator types the subject id again to confirm."""
     subject_id = clean_param(request.POST.get("subject_id"))

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import redirect
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from accounts.console import require_role
+from accounts.console import ConsoleRequest, require_role
 from accounts.models import Extraction, Role
 from memories.console import memory_selectors as sel
 from memories.console import thread_selectors as tsel
@@ -28,7 +28,7 @@ def _thread_url(thread_pk: int) -> str:
 
 
 @require_role(Role.VIEWER)
-def thread_list(request: HttpRequest) -> HttpResponse:
+def thread_list(request: ConsoleRequest) -> HttpResponse:
     filters = {name: clean_param(request.GET.get(name)) for name in tsel.THREAD_FILTER_FIELDS}
     page = tsel.thread_page(
         tenant=request.tenant, filters=filters, cursor=request.GET.get("cursor")
@@ -52,7 +52,7 @@ def extraction_refusal(thread: Thread) -> str:
     return ""
 
 
-def _panel_context(request: HttpRequest, thread: Thread) -> dict:
+def _panel_context(request: ConsoleRequest, thread: Thread) -> dict:
     return {
         "section": "threads",
         "thread": thread,
@@ -67,7 +67,7 @@ def _panel_context(request: HttpRequest, thread: Thread) -> dict:
 
 
 @require_role(Role.VIEWER)
-def thread_detail(request: HttpRequest, thread_pk: int) -> HttpResponse:
+def thread_detail(request: ConsoleRequest, thread_pk: int) -> HttpResponse:
     thread = tsel.thread_for_console(tenant=request.tenant, pk=thread_pk)
     context = _panel_context(request, thread)
     return render(request, "console/thread_detail.html", context, fragment="thread-panel")
@@ -76,7 +76,7 @@ def thread_detail(request: HttpRequest, thread_pk: int) -> HttpResponse:
 @require_role(Role.REVIEWER)
 @require_POST
 @service_errors(back=_thread_url)
-def thread_extract_view(request: HttpRequest, thread_pk: int) -> HttpResponse:
+def thread_extract_view(request: ConsoleRequest, thread_pk: int) -> HttpResponse:
     """`Run extraction`: queue a run of the thread's waiting messages (the open run, if one is
     queued or running already). The page then shows the run: queued, or done when the cluster
     ran it at once."""
@@ -91,7 +91,7 @@ def thread_extract_view(request: HttpRequest, thread_pk: int) -> HttpResponse:
     return _after(request, thread, f"Extraction run #{run.pk}: {run.state}.", ok=True)
 
 
-def _after(request: HttpRequest, thread: Thread, message: str, *, ok: bool) -> HttpResponse:
+def _after(request: ConsoleRequest, thread: Thread, message: str, *, ok: bool) -> HttpResponse:
     """HTMX gets the refreshed panel with the message; a plain form post redirects (PRG)."""
     if not request.htmx:
         (messages.success if ok else messages.error)(request, message)

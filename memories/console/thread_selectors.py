@@ -70,6 +70,7 @@ def _threads_with_state(tenant: Tenant) -> QuerySet:
     run), else what the thread's own columns say. One subquery per row, read off
     `extractionrun_thread_idx`."""
     latest = Subquery(_runs_of_outer_thread().order_by("-created_at", "-id").values("state")[:1])
+    state: Case | Coalesce
     if not llm_configured():
         state = Case(
             When(Exists(_runs_of_outer_thread().filter(state__in=OPEN_RUN_STATES)), then=latest),
@@ -180,7 +181,7 @@ def memories_by_run(*, tenant: Tenant, run_ids: list[int]) -> dict[int, list[Mem
         .order_by("created_at", "id")
     )
     for memory in memories:
-        out.setdefault(memory.evidence["run_id"], []).append(memory)
+        out.setdefault(memory.evidence["run_id"], []).append(memory)  # type: ignore[index]
     return out
 
 

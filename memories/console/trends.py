@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
+from typing import TypedDict
 
 from django.db.models import Case, Count, F, Q, Sum, When
 from django.db.models.functions import TruncDate
@@ -43,7 +44,14 @@ DAYS = DASHBOARD_DAYS
 # Categories drawn apart (the largest); the rest share one "other" band.
 CATEGORIES_SHOWN = 5
 # A chart's drawing size: a dashboard card is ~480-650 px wide, so the text stays legible.
-SIZE = {"width": 560, "height": 230}
+
+
+class _Size(TypedDict):
+    width: int
+    height: int
+
+
+SIZE: _Size = {"width": 560, "height": 230}
 RUN_OUTCOMES = {
     RunState.DONE: "done",
     RunState.FAILED: "failed",
@@ -174,7 +182,10 @@ def runs_per_day(*, tenant: Tenant, days: list[date]) -> tuple[dict[str, list[in
         .filter(created_at__gte=_start(days))
         .annotate(day=TruncDate("created_at", tzinfo=UTC))
         .values("day", "state")
-        .annotate(n=Count("id"), tokens=Sum(F("prompt_tokens") + F("completion_tokens")))
+        # `tokens` names a property of the model, not a field: the stubs' plugin mistakes it.
+        .annotate(  # type: ignore[no-redef]
+            n=Count("id"), tokens=Sum(F("prompt_tokens") + F("completion_tokens"))
+        )
         .order_by()
     )
     runs: dict[str, dict[date, int]] = defaultdict(lambda: defaultdict(int))

@@ -21,6 +21,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.safestring import SafeString, mark_safe
 from django_htmx.http import HttpResponseClientRefresh
 
+from accounts.console import ConsoleRequest
 from accounts.models import Role
 from memoryhub.errors import DomainError, NotFound, SecretRejected
 
@@ -90,7 +91,7 @@ def role_flags(request: HttpRequest) -> dict[str, bool]:
 
 
 def render(
-    request: HttpRequest,
+    request: ConsoleRequest,
     template_name: str,
     context: dict[str, Any],
     *,
@@ -111,14 +112,14 @@ def render(
     return response
 
 
-def safe_next(request: HttpRequest, fallback: str) -> str:
+def safe_next(request: ConsoleRequest, fallback: str) -> str:
     target = request.POST.get("next") or request.GET.get("next") or ""
     if target and url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):
         return target
     return fallback
 
 
-def done(request: HttpRequest, message: str, fallback: str) -> HttpResponse:
+def done(request: ConsoleRequest, message: str, fallback: str) -> HttpResponse:
     """After a full-page form post: flash and redirect (post/redirect/get)."""
     messages.success(request, message)
     return redirect(safe_next(request, fallback))
@@ -136,7 +137,7 @@ def service_errors(*, back: Callable[..., str]) -> Callable:
 
     def decorator(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
         @wraps(view)
-        def wrapped(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+        def wrapped(request: ConsoleRequest, *args, **kwargs) -> HttpResponse:
             try:
                 return view(request, *args, **kwargs)
             except NotFound as exc:
@@ -213,7 +214,7 @@ def _short(value: Any) -> str:
     return text if len(text) <= 120 else text[:117] + "…"
 
 
-def snippet_urls(request: HttpRequest) -> dict[str, str]:
+def snippet_urls(request: ConsoleRequest) -> dict[str, str]:
     """The base URLs the ready-to-copy curl and MCP snippets name (as this browser reached us)."""
     return {
         "api_url": request.build_absolute_uri("/api/v1"),

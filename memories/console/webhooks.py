@@ -5,11 +5,11 @@ as REST (`memories.webhooks.endpoints`)."""
 from __future__ import annotations
 
 from django import forms
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from accounts.console import operator_actor, require_role
+from accounts.console import ConsoleRequest, operator_actor, require_role
 from accounts.models import Role
 from memories.console.view_helpers import done, refuse_on_form, render, service_errors
 from memories.models import EVENT_TYPES, WebhookDelivery, WebhookEndpoint
@@ -31,7 +31,7 @@ class WebhookForm(forms.Form):
     description = forms.CharField(label="Description", max_length=200, required=False)
 
 
-def _page(request: HttpRequest, **extra) -> dict:
+def _page(request: ConsoleRequest, **extra) -> dict:
     return {
         "section": "webhooks",
         "webhooks": endpoints.webhook_list(tenant=request.tenant),
@@ -41,13 +41,13 @@ def _page(request: HttpRequest, **extra) -> dict:
 
 
 @require_role(Role.ADMIN)
-def webhook_list_view(request: HttpRequest) -> HttpResponse:
+def webhook_list_view(request: ConsoleRequest) -> HttpResponse:
     return render(request, "console/webhooks.html", _page(request), fragment="webhooks")
 
 
 @require_role(Role.ADMIN)
 @require_POST
-def webhook_create_view(request: HttpRequest) -> HttpResponse:
+def webhook_create_view(request: ConsoleRequest) -> HttpResponse:
     """`Add webhook`: the secret is in this one response and nowhere else, ever."""
     form = WebhookForm(request.POST)
     if form.is_valid():
@@ -73,7 +73,7 @@ def webhook_create_view(request: HttpRequest) -> HttpResponse:
 @require_role(Role.ADMIN)
 @require_POST
 @service_errors(back=lambda webhook_id: reverse("console:webhooks"))
-def webhook_delete_view(request: HttpRequest, webhook_id: str) -> HttpResponse:
+def webhook_delete_view(request: ConsoleRequest, webhook_id: str) -> HttpResponse:
     endpoints.webhook_delete(tenant=request.tenant, webhook_id=webhook_id)
     return done(request, "Webhook deleted.", reverse("console:webhooks"))
 
@@ -81,14 +81,14 @@ def webhook_delete_view(request: HttpRequest, webhook_id: str) -> HttpResponse:
 @require_role(Role.ADMIN)
 @require_POST
 @service_errors(back=lambda webhook_id: reverse("console:webhooks"))
-def webhook_enable_view(request: HttpRequest, webhook_id: str) -> HttpResponse:
+def webhook_enable_view(request: ConsoleRequest, webhook_id: str) -> HttpResponse:
     endpoints.webhook_enable(tenant=request.tenant, webhook_id=webhook_id)
     return done(request, "Webhook enabled again.", reverse("console:webhook", args=[webhook_id]))
 
 
 @require_role(Role.ADMIN)
 @service_errors(back=lambda webhook_id: reverse("console:webhooks"))
-def webhook_detail(request: HttpRequest, webhook_id: str) -> HttpResponse:
+def webhook_detail(request: ConsoleRequest, webhook_id: str) -> HttpResponse:
     endpoint = endpoints.webhook_get(tenant=request.tenant, webhook_id=webhook_id)
     deliveries = (
         WebhookDelivery.objects.for_tenant(request.tenant)
@@ -102,14 +102,14 @@ def webhook_detail(request: HttpRequest, webhook_id: str) -> HttpResponse:
 @require_role(Role.ADMIN)
 @require_POST
 @service_errors(back=lambda delivery_id: reverse("console:webhooks"))
-def delivery_resend_view(request: HttpRequest, delivery_id: int) -> HttpResponse:
+def delivery_resend_view(request: ConsoleRequest, delivery_id: int) -> HttpResponse:
     delivery = WebhookDelivery.objects.for_tenant(request.tenant).filter(pk=delivery_id).first()
     endpoints.delivery_resend(tenant=request.tenant, delivery_id=delivery_id)
     back = reverse("console:webhook", args=[delivery.endpoint_id]) if delivery else ""
     return done(request, "Queued to be sent again.", back or reverse("console:webhooks"))
 
 
-def disabled_webhooks(request: HttpRequest) -> list[WebhookEndpoint]:
+def disabled_webhooks(request: ConsoleRequest) -> list[WebhookEndpoint]:
     """For the dashboard: endpoints disabled after 24 h of failures, shown to admins."""
     membership = getattr(request, "membership", None)
     if membership is None or not membership.has_role(Role.ADMIN):

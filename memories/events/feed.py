@@ -154,7 +154,11 @@ def event_json(event: Event, *, tenant: Tenant, viewer: Agent | None) -> dict[st
         "id": event.position,
         "type": event.type,
         "tenant": tenant.slug,
-        "agent": event.agent.slug if event.agent_id is not None else None,
+        "agent": (
+            event.agent.slug  # type: ignore[union-attr]  # agent_id is set
+            if event.agent_id is not None
+            else None
+        ),
         "subject_id": event.subject_id,
         "scope": event.scope,
         "memory_id": event.memory_id,

@@ -35,7 +35,7 @@ from memories.events.nudge import after_commit
 from memories.models import Category, ChangeType, Event, ExtractionRun, Memory, ReviewState, Status
 from memories.serialization import MEMORY_JSON_COLUMNS, memory_json, memory_json_sql
 
-_MEMORY_EVENT = {
+_MEMORY_EVENT: dict[str, str] = {
     ChangeType.CREATE: "memory.created",
     ChangeType.TOMBSTONE: "memory.forgotten",
     ChangeType.MERGE: "memory.forgotten",
@@ -288,6 +288,7 @@ def erase_memory_events(
     """Merge `patch` (JSON of the purged fields) into the `data` of a purged memory's events, or
     of every memory event of a subject whose memory is gone (retention deleted it)."""
     table = Event._meta.db_table
+    params: list[str | None]
     if memory_id is not None:
         where, params = "memory_id = %s", [memory_id]
     else:

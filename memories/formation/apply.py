@@ -32,6 +32,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import cast
 
 from django.db import transaction
 
@@ -267,7 +268,7 @@ def _lock_caps(thread: Thread, batch: list[Operation]) -> None:
         cap_lock(thread.tenant, None, thread.subject_id)
 
 
-def _review_reason(operation: Operation, agent) -> str:
+def _review_reason(operation: AddOp | UpdateOp, agent) -> str:
     """Why a formed memory waits for review ("" when it does not): the agent's policy, or a
     confidence below its `review_below`."""
     if agent.extraction == Extraction.REVIEW:
@@ -323,7 +324,8 @@ def _apply_one(
         if result.blocked_by_correction:
             return "blocked_by_correction"
         if not result.created and result.message == "Already remembered":
-            memory_confirm(principal=principal, memory_id=result.memory.pk, now=now)
+            found = cast(Memory, result.memory)  # the memory a duplicate store found
+            memory_confirm(principal=principal, memory_id=found.pk, now=now)
             return "duplicate"
         return "added" if result.created else "updated"
     if isinstance(operation, UpdateOp):

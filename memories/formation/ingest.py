@@ -217,7 +217,7 @@ def _thread_qs(principal: Principal, thread_id: str, subject_id: str | None):
 
 
 def thread_messages_add(
-    *, principal: Principal, thread_id: str, data: Any, now: datetime | None = None
+    *, principal: Principal, thread_id: str | None, data: Any, now: datetime | None = None
 ) -> IngestResult:
     """Store a batch of messages (1–100) in a thread, skipping ones it already holds.
 
@@ -294,7 +294,9 @@ def _extraction_after_ingest(
 # --- reads -----------------------------------------------------------------------------------
 
 
-def thread_find(*, principal: Principal, thread_id: str, subject_id: str | None = None) -> Thread:
+def thread_find(
+    *, principal: Principal, thread_id: str | None, subject_id: str | None = None
+) -> Thread:
     """The agent's thread for the subject, whatever the key's scopes (callers check them);
     another agent's, subject's or tenant's thread is NOT_FOUND, like a missing one."""
     thread_id = validation.identifier(thread_id, "thread_id")

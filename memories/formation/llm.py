@@ -31,7 +31,7 @@ import logging
 import random
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -263,8 +263,8 @@ class LLMClient:
         summary: str,
         messages: list[PromptMessage],
         memories: list[PromptMemory],
-        earlier: list[PromptMessage] = (),
-        kinds: list[PromptKind] = (),
+        earlier: Sequence[PromptMessage] = (),
+        kinds: Sequence[PromptKind] = (),
         user_scope: bool = False,
     ) -> ExtractionAnswer:
         """Ask the model which memories `messages` call for.

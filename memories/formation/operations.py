@@ -26,7 +26,7 @@ import json
 import math
 import re
 from dataclasses import asdict, dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 __all__ = [
     "ADD_SCOPES",
@@ -395,7 +395,7 @@ class _Fields:
             return "agent"
         if value not in ADD_SCOPES:
             raise self._wrong("scope", '"agent" or "user"')
-        return value
+        return cast(str, value)  # one of ADD_SCOPES
 
     def mentions(self) -> list[Mention]:
         value = self._get("mentions", [])

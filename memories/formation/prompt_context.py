@@ -41,7 +41,8 @@ def message_window(thread: Thread) -> list[PromptMessage]:
     threshold (at least one): a long backlog is extracted window by window, read a page at a
     time (plain LIMIT queries: a server-side cursor costs three round trips)."""
     limit = thread.agent.summary_threshold_bytes
-    rows, size, after = [], 0, thread.extracted_seq
+    rows: list[Message] = []
+    size, after = 0, thread.extracted_seq
     while True:
         page = list(
             Message.objects.for_tenant(thread.tenant_id)

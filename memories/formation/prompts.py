@@ -24,6 +24,7 @@ import functools
 import importlib.resources
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from string import Template
@@ -136,8 +137,8 @@ def extraction_messages(
     messages: list[PromptMessage],
     memories: list[PromptMemory],
     schema: dict[str, Any] | None,
-    earlier: list[PromptMessage] = (),
-    kinds: list[PromptKind] = (),
+    earlier: Sequence[PromptMessage] = (),
+    kinds: Sequence[PromptKind] = (),
     user_scope: bool = False,
 ) -> list[dict[str, str]]:
     """The chat messages of an extraction request.
@@ -182,7 +183,7 @@ def _chat(prompt: Prompt, *, schema: dict[str, Any] | None, **values: str) -> li
     ]
 
 
-def _render_messages(messages: list[PromptMessage], *, marker: str = "") -> str:
+def _render_messages(messages: Sequence[PromptMessage], *, marker: str = "") -> str:
     lines: list[str] = []
     day = None
     for message in messages:
@@ -216,7 +217,7 @@ def _render_memory(memory: PromptMemory) -> str:
     return line
 
 
-def _render_kinds(kinds: list[PromptKind], *, user_scope: bool) -> str:
+def _render_kinds(kinds: Sequence[PromptKind], *, user_scope: bool) -> str:
     """One line per kind (name, cardinality, description, schema), at most `KINDS_MAX_CHARS` in
     all (the rest counted), then whether a user-scoped `add` is honoured here."""
     lines: list[str] = []

@@ -234,7 +234,7 @@ def run_execute(
 def _deadline(started: float) -> float | None:
     """When applying must stop: before the cluster kills the task (`Q_CLUSTER["timeout"]`)."""
     timeout = settings.Q_CLUSTER.get("timeout")
-    return None if timeout is None else started + timeout * DEADLINE_SHARE
+    return None if timeout is None else started + timeout * DEADLINE_SHARE  # type: ignore[operator]
 
 
 def _execute(
@@ -271,7 +271,8 @@ def _execute(
         if not _keep_answer(run, answer, messages, memories, earlier):
             log.info("extraction run %s ended while the model answered (erased)", run.pk)
             return
-    operations = parse_operations_json(run.answer)
+    # The answer is kept by now (above, or by an earlier attempt at the run).
+    operations = parse_operations_json(run.answer)  # type: ignore[arg-type]
     outcome = apply_operations(
         run=run, thread=thread, operations=operations, now=now, deadline=deadline
     )
@@ -286,7 +287,7 @@ def _execute(
         thread.agent, thread.tenant = agent, run.tenant
         counts = outcome.as_dict()
         for name in ANSWER_COUNTS:  # dropped before the answer was kept
-            counts[name] += run.answer.get(name, 0)
+            counts[name] += run.answer.get(name, 0)  # type: ignore[union-attr]
         thread.extracted_seq = max(thread.extracted_seq, run.to_seq)
         thread.memories_added += outcome.added
         thread.memories_updated += outcome.updated

@@ -66,7 +66,7 @@ class StandInLLM:
     def url(self) -> str:
         assert self._server is not None, "the stand-in model is not running"
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}/v1"
+        return f"http://{host}:{port}/v1"  # type: ignore[str-bytes-safe]  # TCP: a str host
 
     def answer(self, body: dict[str, Any]) -> dict[str, Any]:
         with self._lock:

@@ -147,7 +147,7 @@ def threads_close(
 def thread_end(
     *,
     principal: Principal,
-    thread_id: str,
+    thread_id: str | None,
     subject_id: str | None = None,
     now: datetime | None = None,
 ) -> int:

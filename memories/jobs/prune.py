@@ -412,7 +412,7 @@ def prune_memories(
     counts: dict[str, int] = {}
     for rule in AGE_RULES:
         counts[rule.name] = _in_parallel(
-            lambda rule=rule: _run_age_rule(
+            lambda rule=rule: _run_age_rule(  # type: ignore[misc]
                 rule, params, batch_size=batch_size, progress=progress, per_tenant=per_tenant
             ),
             workers,

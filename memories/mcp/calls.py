@@ -5,8 +5,9 @@ REST error envelope."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections
@@ -52,7 +53,10 @@ def principal_of(ctx) -> Principal:
     return principal
 
 
-async def call(fn, /, **kwargs) -> dict[str, Any]:
+_T = TypeVar("_T")
+
+
+async def call(fn: Callable[..., _T], /, **kwargs: Any) -> _T:
     """Run a sync service call in a worker thread (calls run in parallel, each with a database
     connection of its thread); map domain errors to tool errors."""
 

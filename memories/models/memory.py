@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
 from django.contrib.postgres.search import SearchVector, SearchVectorField
@@ -58,8 +60,8 @@ class Category:
     BUILTIN = (CORE, DAILY, CONVERSATION, WORKSPACE, ARCHIVAL)
 
 
-class MemoryQuerySet(TenantQuerySet):
-    def live(self, now=None) -> MemoryQuerySet:
+class MemoryQuerySet(TenantQuerySet["Memory"]):
+    def live(self, now: datetime | None = None) -> MemoryQuerySet:
         """Active and not past `expires_at`: what every read may return."""
         now = now or timezone.now()
         return self.filter(status=Status.ACTIVE).filter(
@@ -407,7 +409,7 @@ class Memory(models.Model):
     @property
     def owner_label(self) -> str:
         if self.agent_id:
-            return self.agent.slug
+            return self.agent.slug  # type: ignore[union-attr]  # agent_id is set
         return "user" if self.scope == Scope.USER else "workspace"
 
 
@@ -446,6 +448,8 @@ class MemoryRevision(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
 
     objects = TenantQuerySet.as_manager()
+    # The start of its memory's text, set for the console's lists (no column).
+    memory_label: str
 
     class Meta:
         indexes = [

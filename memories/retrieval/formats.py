@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from accounts.models import Agent
@@ -48,7 +49,11 @@ def search_hit_json(
 
 
 def hydrate_markdown(
-    entries: list[dict], bytes_used: int, budget: int, *, archival: list[dict] = ()
+    entries: list[dict[str, Any]],
+    bytes_used: int,
+    budget: int,
+    *,
+    archival: Sequence[dict[str, Any]] = (),
 ) -> str:
     """Hydrate's `format: markdown` block: one line per entry, under a heading per category,
     in the order the entries were chosen; the archival matches last, under their own heading
@@ -67,7 +72,7 @@ def hydrate_markdown(
     return "\n".join(lines) + "\n"
 
 
-def _markdown_line(memory: dict) -> str:
+def _markdown_line(memory: dict[str, Any]) -> str:
     """One memory as a line of hydrate's markdown block."""
     label = f"**{memory['key']}**: " if memory["key"] else ""
     text = " ".join(memory["text"].split()) if memory["text"] else ""

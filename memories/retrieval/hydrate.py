@@ -14,10 +14,11 @@ A memory's characters are those of its text and of its data as JSON text: what a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
-from typing import Any
+from typing import Any, cast
 
 import orjson
 from django.db import connection
@@ -30,7 +31,7 @@ from memories.access import bump_access
 from memories.clock import resolve_now
 from memories.compiled import CompiledSQL, Slot, principal_values, slot_principal
 from memories.embeddings import get_embedder
-from memories.models import Category, Memory
+from memories.models import Category, Memory, MemoryQuerySet
 from memories.retrieval.formats import hydrate_markdown
 from memories.retrieval.params import HydrateParams, SearchParams, parse_hydrate
 from memories.retrieval.ranking import sql_with_params
@@ -85,7 +86,9 @@ class _Block:
         self.chars_left -= chars
 
 
-def _hydrate_pools(principal: Principal, params: HydrateParams, now: datetime):
+def _hydrate_pools(
+    principal: Principal, params: HydrateParams, now: datetime
+) -> tuple[list[MemoryQuerySet], list[MemoryQuerySet], list[MemoryQuerySet]]:
     """The user core block, the agent core block and the recency pool, each as its parts by
     owner (see `_newest`)."""
     parts = visible_parts(
@@ -125,12 +128,12 @@ class _PoolShape:
     thread: bool
 
 
-Statement = tuple[str, list]
+Statement = tuple[str, list[Any]]
 
 PART_COLUMNS = ("id", "size_bytes", "updated_at", "chars")
 
 
-def _part_rows(part: QuerySet, *, core: bool) -> QuerySet:
+def _part_rows(part: QuerySet[Memory], *, core: bool) -> QuerySet[Memory, tuple[Any, ...]]:
     """A part's (id, size_bytes, updated_at, chars) rows. Only a core block counts characters
     (its limit): the recency walk reads 0, not every candidate's text and data again."""
     chars = (
@@ -164,7 +167,7 @@ def _compiled_pools(shape: _PoolShape) -> tuple[list[CompiledSQL], ...]:
     pools = _hydrate_pools(principal, params, slots.time("now"))
     # Each part names its own owner only, the thread only the recency pool's parts.
     optional = frozenset(slots.names.values()) - {"tenant", "now"}
-    return tuple(  # type: ignore[return-value]
+    return tuple(
         [
             # Custom plans (no `inline`): how far a part walks depends on the budget left
             # (`size_bytes <= %s`), which only a custom plan sees; a generic plan walked the
@@ -202,7 +205,7 @@ def _pool_statements(
 NEWEST = ("-updated_at", "-id")
 
 
-def _newest(parts: list[QuerySet]) -> QuerySet:
+def _newest(parts: Sequence[QuerySet[Memory]]) -> QuerySet[Memory, tuple[Any, ...]]:
     """(id, size_bytes, updated_at, chars) of the parts' rows, newest first."""
     rows = [_part_rows(part, core=False).order_by(*NEWEST) for part in parts]
     return rows[0] if len(rows) == 1 else rows[0].union(*rows[1:], all=True).order_by(*NEWEST)
@@ -222,6 +225,7 @@ class _NewestFirst:
     def batch(
         self, *, max_size: int, after: tuple[datetime, str] | None, limit: int
     ) -> list[tuple[str, int, datetime, int]]:
+        extra: list[Any]
         where, extra = "size_bytes <= %s", [max_size]
         if after is not None:
             where += " AND (updated_at < %s OR (updated_at = %s AND id < %s))"
@@ -240,13 +244,13 @@ class _NewestFirst:
             params.append(limit)
         with connection.cursor() as cursor:
             cursor.execute(statement, params)
-            return cursor.fetchall()
+            return cast(list[tuple[str, int, datetime, int]], cursor.fetchall())
 
 
 def _fill(
     parts: list[Statement],
     budget: _Budget,
-    taken: list,
+    taken: list[tuple[str, str, int]],
     reason: str,
     seen: set[str],
     block: _Block | None = None,
@@ -313,8 +317,10 @@ def _entries(
 
 
 def _omitted(
-    pools: list[tuple[list[QuerySet], _Block | None]], seen: set[str], budget_total: int
-) -> list[dict]:
+    pools: Sequence[tuple[Sequence[QuerySet[Memory]], _Block | None]],
+    seen: set[str],
+    budget_total: int,
+) -> list[dict[str, Any]]:
     """explain: what was visible to a pool and not loaded, and why: left out for its core
     block's limits (`core_limit`), bigger than the whole budget (`too_big`), or past what the
     budget left (`windowed`)."""
@@ -386,7 +392,9 @@ def _archival(
     return out
 
 
-def hydrate_body(*, principal: Principal, data: dict, now: datetime | None = None) -> dict:
+def hydrate_body(
+    *, principal: Principal, data: dict[str, Any], now: datetime | None = None
+) -> dict[str, Any]:
     """POST /api/v1/hydrate: the context an agent loads at the start of a run.
 
     The entries are `orjson.Fragment`s (JSON text PostgreSQL wrote): the API renders them as
@@ -436,6 +444,11 @@ def hydrate_body(*, principal: Principal, data: dict, now: datetime | None = Non
     return body
 
 
-def memory_hydrate(*, principal: Principal, data: dict, now: datetime | None = None) -> dict:
+def memory_hydrate(
+    *, principal: Principal, data: dict[str, Any], now: datetime | None = None
+) -> dict[str, Any]:
     """`hydrate_body` as plain Python data (for MCP, the console and tests)."""
-    return orjson.loads(orjson.dumps(hydrate_body(principal=principal, data=data, now=now)))
+    return cast(
+        dict[str, Any],
+        orjson.loads(orjson.dumps(hydrate_body(principal=principal, data=data, now=now))),
+    )

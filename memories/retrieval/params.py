@@ -7,7 +7,7 @@ store API's rules (`memories.validation`), so both paths share every rule and er
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, overload
 
 from django.conf import settings
 
@@ -55,7 +55,11 @@ HYDRATE_FIELDS = frozenset(
 )
 
 
-def _query(data: dict, *, required: bool) -> str | None:
+@overload
+def _query(data: dict[str, Any], *, required: Literal[True]) -> str: ...
+@overload
+def _query(data: dict[str, Any], *, required: bool) -> str | None: ...
+def _query(data: dict[str, Any], *, required: bool) -> str | None:
     value = data.get("query")
     if value is None or (isinstance(value, str) and not value.strip()):
         if required:
@@ -68,7 +72,7 @@ def _query(data: dict, *, required: bool) -> str | None:
     return value.strip()
 
 
-def _int(data: dict, name: str, default: int, *, low: int, high: int) -> int:
+def _int(data: dict[str, Any], name: str, default: int, *, low: int, high: int) -> int:
     value = data.get(name)
     if value is None:
         return default
@@ -79,7 +83,7 @@ def _int(data: dict, name: str, default: int, *, low: int, high: int) -> int:
     return value
 
 
-def _categories(data: dict) -> list[str]:
+def _categories(data: dict[str, Any]) -> list[str]:
     out = []
     if data.get("category") is not None:
         out.append(validation.category(data["category"], default=""))

@@ -34,7 +34,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.backends.utils import CursorWrapper
 from django.db.models import BooleanField, ExpressionWrapper, FloatField, QuerySet, Value
-from django.db.models.expressions import RawSQL
+from django.db.models.expressions import Expression, RawSQL
 from pgvector.django import CosineDistance
 
 from memories.embeddings import vector_literal
@@ -87,13 +87,13 @@ def keyword_rank_sql(vector: str = "search_vector") -> str:
     return f"ts_rank({weights}, {vector}, {TSQUERY_SQL})"
 
 
-def sql_with_params(qs: QuerySet) -> tuple[str, tuple]:
+def sql_with_params(qs: QuerySet[Any, Any]) -> tuple[str, tuple[Any, ...]]:
     """A queryset's SQL and parameters, to embed as a subquery of a hand-written statement."""
     sql, params = qs.query.sql_with_params()
     return sql, tuple(params)
 
 
-def _keyword_sets(scope: QuerySet, cap: int) -> tuple[str, tuple]:
+def _keyword_sets(scope: QuerySet[Memory], cap: int) -> tuple[str, tuple[Any, ...]]:
     """`cap` at most of the scope's memories holding the lexeme `l.q` of the enclosing
     statement (a LATERAL subquery: one bitmap scan of the full-text index per lexeme).
 
@@ -116,12 +116,12 @@ def _keyword_sets(scope: QuerySet, cap: int) -> tuple[str, tuple]:
 
 
 def _semantic_branch(
-    scope: QuerySet, vector: str, depth: int, model: str | None, exact: bool
-) -> tuple[str, tuple]:
+    scope: QuerySet[Memory], vector: str, depth: int, model: str | None, exact: bool
+) -> tuple[str, tuple[Any, ...]]:
     if model:
         # Vectors of another model are not comparable; `reembed` brings them over.
         scope = scope.filter(embedding_model=model)
-    distance = CosineDistance("embedding", Value(vector))
+    distance: Expression = CosineDistance("embedding", Value(vector))
     if exact:
         # `+ 0` hides the operator from the planner: an exact scan of the scope, no HNSW.
         distance = ExpressionWrapper(distance + Value(0.0), output_field=FloatField())
@@ -173,7 +173,7 @@ class RankingArgs:
 
 
 def ranked_ids(
-    scope: QuerySet,
+    scope: QuerySet[Memory],
     *,
     query: str,
     vector: list[float] | None,
@@ -201,7 +201,7 @@ def ranked_ids(
 
 
 def run_ranking(
-    statement: Callable[[bool], tuple[str, list]],
+    statement: Callable[[bool], tuple[str, list[Any]]],
     *,
     has_vector: bool,
     depth: int,
@@ -215,12 +215,12 @@ def run_ranking(
 
 
 def run_ranking_rows(
-    statement: Callable[[bool], tuple[str, list]],
+    statement: Callable[[bool], tuple[str, list[Any]]],
     *,
     has_vector: bool,
     depth: int,
     exact: bool = False,
-) -> list[tuple]:
+) -> list[tuple[Any, ...]]:
     """`run_ranking`'s rows, best first, whole: id, relevance, score, then whatever columns
     `statement` selects after `ranking_sql`'s (search's hit rows: `search._with_hit_rows`)."""
     if exact:
@@ -248,7 +248,7 @@ def run_ranking_rows(
     return _best_first(rows)
 
 
-def _best_first(rows: list[tuple]) -> list[tuple]:
+def _best_first(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
     """Ranked rows (id, relevance, score, …) best first, ties by id: the ranking's own order,
     which a statement wrapping it (search's hit rows, a join) need not keep."""
     rows.sort(key=lambda row: (-row[2], row[0]))
@@ -286,12 +286,12 @@ def _branch_pool() -> tuple[ThreadPoolExecutor, threading.BoundedSemaphore]:
 
 
 def run_branches(
-    keyword: Callable[[], tuple[str, list]],
-    semantic: Callable[[bool], tuple[str, list]],
-    fuse: Callable[[list[tuple], list[tuple]], tuple[str, list]],
+    keyword: Callable[[], tuple[str, list[Any]]],
+    semantic: Callable[[bool], tuple[str, list[Any]]],
+    fuse: Callable[[list[tuple[Any, ...]], list[tuple[Any, ...]]], tuple[str, list[Any]]],
     *,
     depth: int,
-) -> list[tuple] | None:
+) -> list[tuple[Any, ...]] | None:
     """A hybrid ranking in three statements: its semantic branch (`semantic(exact)`, the HNSW
     walk, and the exact scan where the walk came back short) on a branch thread while this one
     runs the keyword branch (`keyword()`), then `fuse(keyword rows, semantic rows)`: the rows of
@@ -322,7 +322,9 @@ def run_branches(
     return _best_first(rows)
 
 
-def _semantic_rows(statement: Callable[[bool], tuple[str, list]], depth: int) -> list[tuple]:
+def _semantic_rows(
+    statement: Callable[[bool], tuple[str, list[Any]]], depth: int
+) -> list[tuple[Any, ...]]:
     """On a branch thread: the semantic branch's rows (`run_ranking_rows`'s walk, then the exact
     scan where the walk came back short); the thread's connection goes back to the pool."""
     try:
@@ -332,7 +334,7 @@ def _semantic_rows(statement: Callable[[bool], tuple[str, list]], depth: int) ->
             connection.cursor() as cursor,
         ):
             cursor.execute(*statement(False))
-            rows = cursor.fetchall()
+            rows: list[tuple[Any, ...]] = cursor.fetchall()
             if len(rows) < depth:
                 cursor.execute(*statement(True))
                 rows = cursor.fetchall()
@@ -371,8 +373,8 @@ KW_LEX_SQL = (
 
 
 def ranking_sql(
-    scope: QuerySet, args: RankingArgs, *, exact: bool, part: str | None = None
-) -> tuple[str, list]:
+    scope: QuerySet[Memory], args: RankingArgs, *, exact: bool, part: str | None = None
+) -> tuple[str, list[Any]]:
     """The ranking statement over `scope` (its SQL and parameters); with `part`, one branch of
     a hybrid ranking alone (`BRANCH_SQL`), for `fusion_sql` to mix."""
     query, vector, mode, depth, model = args.query, args.vector, args.mode, args.depth, args.model
@@ -482,8 +484,8 @@ BRANCH_SQL = {
 
 
 def fusion_sql(
-    args: RankingArgs, keyword_rows: list[tuple], semantic_rows: list[tuple]
-) -> tuple[str, list]:
+    args: RankingArgs, keyword_rows: list[tuple[Any, ...]], semantic_rows: list[tuple[Any, ...]]
+) -> tuple[str, list[Any]]:
     """The hybrid ranking of the candidates the branches found (`BRANCH_SQL`'s rows): the same
     statement as `ranking_sql`'s past its branches, reading them from arrays. A semantic
     candidate the keyword branch did not return is scored by the same formula `_hybrid` gives

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
+from typing import Any, cast
 
 from django.db import connection
-from django.db.models import BooleanField, QuerySet
+from django.db.models import BooleanField, Field, QuerySet
 from django.db.models.expressions import RawSQL
 
 from accounts.models import Agent
@@ -49,10 +50,10 @@ from memories.visibility import reads_from_ids, visible_memories
 
 # `(exact, part=None) -> (sql, params)`: a search's ranking statement (`ranking_sql`'s, a branch
 # of it with `part`).
-Statement = Callable[..., tuple[str, list]]
+Statement = Callable[..., tuple[str, list[Any]]]
 
 
-def search_scope(principal: Principal, params: SearchParams, now: datetime) -> QuerySet:
+def search_scope(principal: Principal, params: SearchParams, now: datetime) -> QuerySet[Memory]:
     """Visible live memories narrowed by the request's filters.
 
     `conversation` memories belong to their run: they are candidates only for a request that
@@ -80,7 +81,7 @@ def search_scope(principal: Principal, params: SearchParams, now: datetime) -> Q
     return qs
 
 
-def _owner_slugs(principal: Principal, memories) -> dict[int, str]:
+def _owner_slugs(principal: Principal, memories: Iterable[Memory]) -> dict[int, str]:
     """Owner slugs of these memories (one query, and none when all are own or workspace)."""
     slugs = {principal.agent.pk: principal.agent.slug}
     others = {m.agent_id for m in memories if m.agent_id and m.agent_id not in slugs}
@@ -116,7 +117,7 @@ class _Shape:
     scope: _ScopeShape
 
 
-def _slot_scope(slots: Slot, shape: _ScopeShape) -> QuerySet:
+def _slot_scope(slots: Slot, shape: _ScopeShape) -> QuerySet[Memory]:
     """`search_scope` with `slots` for the principal, the filters and `now`."""
     principal = slot_principal(slots, shared=shape.shared)
     params = SearchParams(
@@ -179,7 +180,7 @@ EXACT_SCOPE = 2_000
 # results: both statements rank the same scope, the exact one completely.
 SCOPE_SIZE_TTL = 60.0
 _SCOPE_SIZES_KEPT = 10_000
-_scope_sizes: dict[tuple, tuple[bool, float]] = {}
+_scope_sizes: dict[tuple[Any, ...], tuple[bool, float]] = {}
 
 
 @lru_cache(maxsize=256)
@@ -190,7 +191,7 @@ def _compiled_scope_size(shape: _ScopeShape, bound: int) -> CompiledSQL:
     return CompiledSQL(f"SELECT count(*) FROM ({sql}) s", params, slots, inline=True)
 
 
-def small_scope(shape: _ScopeShape, values: dict) -> bool:
+def small_scope(shape: _ScopeShape, values: dict[str, Any]) -> bool:
     """Whether the scope these values bind holds `EXACT_SCOPE` memories at most: measured by
     one count, then taken from this process's memory for `SCOPE_SIZE_TTL` seconds."""
     bound = EXACT_SCOPE
@@ -205,7 +206,7 @@ def small_scope(shape: _ScopeShape, values: dict) -> bool:
         return known[0]
     with connection.cursor() as cursor:
         cursor.execute(*count.bind(**values))
-        small = cursor.fetchone()[0] <= bound
+        small: bool = cursor.fetchone()[0] <= bound
     if len(_scope_sizes) >= _SCOPE_SIZES_KEPT:
         _scope_sizes.clear()
     _scope_sizes[key] = (small, now + SCOPE_SIZE_TTL)
@@ -280,7 +281,7 @@ def _ranked_hits(
             depth=args.depth,
             exact=small is True,
         )
-    memories = _HIT_LOADER.load([row[3:] for row in rows])
+    memories = cast(list[Memory], _HIT_LOADER.load([row[3:] for row in rows]))  # Memory rows
     return [(row[0], float(row[1])) for row in rows], {m.pk: m for m in memories}
 
 
@@ -300,7 +301,7 @@ def _statement(
     params: SearchParams,
     now: datetime,
     args: RankingArgs,
-    compiled: tuple[_Shape, dict] | None,
+    compiled: tuple[_Shape, dict[str, Any]] | None,
 ) -> Statement:
     if compiled is None:
         scope = search_scope(principal, params, now)
@@ -311,7 +312,7 @@ def _statement(
 
 def _shape_and_values(
     principal: Principal, params: SearchParams, now: datetime, args: RankingArgs
-) -> tuple[_Shape, dict] | None:
+) -> tuple[_Shape, dict[str, Any]] | None:
     """The compiled statement's shape for this request and the values of its slots; None for
     a request with `tags` or `key_prefix` (`search_statement`)."""
     if params.tags or params.key_prefix:
@@ -351,7 +352,10 @@ def _shape_and_values(
 # What the hits read: the public fields' columns (`agent` is its id here), never the embedding or
 # the tsvector (the bulk of a row).
 RESPONSE_FIELDS = tuple(
-    Memory._meta.get_field(name).attname for name in PUBLIC_FIELDS if name != "source"
+    # Every public field but `source` is a column of the row.
+    cast("Field[Any, Any]", Memory._meta.get_field(name)).attname
+    for name in PUBLIC_FIELDS
+    if name != "source"
 )
 
 
@@ -375,13 +379,13 @@ _HIT_SQL = (
 )
 
 
-def _with_hit_rows(tenant_id: int, statement: Statement) -> Callable[[bool], tuple[str, list]]:
+def _with_hit_rows(tenant_id: int, statement: Statement) -> Callable[[bool], tuple[str, list[Any]]]:
     """The ranking statement, each ranked memory's response fields after its id, relevance and
     score (the HNSW walk's count row, id NULL, has none)."""
     return lambda exact: _hit_rows(tenant_id, statement(exact))
 
 
-def _hit_rows(tenant_id: int, ranking: tuple[str, list]) -> tuple[str, list]:
+def _hit_rows(tenant_id: int, ranking: tuple[str, list[Any]]) -> tuple[str, list[Any]]:
     sql, params = ranking
     return _HIT_SQL.format(ranking=sql), [*params, tenant_id]
 
@@ -392,11 +396,12 @@ def _fetch(tenant_id: int, ids: list[str]) -> dict[str, Memory]:
     if not ids:
         return {}
     values = {f"id{i}": memory_id for i, memory_id in enumerate(ids)}
-    return {m.pk: m for m in _compiled_fetch(len(ids)).fetch(tenant=tenant_id, **values)}
+    fetched = cast(list[Memory], _compiled_fetch(len(ids)).fetch(tenant=tenant_id, **values))
+    return {m.pk: m for m in fetched}
 
 
 def _history_hits(
-    principal: Principal, scope: QuerySet, params: SearchParams, limit: int
+    principal: Principal, scope: QuerySet[Memory], params: SearchParams, limit: int
 ) -> list[tuple[MemoryRevision, float]]:
     """Older texts of visible memories (from revisions) that match the query by full text."""
     revisions = (
@@ -433,7 +438,9 @@ def _old_version(memory: Memory, revision: MemoryRevision) -> Memory:
     return old
 
 
-def memory_search(*, principal: Principal, data: dict, now: datetime | None = None) -> dict:
+def memory_search(
+    *, principal: Principal, data: dict[str, Any], now: datetime | None = None
+) -> dict[str, Any]:
     """POST /api/v1/search: the LLM-facing result list."""
     principal.require_scope("read")
     now = resolve_now(now)

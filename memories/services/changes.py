@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -48,7 +49,9 @@ def writable(
     return memory
 
 
-def key_capped(principal: Principal, changes: dict[str, Any], now: datetime):
+def key_capped(
+    principal: Principal, changes: dict[str, Any], now: datetime
+) -> Callable[[Memory], dict[str, Any]]:
     """The columns of a write through `principal`'s key, as a function of the row: what it asks
     for, with the expiry it may ask for capped by the key's `memory_ttl`."""
 
@@ -82,11 +85,11 @@ def memory_update(
     *,
     principal: Principal,
     memory_id: str,
-    data: dict,
+    data: dict[str, Any],
     if_match: str | None = None,
     subject_id: str | None = None,
     now: datetime | None = None,
-    evidence: dict | None = None,
+    evidence: dict[str, Any] | None = None,
 ) -> Memory:
     """PATCH a memory: only the given fields; CAS via `expected_version`,
     `expected_updated_at` or `If-Match`. Shared memories are read-only (403).

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import cast
 
 from django.db import transaction
 from django.db.models import F
@@ -69,7 +70,8 @@ def subject_erase(
 ) -> ErasureResult:
     """Erase one subject's memories, threads and messages in the key's tenant (admin scope)."""
     principal.require_scope("admin")
-    subject = principal.resolve_subject(_subject(subject_id))
+    # A key's subject or the one named, never None: `_subject` refuses an empty id.
+    subject = cast(str, principal.resolve_subject(_subject(subject_id)))
     return _erase(principal.tenant, subject, purge, principal.actor, resolve_now(now), batch_size)
 
 

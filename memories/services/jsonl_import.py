@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -119,7 +119,7 @@ def jsonl_import(*, tenant: Tenant, actor: str, lines: Iterable[str | bytes]) ->
             .values_list("memory_id", "latest")
         )
         revisions: list[MemoryRevision] = []
-        changes: list[tuple[Memory, dict]] = []
+        changes: list[tuple[Memory, dict[str, Any]]] = []
         for line in parsed:
             record = line.fields
             agent = _agent(tenant, agents, line)
@@ -190,8 +190,10 @@ def jsonl_parse(lines: Iterable[str | bytes]) -> list[ImportLine]:
 def _parse_line(number: int, line: str) -> dict[str, Any]:
     try:
         record = json.loads(line)
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         raise ImportLineError(number, f"not valid JSON ({exc.msg})") from exc
+    except ValueError as exc:  # an integer of more digits than Python converts
+        raise ImportLineError(number, "not valid JSON (a number too long)") from exc
     except RecursionError:
         raise ImportLineError(number, "not valid JSON (nested too deeply)") from None
     if not isinstance(record, dict):
@@ -220,7 +222,7 @@ def _validate_fields(record: dict[str, Any]) -> None:
     validation.reject_nul(record)
     if record.get("status") not in Status.values:
         raise InvalidInput("unknown status", field="status")
-    checks = {
+    checks: dict[str, Callable[[Any], Any]] = {
         "review_state": lambda v: validation.choice(
             v, "review_state", tuple(ReviewState.values), ReviewState.NONE
         ),
@@ -265,7 +267,7 @@ def _validate_fields(record: dict[str, Any]) -> None:
 def _count(value: Any, field: str, *, minimum: int = 0, maximum: int = MAX_INT) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
         raise InvalidInput(f"must be a whole number from {minimum} to {maximum}", field=field)
-    return value
+    return int(value)
 
 
 def _finite_number(value: Any) -> bool:
@@ -381,7 +383,9 @@ def _content(memory: Memory) -> dict[str, Any]:
     return record
 
 
-def _write(number: int, memory: Memory, *, before: dict | None, actor: str) -> MemoryRevision:
+def _write(
+    number: int, memory: Memory, *, before: dict[str, Any] | None, actor: str
+) -> MemoryRevision:
     """Save the checked memory; returns its revision, for the caller to write with the rest."""
     try:
         memory.save()
@@ -402,7 +406,8 @@ def _integrity_message(exc: IntegrityError, memory: Memory) -> str:
     if constraint == "memories_memory_pkey":  # the id was taken, here or in another tenant
         return UNIMPORTABLE_ID
     if constraint == "memory_live_key_uniq":
-        key = memory.key if len(memory.key) <= 80 else memory.key[:79] + "…"
+        key = memory.key or ""
+        key = key if len(key) <= 80 else key[:79] + "…"
         return f"key '{key}' is already held by a live memory of the same owner and subject"
     if constraint == "memory_live_single_uniq":
         return f"the owner and subject have a live '{memory.kind}' already (a single kind)"

@@ -28,7 +28,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Count
+from django.db.models import Count, QuerySet
 
 from accounts.models import Tenant
 from memories import kind_checks, kind_registry
@@ -178,7 +178,9 @@ def _check_tool_name(tenant: Tenant, name: str) -> None:
             )
 
 
-def _check_stored_data(rows, schema: dict, old_schema: dict | None, name: str) -> None:
+def _check_stored_data(
+    rows: QuerySet[Memory], schema: dict[str, Any], old_schema: dict[str, Any] | None, name: str
+) -> None:
     """CONFLICT when live memories of the kind satisfied the old definition (or none) and fail
     `schema`.
 
@@ -195,7 +197,7 @@ def _check_stored_data(rows, schema: dict, old_schema: dict | None, name: str) -
     limit = settings.MEMORYHUB_KIND_RECHECK_SECONDS
     deadline = time.monotonic() + limit
     offending: list[str] = []
-    first_errors: list[dict] = []
+    first_errors: list[dict[str, Any]] = []
     done, after = 0, ""
     while done < total and len(offending) < OFFENDING_IDS:
         batch = list(
@@ -227,7 +229,7 @@ def _check_stored_data(rows, schema: dict, old_schema: dict | None, name: str) -
         )
 
 
-def _stored_errors(validator, data: Any) -> list[dict]:
+def _stored_errors(validator: Any, data: Any) -> list[dict[str, Any]]:
     """A stored memory's errors under `validator`: a check past its budget, or one the
     validator cannot run, is an error like any other."""
     try:
@@ -238,7 +240,7 @@ def _stored_errors(validator, data: Any) -> list[dict]:
         return [{"path": "", "message": f"the schema cannot be evaluated ({exc})"}]
 
 
-def _check_one_per_owner(rows, name: str) -> None:
+def _check_one_per_owner(rows: QuerySet[Memory], name: str) -> None:
     """CONFLICT when an owner and subject have several live memories of the kind."""
     with connection.cursor() as cursor:
         sql, params = rows.values("id").query.sql_with_params()

@@ -35,7 +35,7 @@ from memories.visibility import owned_q
 from memoryhub.errors import Conflict, InvalidInput, NotFound
 
 # What a purge erases from the memory row and from every before/after of its revisions.
-PURGED_FIELDS = {"text": "", "data": None, "key": None, "tags": [], "mentions": []}
+PURGED_FIELDS: dict[str, Any] = {"text": "", "data": None, "key": None, "tags": [], "mentions": []}
 
 
 def memory_forget(
@@ -211,9 +211,10 @@ def purge_content(memory: Memory, *, actor: str, reason: str, now: datetime) -> 
                 ):
                     break
                 transaction.set_rollback(True)  # a lost UPDATE's row lock: see writes.change
-            memory = reload_any(memory)
-            if memory is None:
+            reloaded = reload_any(memory)
+            if reloaded is None:
                 raise NotFound()
+            memory = reloaded
         else:
             raise Conflict(details={"current_version": memory.version})
         _erase_revisions(memory)
@@ -265,6 +266,6 @@ def erase_orphaned_revisions(*, tenant_id: int, subject_id: str) -> int:
             """,
             [patch, patch, tenant_id, subject_id, subject_id],
         )
-        erased = cursor.rowcount
+        erased: int = cursor.rowcount
     erase_memory_events(tenant_id=tenant_id, patch=patch, subject_id=subject_id)
     return erased

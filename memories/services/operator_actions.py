@@ -48,7 +48,7 @@ def memory_correct(
     tenant: Tenant,
     memory_id: str,
     actor: str,
-    changes: dict,
+    changes: dict[str, Any],
     expected_version: int,
     now: datetime | None = None,
 ) -> Memory:

@@ -17,7 +17,6 @@ from functools import lru_cache
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import QuerySet
 
 from accounts.models import Agent, Tenant
 from accounts.principal import Principal
@@ -31,7 +30,15 @@ from memories.compiled import (
 )
 from memories.dedup import NEAR_LIMIT, Near, Probe, near_duplicates_sql, run_near_duplicates
 from memories.embeddings import vector_literal
-from memories.models import ChangeType, Memory, ReviewReason, ReviewState, Scope, Status
+from memories.models import (
+    ChangeType,
+    Memory,
+    MemoryQuerySet,
+    ReviewReason,
+    ReviewState,
+    Scope,
+    Status,
+)
 from memories.revisions import revision_write, snapshot
 from memories.services.eviction import cap_lock, cap_lock_name, evict_over_cap, owner_cap
 from memories.services.lifecycle import expire
@@ -110,7 +117,9 @@ class PreparedStore:
         )
 
 
-def memory_store(*, principal: Principal, data: dict, now: datetime | None = None) -> StoreResult:
+def memory_store(
+    *, principal: Principal, data: dict[str, Any], now: datetime | None = None
+) -> StoreResult:
     """Store a memory: `memory_store_prepare`, then `memory_store_write`."""
     return memory_store_write(
         prepared=memory_store_prepare(principal=principal, data=data, now=now)
@@ -453,7 +462,7 @@ def look_alike_sets(
     *,
     live: bool,
     formation: bool = False,
-) -> list[QuerySet[Memory]]:
+) -> list[MemoryQuerySet]:
     """Where a store's look-alikes are: the tombstones the agent can see (content not purged)
     and, when `live`, the live memories it can see. For a `formation` store both are confined
     to the formation scope (`visibility.formation_q`): a subject-less or workspace
@@ -506,7 +515,7 @@ def _look_alike_statement(
     return CompiledSQL(sql, params, slots, inline=True)
 
 
-def look_alike_statement(prepared: PreparedStore, *, live: bool) -> tuple[str, list]:
+def look_alike_statement(prepared: PreparedStore, *, live: bool) -> tuple[str, list[Any]]:
     """`near_duplicates_sql` of `look_alike_sets` for this store, from the statement compiled
     for its shape."""
     principal = prepared.principal

@@ -231,7 +231,9 @@ def update_fields(
     return fields
 
 
-def content_fields(text: str, data: dict | None, previous: Memory | None = None) -> dict:
+def content_fields(
+    text: str, data: dict[str, Any] | None, previous: Memory | None = None
+) -> dict[str, Any]:
     """text/data and what derives from them (hash, size, embedding; re-embedded if needed)."""
     fields: dict[str, Any] = {
         "text": text,
@@ -251,7 +253,9 @@ def content_fields(text: str, data: dict | None, previous: Memory | None = None)
     return fields
 
 
-_write_embeddings: ContextVar[dict | None] = ContextVar("write_embeddings", default=None)
+_write_embeddings: ContextVar[dict[str, tuple[list[float], str]] | None] = ContextVar(
+    "write_embeddings", default=None
+)
 
 
 @contextmanager

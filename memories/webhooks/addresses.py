@@ -22,6 +22,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 from dataclasses import dataclass
+from typing import cast
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -56,7 +57,7 @@ class Target:
 def resolve(host: str, port: int) -> list[str]:
     """The addresses `host` resolves to (the one lookup; tests replace this function)."""
     infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    return list(dict.fromkeys(info[4][0] for info in infos))
+    return list(dict.fromkeys(cast(str, info[4][0]) for info in infos))  # an IP address
 
 
 # IPv6 forms that stand for the IPv4 address in their last 32 bits.

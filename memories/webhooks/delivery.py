@@ -31,6 +31,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 import httpx
 import orjson
@@ -117,7 +118,7 @@ def _fan_out_one(endpoint_id: str, *, now: datetime) -> tuple[int, bool]:
                 tenant_id=endpoint.tenant_id,
                 endpoint_id=endpoint.pk,
                 event_id=pk,
-                position=position,
+                position=position,  # type: ignore[misc]  # past the cursor: not null
                 event_type=event_type,
                 memory_id=memory_id,
                 created_at=now,
@@ -127,7 +128,7 @@ def _fan_out_one(endpoint_id: str, *, now: datetime) -> tuple[int, bool]:
             if not wanted or event_type in wanted
         ]
         WebhookDelivery.objects.bulk_create(deliveries)
-        endpoint.cursor = events[-1][1]
+        endpoint.cursor = events[-1][1]  # type: ignore[assignment]  # as above
         endpoint.save(update_fields=["cursor"])
     return len(deliveries), len(events) == FAN_OUT_BATCH
 
@@ -251,7 +252,7 @@ def _send(
 def _record(delivery: WebhookDelivery, result: _Result, *, now: datetime) -> str:
     """The attempt's outcome on the delivery and its endpoint; returns the outcome's name."""
     first = delivery.first_attempt_at or now
-    fields = {
+    fields: dict[str, Any] = {
         "attempts": delivery.attempts + 1,
         "first_attempt_at": first,
         "last_attempt_at": now,

@@ -440,6 +440,16 @@ def test_bad_line_is_reported_and_nothing_is_applied(login, tenant, agent, store
     assert Memory.objects.count() == 0
 
 
+def test_a_number_too_long_to_read_is_a_bad_line(tenant):
+    # Python refuses an integer of over 4300 digits with a plain ValueError, not a JSON error.
+    line = '{"id": "mem_01ARZ3NDEKTSV4RRFFQ69G5FAV", "importance": ' + "1" * 5000 + "}"
+    with pytest.raises(ImportLineError) as exc:
+        jsonl_import(tenant=tenant, lines=[line], actor="operator:t")
+    assert exc.value.line == 1
+    assert exc.value.message == "not valid JSON (a number too long)"
+    assert Memory.objects.count() == 0
+
+
 def _record(memory_id: str, agent, /, **fields) -> str:
     import json
 

@@ -1,4 +1,6 @@
-from django.core.management.base import BaseCommand, CommandError
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from accounts.models import Scope
 from accounts.services import agent_get_or_create, api_key_create, tenant_get_or_create
@@ -9,7 +11,7 @@ from memoryhub.errors import DomainError
 class Command(BaseCommand):
     help = "Create an API key for an agent (tenant and agent are created if missing). Prints only the key."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--tenant", required=True)
         parser.add_argument("--agent", required=True)
         parser.add_argument(
@@ -29,7 +31,7 @@ class Command(BaseCommand):
             "after its last write",
         )
 
-    def handle(self, *args, **opts):
+    def handle(self, *args: Any, **opts: Any) -> None:
         try:
             expires_in = parse_duration(opts["expires_in"]) if opts["expires_in"] else None
         except ValueError as exc:

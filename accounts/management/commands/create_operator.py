@@ -1,6 +1,7 @@
 import secrets
+from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from accounts.models import Role
 from accounts.services import operator_create, operator_password_reset, tenant_get_or_create
@@ -14,7 +15,7 @@ class Command(BaseCommand):
         "printed once, unless --password names it)."
     )
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--tenant", help="required unless --reset-password")
         parser.add_argument("--email", required=True)
         parser.add_argument("--password")
@@ -25,7 +26,7 @@ class Command(BaseCommand):
             help="only change the password of an existing operator (tenant and role untouched)",
         )
 
-    def handle(self, *args, **opts):
+    def handle(self, *args: Any, **opts: Any) -> None:
         if opts["reset_password"]:
             self.reset(opts["email"], opts["password"])
             return

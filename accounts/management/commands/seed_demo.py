@@ -18,10 +18,11 @@ Everything goes through the services the API uses. Later runs leave everything a
 from __future__ import annotations
 
 import secrets
+from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from accounts.models import Agent, Membership
+from accounts.models import Agent, Membership, Tenant
 from accounts.principal import Principal
 from accounts.services import (
     agent_get_or_create,
@@ -99,7 +100,7 @@ class Command(BaseCommand):
         "as it is."
     )
 
-    def handle(self, *args, **opts):
+    def handle(self, *args: Any, **opts: Any) -> None:
         tenant = tenant_get_or_create(slug=DEMO_TENANT, name="Demo workspace")
         if not Membership.objects.for_tenant(tenant).filter(user__username=DEMO_EMAIL).exists():
             password = secrets.token_urlsafe(12)
@@ -135,7 +136,7 @@ class Command(BaseCommand):
             )
 
 
-def seed_memories(tenant, agent) -> None:
+def seed_memories(tenant: Tenant, agent: Agent) -> None:
     """Store the demo memories and hand over the demo conversation, through the same services
     the API uses."""
     principal = Principal(tenant=tenant, agent=agent)

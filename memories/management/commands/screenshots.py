@@ -27,7 +27,7 @@ from memoryhub.throwaway import ApiServer, throwaway_database
 try:
     from playwright.sync_api import sync_playwright
 except ImportError:  # a dev dependency (pyproject's `dev` extra)
-    sync_playwright = None
+    sync_playwright = None  # type: ignore[assignment]
 
 CHROMIUM = "/usr/bin/chromium"
 VIEWPORT = {"width": 1280, "height": 880}
@@ -108,14 +108,17 @@ class Command(BaseCommand):
                 args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
             )
             try:
-                pages_of = {DEMO_EMAIL: [], FRESH_EMAIL: []}
+                pages_of: dict[str, list[tuple[str, str]]] = {DEMO_EMAIL: [], FRESH_EMAIL: []}
                 for name, url in wanted.items():
                     user = FRESH_EMAIL if name == "getting-started" else DEMO_EMAIL
                     pages_of[user].append((name, url))
                 for email, shots in pages_of.items():
                     if not shots:
                         continue
-                    context = browser.new_context(base_url=base_url, viewport=VIEWPORT)
+                    context = browser.new_context(
+                        base_url=base_url,
+                        viewport=VIEWPORT,  # type: ignore[arg-type]  # a ViewportSize
+                    )
                     page = context.new_page()
                     page.goto("/accounts/login/")
                     page.get_by_label("Email").fill(email)
