@@ -24,7 +24,8 @@ SUFFIXES = {".py", ".html", ".js", ".mjs", ".ts", ".sh", ".md", ".json", ".toml"
 MEASURING_DIRS = ("bench",)
 MIGRATION_DIRS = (ROOT / "memories" / "migrations", ROOT / "accounts" / "migrations")
 
-# `SPEC`, a word of its own (not `SPECTACULAR_SETTINGS`), or a bare section sign with a number.
+# The contract document's name as a word of its own (drf-spectacular's setting is no citation), or a
+# bare section sign with a number.
 CITATION = re.compile(r"\b[S]PEC\b|§\s*\d")  # [S]: this file is no citation itself
 # A figure with a unit of time, throughput or share, on a line that also compares or measures.
 FIGURE = re.compile(r"\d(?:[\d.,]*\d)?\s*(?:ms|µs|req/s|rps|MB/s|%|×)(?![\w/])")
