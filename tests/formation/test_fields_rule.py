@@ -9,12 +9,11 @@ from datetime import UTC, datetime
 import pytest
 
 from accounts.principal import Principal
-from memories import inputs
 from memories.formation.ingest import thread_messages_add
 from memories.formation.runs import run_execute, run_request
 from memories.models import Memory, Thread
 from memories.services.policies import agent_policy_set
-from memoryhub.errors import InvalidInput
+from tests.support.memories import spy_on_fields_check
 
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 
@@ -24,18 +23,7 @@ def test_a_formed_add_is_checked_by_the_rule_function(agent, fake_llm, llm, monk
     agent_policy_set(
         tenant=agent.tenant, agent=agent, extraction_categories=["core", "conversation"]
     )
-    calls: list[tuple[dict, str | None]] = []
-    real = inputs.memory_fields_check
-
-    def spy(**kwargs):
-        try:
-            real(**kwargs)
-        except InvalidInput as exc:
-            calls.append((kwargs, exc.message))
-            raise
-        calls.append((kwargs, None))
-
-    monkeypatch.setattr(inputs, "memory_fields_check", spy)
+    calls = spy_on_fields_check(monkeypatch)
     alice = Principal(tenant=agent.tenant, agent=agent, bound_subject="alice")
     thread_messages_add(
         principal=alice,

@@ -18,6 +18,7 @@ from memories.services.jsonl_import import ImportLineError, jsonl_import
 from memories.services.operator_actions import memory_correct
 from memories.services.store import memory_store
 from memoryhub.errors import InvalidInput
+from tests.support.memories import spy_on_fields_check
 
 pytestmark = pytest.mark.django_db
 
@@ -27,19 +28,7 @@ NEW_ID = "mem_01ARZ3NDEKTSV4RRFFQ69G5FA1"
 @pytest.fixture
 def rule_calls(monkeypatch):
     """Every call of the rule function, with what it raised (None when the memory passed)."""
-    calls: list[tuple[dict, str | None]] = []
-    real = inputs.memory_fields_check
-
-    def spy(**kwargs):
-        try:
-            real(**kwargs)
-        except InvalidInput as exc:
-            calls.append((kwargs, exc.message))
-            raise
-        calls.append((kwargs, None))
-
-    monkeypatch.setattr(inputs, "memory_fields_check", spy)
-    return calls
+    return spy_on_fields_check(monkeypatch)
 
 
 def _store(agent, **data):

@@ -4,9 +4,11 @@ through the API (same service, same rules)."""
 from __future__ import annotations
 
 from accounts.principal import Principal
+from memories import inputs
 from memories.formation.ingest import thread_messages_add
 from memories.models import Thread
 from memories.services.store import memory_store
+from memoryhub.errors import InvalidInput
 
 
 def store(agent, text: str, **fields):
@@ -31,3 +33,21 @@ def ingest(agent, *contents: str, thread_id: str = "t-1", subject_id: str | None
         data["subject_id"] = subject_id
     result = thread_messages_add(principal=principal, thread_id=thread_id, data=data)
     return Thread.objects.get(pk=result.thread.pk)
+
+
+def spy_on_fields_check(monkeypatch) -> list[tuple[dict, str | None]]:
+    """Record every call of `inputs.memory_fields_check` (the rules between a memory's fields)
+    with what it raised (None when the memory passed); the rule still runs."""
+    calls: list[tuple[dict, str | None]] = []
+    real = inputs.memory_fields_check
+
+    def spy(**kwargs):
+        try:
+            real(**kwargs)
+        except InvalidInput as exc:
+            calls.append((kwargs, exc.message))
+            raise
+        calls.append((kwargs, None))
+
+    monkeypatch.setattr(inputs, "memory_fields_check", spy)
+    return calls
