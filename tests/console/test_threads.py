@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from functools import partial
 
 import pytest
 from django.db import connection
@@ -16,6 +17,7 @@ from accounts.models import Extraction
 from memories.console import thread_selectors as tsel
 from memories.models import ExtractionRun, Memory, Message, ReviewState, RunState, Thread
 from tests.factories import make_agent, make_operator
+from tests.support.formation import add_op as formed_add_op
 from tests.support.memories import ingest
 
 pytestmark = pytest.mark.django_db
@@ -24,20 +26,8 @@ HX = {"HTTP_HX_REQUEST": "true"}
 TOKEN = "ghp_" + "aB3dE6gH9jK2mN5pQ8sT1vW4yZ7bC0eF3hJ6"
 
 
-def add_op(text, *, evidence=(1,), confidence=0.6, **extra):
-    return {
-        "op": "add",
-        "text": text,
-        "key": None,
-        "category": "core",
-        "kind": "fact",
-        "tags": [],
-        "confidence": confidence,
-        "mentions": [],
-        "occurred_at": None,
-        "evidence": list(evidence),
-        **extra,
-    }
+# The console's runs form memories below the review line unless a test says otherwise.
+add_op = partial(formed_add_op, confidence=0.6)
 
 
 def run_of(thread, state, **fields) -> ExtractionRun:
