@@ -6,11 +6,42 @@ lesser role, and an outsider who belongs to another tenant.
 
 from __future__ import annotations
 
+from collections import defaultdict
+
 import pytest
 from rest_framework.test import APIClient
 
 from tests.factories import make_agent, make_key, make_operator, make_tenant
+from tests.support.components import SKIP_PREFIX, find_component, skipped_component
 from tests.support.fake_llm import FakeLLM
+
+
+def pytest_collection_modifyitems(config, items):
+    """`requires_component("prog", ...)`: skipped, named, when a program is not installed
+    (tests/support/components.py)."""
+    for item in items:
+        for marker in item.iter_markers("requires_component"):
+            for name in marker.args:
+                if find_component(name) is None:
+                    item.add_marker(pytest.mark.skip(reason=SKIP_PREFIX + name))
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The tests skipped because a component is not installed, per component: a run that
+    skipped them says so plainly, at its end."""
+    missing: dict[str, list[str]] = defaultdict(list)
+    for report in terminalreporter.stats.get("skipped", []):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else ""
+        name = skipped_component(str(reason))
+        if name is not None:
+            missing[name].append(report.nodeid)
+    if not missing:
+        return
+    terminalreporter.section("skipped: component not installed", sep="=", yellow=True)
+    for name, nodeids in sorted(missing.items()):
+        terminalreporter.write_line(f"{name} (.ci/run installs it): {len(nodeids)} skipped")
+        for nodeid in sorted(nodeids):
+            terminalreporter.write_line(f"  {nodeid}")
 
 
 @pytest.fixture
