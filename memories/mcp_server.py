@@ -76,13 +76,14 @@ def _authenticate(raw: str | None) -> Principal:
     """The key's principal, under the same per-key rate limit as REST (one request = one HTTP
     request to /mcp, as one REST call is)."""
     close_old_connections()
+    throttle = KeyRateThrottle()
     try:
         principal = authenticate_key(raw)
+        # The throttle reads the request's user only (and counts on this thread's connection).
+        allowed = throttle.allow_request(SimpleNamespace(user=principal), None)
     finally:
         close_old_connections()
-    throttle = KeyRateThrottle()
-    # The throttle reads the request's user only.
-    if not throttle.allow_request(SimpleNamespace(user=principal), None):  # type: ignore[arg-type]
+    if not allowed:
         raise Throttled(throttle.wait())
     return principal
 

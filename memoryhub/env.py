@@ -46,6 +46,29 @@ def env_choice(name: str, default: str, choices: Collection[str]) -> str:
     return value
 
 
+CACHE_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
+def cache_settings(url: str) -> dict[str, dict]:
+    """Django's CACHES: its per-process memory cache, or with `url` (MEMORYHUB_CACHE_URL) the
+    Redis server there through Django's own RedisCache, whose commands time out after a second
+    (a hung Redis must not hold requests). Any other scheme stops the process at startup."""
+    if not url:
+        return {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    if not url.startswith(CACHE_SCHEMES):
+        raise ImproperlyConfigured(
+            f"MEMORYHUB_CACHE_URL must start with {', '.join(CACHE_SCHEMES)} (got {url!r})"
+        )
+    return {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": url,
+            "KEY_PREFIX": "memoryhub",
+            "OPTIONS": {"socket_connect_timeout": 1.0, "socket_timeout": 1.0},
+        }
+    }
+
+
 @contextmanager
 def environment_defaults(**defaults: str) -> Iterator[None]:
     """Variables that are unset read as these inside the block, and are unset again after it

@@ -9,7 +9,16 @@ from datetime import timedelta
 from pathlib import Path
 
 from memoryhub import hnsw
-from memoryhub.env import env_bool, env_choice, env_float, env_int, env_list, env_str
+from memoryhub.connections import web_share
+from memoryhub.env import (
+    cache_settings,
+    env_bool,
+    env_choice,
+    env_float,
+    env_int,
+    env_list,
+    env_str,
+)
 from memoryhub.proxies import parse_trusted_proxies
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -98,19 +107,15 @@ TEMPLATES = [
 # (docs/performance.md).
 MEMORYHUB_WEB_WORKERS = max(1, env_int("WEB_CONCURRENCY", 1))
 MEMORYHUB_DB_CONNECTIONS = env_int("MEMORYHUB_DB_CONNECTIONS", 160)
-_CONNECTIONS_PER_WORKER = max(4, MEMORYHUB_DB_CONNECTIONS // MEMORYHUB_WEB_WORKERS)
+_WEB_SHARE = web_share(MEMORYHUB_DB_CONNECTIONS, MEMORYHUB_WEB_WORKERS)
 # Threads per web process that run a large scope's hybrid search's semantic branch beside its
 # keyword branch, each on a connection of its own (memories/retrieval/ranking.py,
-# `run_branches`); a search that finds them busy runs both in one statement. 0: never.
-MEMORYHUB_SEARCH_BRANCH_THREADS = env_int(
-    "MEMORYHUB_SEARCH_BRANCH_THREADS", 2 if _CONNECTIONS_PER_WORKER >= 8 else 0
-)
+# `run_branches`); a search that finds them busy runs both in one statement. 0: never (the
+# default where a process's share is under 8 connections).
+MEMORYHUB_SEARCH_BRANCH_THREADS = _WEB_SHARE.branch_threads
 # Threads that run Django requests and MCP tool calls in each web process (memoryhub/web_pool.py):
 # 16, or fewer where the process's share of connections is smaller (each thread may hold one).
-MEMORYHUB_WEB_THREADS = env_int(
-    "MEMORYHUB_WEB_THREADS",
-    min(16, _CONNECTIONS_PER_WORKER - 2 - MEMORYHUB_SEARCH_BRANCH_THREADS),
-)
+MEMORYHUB_WEB_THREADS = _WEB_SHARE.threads
 
 # --- Database -------------------------------------------------------------------------------
 # DATABASE_URL when set; otherwise the embedded PostgreSQL 18 + pgvector under MEMORYHUB_DATA_DIR,
@@ -153,9 +158,7 @@ if env_bool("MEMORYHUB_DB_POOL", default=not _QCLUSTER):
         "min_size": 2,
         # Every web thread (memoryhub/web_pool.py) and search branch thread can hold a
         # connection, plus the outage watcher's and a spare.
-        "max_size": env_int(
-            "MEMORYHUB_DB_POOL_SIZE", MEMORYHUB_WEB_THREADS + MEMORYHUB_SEARCH_BRANCH_THREADS + 2
-        ),
+        "max_size": _WEB_SHARE.pool_size,  # MEMORYHUB_DB_POOL_SIZE, when set
         # The longest a request waits for a connection: the pool is as large as the threads
         # that use it, so waiting means the database is not giving connections (503).
         "timeout": env_float("MEMORYHUB_DB_POOL_TIMEOUT", 2.0),
@@ -322,6 +325,11 @@ MEMORYHUB_MESSAGE_RETENTION_DAYS = env_int("MEMORYHUB_MESSAGE_RETENTION_DAYS", 3
 # `purge_retention` this many days after their day; never fewer than the chart draws.
 MEMORYHUB_READS_RETENTION_DAYS = env_int("MEMORYHUB_READS_RETENTION_DAYS", 60)
 MEMORYHUB_RATE_LIMIT_PER_MINUTE = env_int("MEMORYHUB_RATE_LIMIT_PER_MINUTE", 0)  # 0 = off
+# A Redis server (redis://, rediss://, unix://) for Django's caches, the rate limit's counters
+# included; unset, those counters live in PostgreSQL, shared by every node all the same
+# (memories/ratelimit.py, docs/operations.md#rate-limits).
+MEMORYHUB_CACHE_URL = env_str("MEMORYHUB_CACHE_URL").strip()
+CACHES = cache_settings(MEMORYHUB_CACHE_URL)
 
 # --- Operating it (docs/operations.md) ----------------------------------------------------
 # Events (the change feed, `GET /api/v1/events`, and webhook deliveries) are kept this long.

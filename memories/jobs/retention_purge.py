@@ -17,6 +17,8 @@
   its message count goes down, and its watermarks move to its last message (what is gone
   cannot be extracted). A thread that got new messages since was reopened by them (its
   `ended_at` is cleared) and keeps them.
+- The rate limit's counters of keys idle for a day are deleted (a run over all tenants; not
+  counted: a counter is no one's data).
 
 Batches are one statement each (`FOR UPDATE SKIP LOCKED`, re-checked in the DELETE), walked
 tenant by tenant so the scan follows `memory_inactive_idx`, which leads with the tenant. A
@@ -44,6 +46,7 @@ from memories.jobs.batches import (
     report,
 )
 from memories.models import DASHBOARD_DAYS, DailyReads, Event, WebhookDelivery
+from memories.ratelimit import delete_stale_counters
 from memories.revisions import insert_revisions_sql
 from memories.services.lifecycle import PURGED_FIELDS
 
@@ -304,6 +307,8 @@ def purge_retention(
             counts[key] += gone
             if per_tenant is not None:
                 per_tenant.add(key, [(each_tenant, gone)])
+    if tenant_id is None:
+        delete_stale_counters()
     return {
         **counts,
         "idempotency_deleted": _drain(

@@ -46,7 +46,7 @@ from memories.models.thread import (
     RunState,
     Thread,
 )
-from memories.models.usage import DASHBOARD_DAYS, DailyReads
+from memories.models.usage import DASHBOARD_DAYS, DailyReads, RateLimitCounter
 
 __all__ = [
     "DASHBOARD_DAYS",
@@ -79,6 +79,7 @@ __all__ = [
     "Message",
     "OwnerCount",
     "PruneRun",
+    "RateLimitCounter",
     "ReviewReason",
     "ReviewState",
     "Role",

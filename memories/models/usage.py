@@ -32,3 +32,13 @@ class DailyReads(models.Model):
             # The counter's upsert target, and the dashboard's last 30 days of one tenant.
             models.UniqueConstraint(fields=["tenant", "day"], name="dailyreads_day_uniq"),
         ]
+
+
+class RateLimitCounter(models.Model):
+    """One API key's requests in its current minute, shared by every node
+    (`memories.ratelimit`): a new window replaces the old one in place. UNLOGGED (the
+    migration): a counter lost in a crash or a failover only restarts a minute."""
+
+    bucket = models.CharField(max_length=64, primary_key=True)
+    window_start = models.DateTimeField()
+    hits = models.BigIntegerField()
