@@ -103,8 +103,9 @@ TEMPLATES = [
 # Web processes and their share of PostgreSQL's connections. `serve` tells its web processes how
 # many they are (WEB_CONCURRENCY); together they hold at most MEMORYHUB_DB_CONNECTIONS (the
 # embedded server allows 200: the rest is the cluster's, commands' and superusers'), so one web
-# process per core on a big machine cannot run PostgreSQL out of connections
-# (docs/performance.md).
+# process per core on a big machine does not run PostgreSQL out of connections; past 32
+# processes each keeps 4 all the same, and `manage.py check` warns (memoryhub/connections.py,
+# docs/performance.md).
 MEMORYHUB_WEB_WORKERS = max(1, env_int("WEB_CONCURRENCY", 1))
 MEMORYHUB_DB_CONNECTIONS = env_int("MEMORYHUB_DB_CONNECTIONS", 160)
 _WEB_SHARE = web_share(MEMORYHUB_DB_CONNECTIONS, MEMORYHUB_WEB_WORKERS)
