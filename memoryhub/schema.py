@@ -22,5 +22,8 @@ def unapplied_migrations(using: str = DEFAULT_DB_ALIAS) -> list[str]:
             old for _, old in migration.replaces if (app, old) not in loader.applied_migrations
         ]
         if 0 < len(missing) < len(migration.replaces):
-            pending.append(f"{app}.{name} (applied in part; missing {', '.join(missing)})")
+            pending.append(
+                f"{app}.{name} (applied in part, missing {', '.join(missing)}: migrate first "
+                "with the version that has them)"
+            )
     return pending
