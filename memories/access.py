@@ -1,7 +1,7 @@
 """Access bookkeeping for reads (`last_accessed_at`, `access_count`) without slowing them down.
 
 Bumping those columns is an UPDATE of every returned row. No index names either column and the table
-leaves a quarter of each page free (migration 0020), so a bump is a heap-only (HOT) update: no entry
+leaves a quarter of each page free (memories/sql/memory_storage.sql), so a bump is a heap-only (HOT) update: no entry
 in the HNSW graph, the GIN index or the B-trees (a fraction of the cost a row:
 docs/performance.md#code-figures). Still, reads hand their ids to a per-process bumper that merges
 them and writes them with ONE UPDATE per flush (about once a second) from a background thread, off

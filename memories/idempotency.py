@@ -14,8 +14,7 @@ scanned for secrets (SECRET_REJECTED) and never stored, only `key_digest(tenant,
 HMAC-SHA256 keyed by `SECRET_KEY` (Django's `salted_hmac`, its own salt). Keyed, not a plain
 hash, so that a low-entropy value cannot be recovered from a database dump by guessing. Rotating
 `SECRET_KEY` makes the records of the last 24 h unreachable: a retry across the rotation runs
-again, as one after 24 h does. Migration 0016_idempotency_key_digests turned the clear keys
-stored before it into digests.
+again, as one after 24 h does.
 """
 
 from __future__ import annotations
@@ -68,7 +67,7 @@ def clean_key(raw: str | None) -> str | None:
 
 
 def key_digest(tenant_id: int, key: str) -> str:
-    """What is stored and looked up instead of the key (64 hex characters); 0013 repeats it."""
+    """What is stored and looked up instead of the key (64 hex characters)."""
     return salted_hmac(
         "memoryhub.idempotency-key", f"{tenant_id}:{key}", algorithm="sha256"
     ).hexdigest()

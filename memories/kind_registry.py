@@ -38,9 +38,8 @@ MAX_COLLECTED_ERRORS = 1_000  # a check stops collecting errors past this many
 
 logger = logging.getLogger(__name__)
 
-# Every tenant starts with these (migration 0083_builtin_kinds writes them for the tenants that
-# existed, and its trigger for every tenant created since; tests/memories/test_kinds.py holds the
-# trigger's rows equal to this list).
+# Every tenant starts with these, written by the trigger of memories/sql/builtin_kinds.sql for
+# every tenant created (tests/memories/test_kinds.py holds the trigger's rows equal to this list).
 BUILTIN_KINDS: tuple[dict[str, Any], ...] = (
     {
         "name": "fact",

@@ -11,7 +11,8 @@ from accounts.models import Tenant, TenantQuerySet
 
 
 class OwnerCount(models.Model):
-    """How many `active` memories an owner has, kept by PostgreSQL triggers (migration 0004).
+    """How many `active` memories an owner has, kept by PostgreSQL triggers
+    (memories/sql/owner_counts.sql).
 
     The store-time cap check reads this one row instead of counting the owner's memories: an
     owner whose active count is within its cap cannot be over it (live ≤ active). Statement

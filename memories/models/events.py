@@ -34,8 +34,8 @@ EVENT_TYPES = (
     "extraction.failed",
     "subject.erased",
 )
-# The sequence positions are drawn from (migration 0071): never reused, even once retention
-# has deleted every event.
+# The sequence positions are drawn from (memories/sql/event_positions.sql): never reused, even
+# once retention has deleted every event.
 POSITION_SEQUENCE = "memories_event_position_seq"
 
 

@@ -73,7 +73,8 @@ class MemoryQuerySet(TenantQuerySet["Memory"]):
 # bulk of a row to decode, so reads that return or compare memories defer them.
 VECTOR_FIELDS = ("embedding", "search_vector")
 
-# A memory's place in its sequence, written only by the database (migration 0018's triggers):
+# A memory's place in its sequence, written only by the database (the triggers of
+# memories/sql/memory_sequences.sql):
 # not public, not backed up (an import's triggers derive them again).
 SEQUENCE_FIELDS = ("prev_id", "next_id", "context_text")
 
@@ -184,7 +185,7 @@ class Memory(models.Model):
     embedding_model = models.CharField(max_length=100, blank=True, default="")
     # The memory's place in its sequence (owner, subject, thread_id ordered by occurred_at, else
     # created_at) and its neighbours' words, kept current by database triggers
-    # (`memories.sequences`, migration 0018); NULL outside a thread.
+    # (memories/sql/memory_sequences.sql); NULL outside a thread.
     prev_id = models.CharField(max_length=30, null=True, blank=True)
     next_id = models.CharField(max_length=30, null=True, blank=True)
     context_text = models.TextField(null=True, blank=True)
@@ -330,7 +331,8 @@ class Memory(models.Model):
                 name="memory_sequence_idx",
             ),
             # No index names `last_accessed_at` or `access_count`: a read's access bump then
-            # changes no indexed column and is a HOT update (memories/access.py, migration 0020).
+            # changes no indexed column and is a HOT update (memories/access.py,
+            # memories/sql/memory_storage.sql).
             # Hydrate: "does anything still fit the budget left?" without walking every row.
             models.Index(
                 fields=["tenant", "agent", "size_bytes"],
@@ -375,7 +377,7 @@ class Memory(models.Model):
             # A search ORs its owners' conditions; PostgreSQL scans each owner's part of these
             # indexes (a BitmapOr) instead of every match in the tenant. No `fastupdate`: its
             # pending list of new entries is read whole by every search until a vacuum merges
-            # it (migration 0022).
+            # it.
             GinIndex(
                 fields=["agent", "search_vector"], name="memory_fts_owner_idx", fastupdate=False
             ),

@@ -1,7 +1,7 @@
 """Context-aware ranking: what a hybrid ranking adds to a candidate's own score.
 
 A memory of a thread is part of a sequence (owner, subject, `thread_id`, ordered by
-`occurred_at`, else `created_at`; links kept by the triggers of migration 0018). On top of the
+`occurred_at`, else `created_at`; links kept by the triggers of memories/sql/memory_sequences.sql). On top of the
 hybrid score `b` of `memories.retrieval.ranking`:
 
 - its full-text document holds its neighbours' words at weight D (own key and text at A): a

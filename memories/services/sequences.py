@@ -1,4 +1,4 @@
-"""The lock order of sequences (migration 0018): a sequence's advisory lock before any row lock.
+"""The lock order of sequences (memories/sql/memory_sequences.sql): a sequence's advisory lock before any row lock.
 
 Memories of one owner, subject and `thread_id` form a sequence whose links (`prev_id`, `next_id`,
 `context_text`) triggers keep current. An insert takes the sequence's lock (`seq:…`, a
@@ -31,8 +31,8 @@ from memories.models import Memory
 from memories.services.write_support import MAX_RETRIES
 from memoryhub.errors import Conflict
 
-# The key the triggers lock, over a memories row aliased {t}: the same text as in migration 0018
-# (a test holds them equal). `sequence_key` spells it in Python.
+# The key the triggers lock, over a memories row aliased {t}: the same text as in
+# memories/sql/memory_sequences.sql (a test holds them equal). `sequence_key` spells it in Python.
 SEQUENCE_KEY_SQL = (
     "concat_ws(':', 'seq', {t}.tenant_id, COALESCE({t}.agent_id, 0), "
     "COALESCE({t}.subject_id, ''), {t}.thread_id)"

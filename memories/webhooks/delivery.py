@@ -20,7 +20,7 @@ Failures (a status outside 2xx, a timeout, a refused address) are retried after 
 the dashboard); enabling it again gives its pending deliveries a new 24 h.
 
 The run is nudged after each commit that wrote events for a tenant with webhooks
-(`memories.events.record`), and scheduled every minute (migration 0072) for the rest.
+(`memories.events.record`), and scheduled every minute (the schedule the migrations create) for the rest.
 """
 
 from __future__ import annotations

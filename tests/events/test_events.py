@@ -3,13 +3,12 @@ write path."""
 
 from __future__ import annotations
 
-import importlib
 import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.core.checks import run_checks
-from django.db import connection, transaction
+from django.db import transaction
 
 from accounts.principal import Principal
 from memories.events import feed
@@ -291,32 +290,6 @@ def test_every_writer_records_a_user_memorys_scope(principal, tenant, agent, set
     # The erasure itself is the tenant's event (workspace, no agent), not a memory's.
     (erased,) = events(type="subject.erased")
     assert (erased.scope, erased.agent_id, erased.subject_id) == ("agent", None, "ann")
-
-
-@pytest.mark.django_db
-def test_the_migration_gives_existing_events_their_memorys_scope(principal, tenant, agent):
-    """0089's backfill: events written before the column took the memory's scope from the
-    memory, or (the memory deleted) from the object they recorded."""
-    backfill = importlib.import_module("memories.migrations.0089_event_scope").backfill
-    user = store(principal, 0, text="Ann is vegan", scope="user", subject_id="ann")
-    gone = store(principal, 1, text="Ann lives in Porto", scope="user", subject_id="ann")
-    own = store(principal, 2, text="Own fact", subject_id="ann")
-    Memory.objects.filter(pk=gone.pk).delete()
-    other = make_agent(make_tenant("globex"), agent.slug)
-    theirs = store(Principal(tenant=other.tenant, agent=other), 3, scope="user", subject_id="ann")
-    # A foreign event naming this tenant's memory id takes nothing from it.
-    Event.objects.filter(memory_id=theirs.pk).update(memory_id=user.pk, data={})
-    Event.objects.update(scope="agent")  # as the column's default left them
-
-    with connection.schema_editor() as editor:
-        backfill(None, editor)
-    scopes = {(e.tenant_id, e.memory_id): e.scope for e in Event.objects.all()}
-    assert scopes == {
-        (tenant.pk, user.pk): "user",
-        (tenant.pk, gone.pk): "user",
-        (tenant.pk, own.pk): "agent",
-        (other.tenant.pk, user.pk): "agent",
-    }
 
 
 @pytest.mark.django_db

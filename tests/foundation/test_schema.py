@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-import importlib
-
 import pytest
 from django.core.management import call_command
 from django.db import IntegrityError, connection, transaction
@@ -102,13 +100,6 @@ def _revisions(tenant, memory_id, versions):
         )  # fmt: skip
 
 
-def _history(memory_id):
-    rows = MemoryRevision.objects.filter(memory_id=memory_id).order_by("id")
-    return [
-        (r.version, (r.before or {}).get("version"), (r.after or {}).get("version")) for r in rows
-    ]
-
-
 @pytest.mark.django_db
 def test_one_revision_per_version_of_a_memory(tenant, other_tenant, agent):
     memory = _memory(tenant, agent, "k1")
@@ -116,41 +107,6 @@ def test_one_revision_per_version_of_a_memory(tenant, other_tenant, agent):
     _revisions(other_tenant, memory.pk, [1])  # ids are global; histories are per tenant
     with pytest.raises(IntegrityError), transaction.atomic():
         _revisions(tenant, memory.pk, [2])
-
-
-@pytest.mark.django_db
-def test_migration_0010_renumbers_histories_that_repeat_a_version(tenant, agent):
-    """What import wrote before versions were monotonic, repaired so 0011's constraint holds."""
-    renumber = importlib.import_module("memories.migrations.0010_revision_versions_renumber")
-    constraint = next(
-        c for c in MemoryRevision._meta.constraints if c.name == "revision_version_uniq"
-    )
-    with connection.schema_editor() as editor:
-        editor.remove_constraint(MemoryRevision, constraint)
-    older_backup = _memory(tenant, agent, "k1")  # at 3, then an old backup imported as 2
-    Memory.objects.filter(pk=older_backup.pk).update(version=3)
-    _revisions(tenant, older_backup.pk, [1, 2, 3, 2, 3])
-    gone = "mem_01ARZ3NDEKTSV4RRFFQ69G5FA9"  # retention deleted it at 2, then it was re-imported
-    _revisions(tenant, gone, [1, 2])
-    MemoryRevision.objects.create(
-        tenant=tenant, memory_id=gone, version=3, actor="system:retention", change_type="purge",
-        before={"status": "tombstoned"},
-    )  # fmt: skip
-    _revisions(tenant, gone, [2])
-    fine = _memory(tenant, agent, "k2")
-    _revisions(tenant, fine.pk, [5, 7])
-
-    with connection.cursor() as cursor:
-        cursor.execute(renumber.RENUMBER)
-        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")  # no pending checks under ALTER TABLE
-    with connection.schema_editor() as editor:
-        editor.add_constraint(MemoryRevision, constraint)
-
-    assert _history(older_backup.pk) == [(1, 0, 1), (2, 1, 2), (3, 2, 3), (4, 3, 4), (5, 4, 5)]
-    assert Memory.objects.get(pk=older_backup.pk).version == 5  # its next change is 6
-    assert _history(gone) == [(1, 0, 1), (2, 1, 2), (3, None, None), (4, 3, 4)]
-    assert _history(fine.pk) == [(5, 4, 5), (7, 6, 7)]  # no repeat: untouched
-    assert Memory.objects.get(pk=fine.pk).version == 1
 
 
 @pytest.mark.django_db

@@ -77,7 +77,7 @@ class FakeProcess:
         self.signals.append(signum)
 
 
-def test_serve_command_spawns_both_and_stops_both(monkeypatch):
+def test_serve_command_spawns_both_and_stops_both(monkeypatch, db):  # serve reads migrations
     started: list[FakeProcess] = []
 
     def popen(command, env, **options):
@@ -96,7 +96,7 @@ def test_serve_command_spawns_both_and_stops_both(monkeypatch):
     assert [p.signals for p in started] == [[signal.SIGTERM], [signal.SIGTERM]]
 
 
-def test_serve_without_the_cluster(monkeypatch):
+def test_serve_without_the_cluster(monkeypatch, db):
     started: list[list[str]] = []
 
     def popen(command, env, **options):

@@ -48,8 +48,8 @@ def put_kind(client, name, **definition):
 
 @pytest.mark.django_db
 def test_every_new_tenant_starts_with_the_built_in_kinds():
-    """The trigger of migration 0043 writes what `kinds.BUILTIN_KINDS` says, for every tenant
-    however it is created."""
+    """The trigger of memories/sql/builtin_kinds.sql writes what `kinds.BUILTIN_KINDS` says, for
+    every tenant however it is created."""
     tenant = make_tenant("fresh")
     rows = [
         {

@@ -450,7 +450,7 @@ def test_access_bumps_are_heap_only_updates(me, corpus, deferred):
 @pytest.mark.django_db
 def test_stored_words_go_straight_into_the_full_text_indexes(me):
     """No GIN pending list: a stored memory's lexemes are in the index at once, so a keyword
-    search never reads a list of not-yet-merged entries first (migration 0022)."""
+    search never reads a list of not-yet-merged entries first (`fastupdate=False`)."""
     indexes = ["memory_fts_owner_idx", "memory_fts_workspace_idx"]
     with connection.cursor() as cursor:
         cursor.execute(

@@ -15,8 +15,10 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
+from django.conf import settings
 from django.db import connection, connections, transaction
 
 from accounts.principal import Principal
@@ -26,7 +28,7 @@ from memories.models import Memory
 from memories.services.changes import memory_confirm, memory_update
 from memories.services.lifecycle import memory_forget
 from memories.services.operator_actions import memory_correct, memory_restore
-from memories.services.sequences import sequence_key
+from memories.services.sequences import SEQUENCE_KEY_SQL, sequence_key
 from memories.services.store import memory_store
 from tests.support.locks import waiting_for_a_lock
 
@@ -211,10 +213,13 @@ def test_a_prune_racing_an_insert_skips_the_busy_thread_instead_of_deadlocking(m
 
 
 def test_the_sequence_key_is_the_one_the_triggers_lock(me, a):
-    migration = __import__("memories.migrations.0018_memory_occurred_at", fromlist=["SEQUENCE_KEY"])
+    triggers = (Path(settings.BASE_DIR) / "memories" / "sql" / "memory_sequences.sql").read_text()
+    # The insert's lock (NEW) and the update's (its new and old rows, n and o).
+    for alias in ("NEW", "n", "o"):
+        assert SEQUENCE_KEY_SQL.format(t=alias) in triggers, alias
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT {migration.SEQUENCE_KEY.format(t='m')} FROM memories_memory m WHERE id = %s",
+            f"SELECT {SEQUENCE_KEY_SQL.format(t='m')} FROM memories_memory m WHERE id = %s",
             [a.pk],
         )
         in_sql = cursor.fetchone()[0]

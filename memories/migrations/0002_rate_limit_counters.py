@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("memories", "0090_conversation_needs_thread"),
+        ("memories", "0001_baseline"),
     ]
 
     operations = [
