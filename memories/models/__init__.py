@@ -9,6 +9,7 @@ from memories.models.bookkeeping import (
     JobRunQuerySet,
     OwnerCount,
     PruneRun,
+    RunLease,
 )
 from memories.models.events import (
     EVENT_TYPES,
@@ -82,6 +83,7 @@ __all__ = [
     "ReviewReason",
     "ReviewState",
     "Role",
+    "RunLease",
     "RunState",
     "Scope",
     "Status",
