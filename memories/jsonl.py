@@ -13,6 +13,7 @@ from typing import Any
 from django.db.models import DateTimeField, QuerySet
 
 from memories.models import PUBLIC_FIELDS, Memory
+from memoryhub.pooling import stream_rows
 
 CHUNK_SIZE = 500
 FORMAT = "memoryhub.memory/1"
@@ -63,6 +64,6 @@ def memory_to_record(memory: Memory) -> dict[str, Any]:
 
 
 def export_jsonl(memories: QuerySet, *, chunk_size: int = CHUNK_SIZE) -> Iterator[str]:
-    for memory in memories.select_related("agent").order_by("id").iterator(chunk_size):
+    for memory in stream_rows(memories.select_related("agent").order_by("id"), chunk_size):
         yield json.dumps(memory_to_record(memory), ensure_ascii=False, separators=(",", ":"))
         yield "\n"

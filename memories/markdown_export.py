@@ -18,6 +18,7 @@ from datetime import datetime
 from django.db.models import F, QuerySet
 
 from memories.models import Memory
+from memoryhub.pooling import stream_rows
 
 CHUNK_SIZE = 500
 # What an entry shows; everything else (the embedding above all) is never read.
@@ -128,8 +129,8 @@ def export_markdown(
     yield "\n".join(header) + "\n\n"
     category = None
     count = 0
-    rows: Iterable[Memory] = (
-        export_order(memories).select_related("agent").only(*ENTRY_FIELDS).iterator(chunk_size)
+    rows: Iterable[Memory] = stream_rows(
+        export_order(memories).select_related("agent").only(*ENTRY_FIELDS), chunk_size
     )
     for memory in rows:
         if memory.category != category:

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+from django.db import transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -25,7 +26,7 @@ from memories.jobs.prune import prune_memories
 from memories.jobs.reembed import reembed
 from memories.jobs.retention_purge import purge_retention
 from memories.models import JobRun, PruneRun
-from memories.services.write_support import session_advisory
+from memories.run_liveness import Liveness
 
 JOBS: dict[str, Callable[..., dict]] = {
     "prune_memories": prune_memories,
@@ -66,26 +67,29 @@ def run_job(
         raise ValueError(f"no tenant with id {tenant_id}")
     _reap_abandoned(name)
     model = PruneRun if name == "prune_memories" else JobRun
-    run = model.objects.create(
-        job=name,
-        trigger=trigger,
-        tenant_id=tenant_id,
-        as_of=as_of,
-        dry_run=dry_run,
-        started_at=timezone.now(),
-    )
-    _advisory("pg_advisory_lock", run.pk)
+    # Held from the moment the run is visible, so no other worker takes it for abandoned.
+    with transaction.atomic():
+        run = model.objects.create(
+            job=name,
+            trigger=trigger,
+            tenant_id=tenant_id,
+            as_of=as_of,
+            dry_run=dry_run,
+            started_at=timezone.now(),
+        )
+        _LIVENESS.hold(run.pk)
     started = time.monotonic()
     per_tenant = TenantCounts() if tenant_id is None else None
     try:
-        counts = JOBS[name](
-            now=as_of,
-            dry_run=dry_run,
-            tenant_id=tenant_id,
-            per_tenant=per_tenant,
-            progress=progress,
-            **options,
-        )
+        with _LIVENESS.kept(run.pk):
+            counts = JOBS[name](
+                now=as_of,
+                dry_run=dry_run,
+                tenant_id=tenant_id,
+                per_tenant=per_tenant,
+                progress=progress,
+                **options,
+            )
     except BaseException as exc:  # also a Ctrl-C or a task timeout: never leave "running"
         run.status, run.error = "failed", f"{type(exc).__name__}: {exc}"[:2000]
         # Recording the failure must not mask it (the database may be what failed).
@@ -99,25 +103,20 @@ def run_job(
     return run
 
 
-# A running JobRun holds a session-level advisory lock on its connection. PostgreSQL drops it
-# when the worker dies (SIGKILL, OOM, a lost machine), so the next run can tell a killed run,
-# which would otherwise say "running" forever, from one still at work.
-_LIVENESS_NAMESPACE = 0x4D48_4A42  # "MHJB"
-
-
-def _advisory(function: str, run_id: int) -> bool:
-    return session_advisory(function, _LIVENESS_NAMESPACE, run_id)
+# A running JobRun holds its liveness (memories/run_liveness.py), so the next run can tell a
+# killed run, which would otherwise say "running" forever, from one still at work.
+_LIVENESS = Liveness(0x4D48_4A42)  # "MHJB"
 
 
 def _reap_abandoned(name: str) -> None:
     for run_id in JobRun.objects.filter(job=name, status="running").values_list("pk", flat=True):
-        if _advisory("pg_try_advisory_lock", run_id):
+        if _LIVENESS.try_hold(run_id):
             JobRun.objects.filter(pk=run_id, status="running").update(
                 status="failed",
                 error="abandoned: the worker stopped before recording an end (killed or lost)",
                 finished_at=timezone.now(),
             )
-            _advisory("pg_advisory_unlock", run_id)
+            _LIVENESS.release(run_id)
 
 
 def _finish(run: JobRun, started: float) -> None:
@@ -126,4 +125,4 @@ def _finish(run: JobRun, started: float) -> None:
     run.save(
         update_fields=["status", "error", "counts", "tenant_counts", "finished_at", "duration_ms"]
     )
-    _advisory("pg_advisory_unlock", run.pk)
+    _LIVENESS.release(run.pk)

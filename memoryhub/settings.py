@@ -135,6 +135,23 @@ else:
     EMBEDDED_DB = embedded_server(DATA_DIR)
     DATABASES = {"default": EMBEDDED_DB.database_settings()}
 
+# How the database is reached: `session` (directly, or a pooler in session mode) or `transaction`
+# (a transaction-mode pooler: PgBouncer pool_mode=transaction, Supavisor, Neon's pooled
+# endpoints), where nothing of a session outlives its transaction: running runs hold leased
+# claims (memories/run_liveness.py) instead of session advisory locks, exports read inside a
+# transaction, no session setting or prepared statement is relied on, and kind changes reach
+# MCP listeners over MEMORYHUB_DIRECT_DATABASE_URL or by polling
+# (docs/operations.md#behind-a-connection-pooler).
+MEMORYHUB_DB_POOL_MODE = env_choice("MEMORYHUB_DB_POOL_MODE", "session", ("session", "transaction"))
+_TRANSACTION_POOLED = MEMORYHUB_DB_POOL_MODE == "transaction"
+# A connection straight to PostgreSQL (not through the pooler), for LISTEN alone.
+MEMORYHUB_DIRECT_DATABASE_URL = env_str("MEMORYHUB_DIRECT_DATABASE_URL")
+# Without a direct connection behind a transaction-mode pooler, how often MCP processes compare
+# their listeners' tenants' kinds versions (the delay of a `tools/list_changed`).
+MEMORYHUB_KINDS_POLL_SECONDS = env_float("MEMORYHUB_KINDS_POLL_SECONDS", 5.0)
+# A running run's lease term behind a transaction-mode pooler: renewed every third of it while
+# the run works; a run whose worker died is taken over once it expires.
+MEMORYHUB_RUN_LEASE_SECONDS = env_int("MEMORYHUB_RUN_LEASE_SECONDS", 60)
 DATABASES["default"]["CONN_MAX_AGE"] = env_int("DB_CONN_MAX_AGE", 60)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DATABASES["default"].setdefault("OPTIONS", {})
@@ -172,9 +189,9 @@ if env_bool("MEMORYHUB_DB_POOL", default=not _QCLUSTER):
 # whose best plan depends on the values (the search ranking over a large scope) keep custom plans:
 # PostgreSQL's plan_cache_mode=auto decides; a small scope's exact ranking asks for its generic plan
 # (memories/retrieval/ranking.py, `generic_plan`).
-# Off (MEMORYHUB_DB_PREPARE=0) behind a transaction-mode pooler that cannot keep prepared
-# statements (PgBouncer before 1.21).
-if env_bool("MEMORYHUB_DB_PREPARE", default=True):
+# Off (MEMORYHUB_DB_PREPARE=0, the default with MEMORYHUB_DB_POOL_MODE=transaction) behind a
+# transaction-mode pooler that cannot keep prepared statements (PgBouncer before 1.21).
+if env_bool("MEMORYHUB_DB_PREPARE", default=not _TRANSACTION_POOLED):
     import psycopg
     from psycopg.types.numeric import Int8Dumper
 
@@ -187,9 +204,11 @@ if env_bool("MEMORYHUB_DB_PREPARE", default=True):
     psycopg.adapters.register_dumper(int, Int8Dumper)
 # pgvector's HNSW scan settings (iterative scans, the candidate list) from each connection's
 # start, so a search or a store need not set them per transaction (memoryhub/hnsw.py). Off
-# (MEMORYHUB_DB_SESSION_SETTINGS=0) behind a transaction-mode pooler, which refuses or drops
-# startup options: every HNSW walk then sets them locally, as before.
-MEMORYHUB_DB_SESSION_SETTINGS = env_bool("MEMORYHUB_DB_SESSION_SETTINGS", default=True)
+# (MEMORYHUB_DB_SESSION_SETTINGS=0, the default with MEMORYHUB_DB_POOL_MODE=transaction) behind a
+# transaction-mode pooler, which refuses or drops startup options: every HNSW walk then sets them locally, as before.
+MEMORYHUB_DB_SESSION_SETTINGS = env_bool(
+    "MEMORYHUB_DB_SESSION_SETTINGS", default=not _TRANSACTION_POOLED
+)
 if MEMORYHUB_DB_SESSION_SETTINGS:
     _options = DATABASES["default"]["OPTIONS"].get("options", "")
     DATABASES["default"]["OPTIONS"]["options"] = f"{_options} {hnsw.startup_options()}".strip()

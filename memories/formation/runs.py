@@ -5,9 +5,8 @@ threads picked with SKIP LOCKED), by `extract: "now"`, by `/extract`, by `/end` 
 console; a thread has at most one open (queued or running) run, so two triggers at once give
 one run. `run_execute` then:
 
-1. claims the run (queued → running) and holds a session advisory lock while it works, so a
-   run whose worker died (the lock is gone with its connection) can be told from a live one
-   and taken over;
+1. claims the run (queued → running) and holds its liveness while it works
+   (`run_liveness`), so a run whose worker died can be told from a live one and taken over;
 2. defers it when the tenant's daily token budget is spent;
 3. asks the model once: the validated answer (at most the agent's `extraction_max_operations`
    operations, the rest counted `over_limit`), with the ids of the memories the prompt offered
@@ -63,14 +62,14 @@ from memories.formation.prompt_context import (
 )
 from memories.models import OPEN_RUN_STATES, ExtractionRun, RunState, Thread
 from memories.redaction import redact
+from memories.run_liveness import Liveness
 from memories.secrets_scan import find_secret
-from memories.services.write_support import session_advisory
 from memoryhub import metrics
 from memoryhub.errors import InvalidInput
 
 log = logging.getLogger(__name__)
 
-_LIVENESS_NAMESPACE = 0x4D48_5852  # "MHXR": one session lock per running run
+_LIVENESS = Liveness(0x4D48_5852)  # "MHXR": held by each running run
 DUE_BATCH = 50
 # Claims of one run at most: a run whose worker stopped this often fails instead of replaying.
 MAX_RUN_ATTEMPTS = 3
@@ -149,16 +148,12 @@ def extract_due_threads(*, now: datetime | None = None, limit: int = DUE_BATCH) 
 # --- liveness --------------------------------------------------------------------------------
 
 
-def _advisory(function: str, run_id: int) -> bool:
-    return session_advisory(function, _LIVENESS_NAMESPACE, run_id)
-
-
 def _requeue_abandoned() -> int:
     """Runs left `running` by a worker that died go back to `queued` and to the cluster, unless
     they were claimed `MAX_RUN_ATTEMPTS` times already: those fail."""
     requeued = 0
     for run_id in ExtractionRun.objects.filter(state=RunState.RUNNING).values_list("pk", flat=True):
-        if not _advisory("pg_try_advisory_lock", run_id):
+        if not _LIVENESS.try_hold(run_id):
             continue  # a live worker holds it
         try:
             running = ExtractionRun.objects.filter(pk=run_id, state=RunState.RUNNING)
@@ -168,7 +163,7 @@ def _requeue_abandoned() -> int:
                 transaction.on_commit(partial(enqueue_run, run_id))
                 requeued += 1
         finally:
-            _advisory("pg_advisory_unlock", run_id)
+            _LIVENESS.release(run_id)
     return requeued
 
 
@@ -185,14 +180,14 @@ def _give_up(runs) -> int:
 def _claim(run_id: int, now: datetime) -> ExtractionRun | None:
     """Take the run: a queued one, or a running one whose worker is gone. None: not ours (or
     given up: claimed `MAX_RUN_ATTEMPTS` times already)."""
-    if not _advisory("pg_try_advisory_lock", run_id):
+    if not _LIVENESS.try_hold(run_id):
         return None  # a live worker is on it
     open_run = ExtractionRun.objects.filter(pk=run_id, state__in=OPEN_RUN_STATES)
     claimed = not _give_up(open_run) and open_run.update(
         state=RunState.RUNNING, started_at=now, attempts=F("attempts") + 1
     )
     if not claimed:
-        _advisory("pg_advisory_unlock", run_id)
+        _LIVENESS.release(run_id)
         return None
     run = ExtractionRun.objects.select_related("thread", "agent", "tenant").get(pk=run_id)
     # The thread's agent and tenant are the run's own rows: not loaded a second time.
@@ -215,7 +210,8 @@ def run_execute(
     started = time.monotonic()
     llm_ms_before = run.llm_ms
     try:
-        _execute(run, llm=llm, now=now, deadline=_deadline(started))
+        with _LIVENESS.kept(run.pk):
+            _execute(run, llm=llm, now=now, deadline=_deadline(started))
     except LLMError as exc:
         _fail(run, type(exc).__name__, str(exc), usage=exc.usage, latency_ms=exc.latency_ms)
     except ApplyDeadline as exc:
@@ -227,7 +223,7 @@ def run_execute(
         spent = int((time.monotonic() - started) * 1000)
         run.server_ms += max(spent - (run.llm_ms - llm_ms_before), 0)
         ExtractionRun.objects.filter(pk=run.pk).update(server_ms=run.server_ms)
-        _advisory("pg_advisory_unlock", run.pk)
+        _LIVENESS.release(run.pk)
     return run
 
 

@@ -9,6 +9,7 @@ from memories.models.bookkeeping import (
     JobRunQuerySet,
     OwnerCount,
     PruneRun,
+    RunLease,
 )
 from memories.models.events import (
     EVENT_TYPES,
@@ -83,6 +84,7 @@ __all__ = [
     "ReviewReason",
     "ReviewState",
     "Role",
+    "RunLease",
     "RunState",
     "Scope",
     "Status",

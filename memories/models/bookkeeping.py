@@ -135,3 +135,12 @@ class PruneRun(JobRun):
     def save(self, *args, **kwargs):
         self.job = "prune_memories"
         super().save(*args, **kwargs)
+
+
+class RunLease(models.Model):
+    """A running run's claim behind a transaction-mode pooler (memories/run_liveness.py): its
+    holder's token and until when it holds unless renewed. Released runs have no row."""
+
+    name = models.CharField(max_length=64, primary_key=True)  # "<namespace>:<run id>"
+    owner = models.CharField(max_length=32)
+    until = models.DateTimeField()

@@ -47,16 +47,6 @@ def advisory_lock(name: str) -> None:
         cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [name])
 
 
-def session_advisory(function: str, namespace: int, run_id: int) -> bool:
-    """`function` (`pg_advisory_lock`, `pg_try_advisory_lock`, `pg_advisory_unlock`) on the
-    session-level advisory lock (`namespace`, `run_id`): what a running run holds while it works,
-    so that a run left "running" by a dead worker can be told from a live one. False when a
-    try or an unlock did not take."""
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {function}(%s::int, %s::int)", [namespace, run_id % 2**31])
-        return cursor.fetchone()[0] is not False
-
-
 def clean_reason(value: Any) -> str:
     """A tombstone's reason as given by an agent or operator (optional, bounded, no NUL, no
     secret)."""

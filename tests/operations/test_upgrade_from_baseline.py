@@ -14,6 +14,7 @@ from datetime import timedelta
 import pytest
 from django.apps import apps as current_apps
 from django.db import connection
+from django.test import override_settings
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -23,6 +24,7 @@ from accounts.principal import Principal
 from memories import fingerprints, idempotency, ratelimit
 from memories.embeddings import get_embedder
 from memories.models import Memory, MemoryRevision, OwnerCount, Thread, WebhookEndpoint
+from memories.run_liveness import Liveness
 from memories.webhooks import signing
 from memoryhub.schema import unapplied_migrations
 from tests.support.formation import add_op, extract, llm  # noqa: F401 - `llm`: the fixture
@@ -172,6 +174,9 @@ def steps_after_baseline() -> None:
     """What each migration after the baselines brings, used on the upgraded database."""
     # memories 0002: the shared rate-limit counters (nothing to carry; the first count works).
     assert ratelimit.count_in_database("upgrade-check")[0] == 1
+    # memories 0003: run leases behind a transaction-mode pooler (none to carry; one is taken).
+    with override_settings(MEMORYHUB_DB_POOL_MODE="transaction"):
+        assert Liveness(namespace=0).try_hold(1)
 
 
 @pytest.fixture(scope="module")
