@@ -327,19 +327,20 @@ def _record(delivery: WebhookDelivery, result: _Result, *, now: datetime) -> str
             state=DeliveryState.PENDING,
             next_attempt_at=delivery.next_attempt_at,  # the lease this run wrote
         ).update(**fields)
-        if not held:
-            logger.warning(
-                "webhook delivery %s: this run no longer holds its lease (it ran out and "
-                "another run took the delivery); this run's attempt (%s) is not recorded",
-                delivery.pk,
-                outcome,
+        if held:
+            endpoint = (
+                WebhookEndpoint.objects.select_for_update().filter(pk=delivery.endpoint_id).first()
             )
-            return "lost"
-        endpoint = (
-            WebhookEndpoint.objects.select_for_update().filter(pk=delivery.endpoint_id).first()
+            if endpoint is not None:
+                _endpoint_outcome(endpoint, ok=result.ok, now=now)
+    if not held:
+        logger.warning(
+            "webhook delivery %s: this run no longer holds its lease (it ran out and another "
+            "run took the delivery); this run's attempt (%s) is not recorded",
+            delivery.pk,
+            outcome,
         )
-        if endpoint is not None:
-            _endpoint_outcome(endpoint, ok=result.ok, now=now)
+        outcome = "lost"
     metrics.count(metrics.WEBHOOK_DELIVERIES, outcome)
     return outcome
 
