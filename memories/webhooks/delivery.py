@@ -51,6 +51,7 @@ from memories.events import feed
 from memories.models import DeliveryState, Event, WebhookDelivery, WebhookEndpoint
 from memories.webhooks import addresses, signing
 from memoryhub import metrics
+from memoryhub.tls import tls_context
 
 logger = logging.getLogger("memoryhub.webhooks")
 
@@ -284,7 +285,7 @@ def _send(
     extensions = {"sni_hostname": target.host} if target.scheme == "https" else {}
     try:
         with httpx.Client(
-            timeout=settings.MEMORYHUB_WEBHOOK_TIMEOUT, follow_redirects=False
+            timeout=settings.MEMORYHUB_WEBHOOK_TIMEOUT, follow_redirects=False, verify=tls_context()
         ) as client:
             request = client.build_request(
                 "POST", target.connect_url, content=body, headers=headers, extensions=extensions
