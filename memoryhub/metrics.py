@@ -66,7 +66,7 @@ LLM_DURATION = Histogram(
 )
 WEBHOOK_DELIVERIES = Counter(
     "memoryhub_webhook_deliveries",
-    "Webhook delivery attempts, by outcome (delivered, retry, failed, refused).",
+    "Webhook delivery attempts, by outcome (delivered, retry, failed, refused, lost).",
     ["outcome"],
 )
 
@@ -81,7 +81,7 @@ KNOWN_LABELS: tuple[tuple[Counter | Gauge | Histogram, tuple[tuple[str, ...], ..
     (DB_POOL, (("idle",), ("busy",), ("waiting",))),
     (EXTRACTION_RUNS, (("done",), ("failed",))),
     (EXTRACTION_TOKENS, (("prompt",), ("completion",))),
-    (WEBHOOK_DELIVERIES, (("delivered",), ("retry",), ("failed",), ("refused",))),
+    (WEBHOOK_DELIVERIES, (("delivered",), ("retry",), ("failed",), ("refused",), ("lost",))),
 )
 
 

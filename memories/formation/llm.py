@@ -29,7 +29,6 @@ import email.utils
 import functools
 import logging
 import random
-import ssl
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -64,6 +63,7 @@ from memories.formation.prompts import (
 )
 from memories.redaction import redact
 from memoryhub import metrics
+from memoryhub.tls import tls_context
 
 if TYPE_CHECKING:
     import openai  # imported where used: see LLMClient.__init__
@@ -251,7 +251,7 @@ class LLMClient:
             api_key=api_key,
             timeout=timeout,
             max_retries=0,
-            http_client=openai.DefaultHttpxClient(verify=_tls_context()),
+            http_client=openai.DefaultHttpxClient(verify=tls_context()),
         )
 
     def __repr__(self) -> str:  # never the key
@@ -438,17 +438,6 @@ class LLMClient:
     @staticmethod
     def _malformed(reason: str, reply: _Reply) -> LLMMalformedOutput:
         return LLMMalformedOutput(reason, usage=reply.usage, latency_ms=reply.latency_ms)
-
-
-@functools.cache
-def _tls_context() -> ssl.SSLContext:
-    """One TLS context for every client: building one reads the whole CA bundle (~0.1 s).
-
-    Made by httpx as it would make its own, so SSL_CERT_FILE and SSL_CERT_DIR still count.
-    """
-    import httpx
-
-    return httpx.create_ssl_context()
 
 
 def _retryable(status: int) -> bool:

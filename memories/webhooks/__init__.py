@@ -1,5 +1,6 @@
-"""Webhooks: a tenant's endpoints receive its events, signed, at least once, in
-order per memory. Import the module you need; this package re-exports nothing.
+"""Webhooks: a tenant's endpoints receive its events, signed, in order per memory: once in the
+normal case, at least once under faults. Import the module you need; this package re-exports
+nothing.
 
 - `signing`: the secret (shown once, kept encrypted) and `MemoryHub-Signature`.
 - `addresses`: the SSRF guard — a URL's host, resolved, must be public; the connection goes to

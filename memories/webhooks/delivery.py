@@ -4,11 +4,18 @@ One run:
 1. numbers the committed events (`feed.sequence`);
 2. turns each enabled endpoint's new events (after its `cursor`, of the types it wants) into
    pending deliveries, advancing the cursor in the same transaction;
-3. sends the deliveries that are due, a batch at a time: each is claimed with a lease (its
-   `next_attempt_at` moved `LEASE` ahead in a short transaction), sent outside any transaction,
-   and its outcome recorded. A worker that dies mid-send leaves the lease to run out, and the
-   delivery is sent again: at least once. Receivers tell repeats apart by
-   `MemoryHub-Delivery`.
+3. sends the deliveries that are due, `SENDERS` requests side by side. A delivery is claimed
+   when a sender is free for it, with a lease: its `next_attempt_at` moved `LEASE` ahead in a
+   short transaction, the value written being this run's token. The lease of a request still
+   going is renewed once a third of it is used. Each outcome is recorded as its request ends,
+   in a transaction of its own, and only while the run still holds the lease (the row still
+   carries its token): a run that lost its lease (stalled past it, and another run took the
+   delivery) records nothing over the other's outcome.
+
+So a delivery that was sent and answered is not sent again in the normal case, however many
+dispatchers run. A worker that dies between a send and its record leaves the lease to run out,
+and the delivery is sent again: at least once under faults. Receivers tell repeats apart by
+`MemoryHub-Delivery`.
 
 Order per memory: a delivery is not sent while an earlier one (a lower position) for the same
 endpoint and memory is still pending, so a memory's events arrive in the order of its changes
@@ -28,7 +35,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -44,6 +51,7 @@ from memories.events import feed
 from memories.models import DeliveryState, Event, WebhookDelivery, WebhookEndpoint
 from memories.webhooks import addresses, signing
 from memoryhub import metrics
+from memoryhub.tls import tls_context
 
 logger = logging.getLogger("memoryhub.webhooks")
 
@@ -51,10 +59,11 @@ RETRY_FOR = timedelta(hours=24)
 DISABLE_AFTER = timedelta(hours=24)
 FIRST_RETRY = 10.0  # seconds
 MAX_RETRY = 3600.0
-LEASE = timedelta(minutes=2)
+LEASE = timedelta(minutes=2)  # a claim on a delivery, renewed while its request goes on
+RENEW_AFTER = LEASE / 3
+TICK = 1.0  # seconds: how often a run waiting on slow requests looks at their leases
 FAN_OUT_BATCH = 1000
-SEND_BATCH = 50
-SENDERS = 8
+SENDERS = 8  # requests side by side per run
 RUN_FOR = 50.0  # seconds: a scheduled run ends before the next one is due
 USER_AGENT = "MemoryHub-Webhooks/1"
 
@@ -71,13 +80,15 @@ def dispatch_webhooks(*, now: datetime | None = None, run_for: float = RUN_FOR) 
     deadline = time.monotonic() + run_for
     while feed.sequence() == feed.SEQUENCE_BATCH and time.monotonic() < deadline:
         pass  # a backlog (a large prune's events) is numbered batch by batch
-    counts = {"created": fan_out(now=now), "delivered": 0, "retry": 0, "failed": 0, "refused": 0}
-    while time.monotonic() < deadline:
-        batch = _claim(now=now)
-        if not batch:
-            break
-        for outcome in _send_all(batch, now=now):
-            counts[outcome] += 1
+    counts = {
+        "created": fan_out(now=now),
+        "delivered": 0,
+        "retry": 0,
+        "failed": 0,
+        "refused": 0,
+        "lost": 0,
+    }
+    _send_due(counts, now=now, deadline=deadline)
     return counts
 
 
@@ -133,9 +144,9 @@ def _fan_out_one(endpoint_id: str, *, now: datetime) -> tuple[int, bool]:
     return len(deliveries), len(events) == FAN_OUT_BATCH
 
 
-def _claim(*, now: datetime | None) -> list[WebhookDelivery]:
-    """Due deliveries whose memory has no earlier pending one, leased to this run."""
-    now = now or timezone.now()
+def _claim(*, now: datetime, limit: int) -> list[WebhookDelivery]:
+    """Up to `limit` due deliveries whose memory has no earlier pending one, leased to this run:
+    each one's `next_attempt_at` moved to `now + LEASE`, a value this run keeps (see `_Sending`)."""
     earlier = WebhookDelivery.objects.filter(
         endpoint_id=OuterRef("endpoint_id"),
         memory_id=OuterRef("memory_id"),
@@ -152,12 +163,14 @@ def _claim(*, now: datetime | None) -> list[WebhookDelivery]:
                 endpoint__disabled_at__isnull=True,
             )
             .filter(Q(resend=True) | Q(memory_id__isnull=True) | ~Exists(earlier))
-            .order_by("position", "id")[:SEND_BATCH]
+            .order_by("position", "id")[:limit]
         )
         if due:
             WebhookDelivery.objects.filter(pk__in=[d.pk for d in due]).update(
                 next_attempt_at=now + LEASE
             )
+    for claimed in due:
+        claimed.next_attempt_at = now + LEASE
     return due
 
 
@@ -172,32 +185,71 @@ class _Result:
         return self.status is not None and 200 <= self.status < 300
 
 
-def _send_all(batch: list[WebhookDelivery], *, now: datetime | None) -> list[str]:
+def _send_due(counts: dict[str, int], *, now: datetime | None, deadline: float) -> None:
+    """Send what is due, `SENDERS` requests side by side, until nothing is due or the run's time
+    is up. A delivery is claimed only when a sender is free for it, its outcome is recorded as
+    soon as its request ends, and the leases of requests still going are renewed while they go;
+    so a slow receiver never lets a lease run out under a delivery that was sent and answered,
+    and another run never sends it again."""
+
+    def clock() -> datetime:
+        return now or timezone.now()
+
+    sending: dict[Future[_Result], WebhookDelivery] = {}
+    claim_more = True
+    with ThreadPoolExecutor(max_workers=SENDERS) as pool:
+        while True:
+            free = SENDERS - len(sending)
+            if claim_more and free and time.monotonic() < deadline:
+                claimed = _claim(now=clock(), limit=free)
+                # Claimed fewer than asked: nothing else is due until an answer lets a memory's
+                # next event go (the next run takes the retries that come due meanwhile).
+                claim_more = len(claimed) == free
+                for claimed_delivery, (endpoint, event) in zip(
+                    claimed, _targets(claimed), strict=True
+                ):
+                    future = pool.submit(_send, claimed_delivery, endpoint, event, now)
+                    sending[future] = claimed_delivery
+            if not sending:
+                return
+            done, _ = wait(sending, timeout=TICK, return_when=FIRST_COMPLETED)
+            for future in done:
+                counts[_record(sending.pop(future), future.result(), now=clock())] += 1
+                claim_more = True
+            _renew(list(sending.values()), now=clock())
+
+
+def _targets(
+    claimed: list[WebhookDelivery],
+) -> list[tuple[WebhookEndpoint | None, Event | None]]:
+    """Each claimed delivery's endpoint and event (None: gone meanwhile)."""
     endpoints = {
-        e.pk: e for e in WebhookEndpoint.objects.filter(pk__in={d.endpoint_id for d in batch})
+        e.pk: e for e in WebhookEndpoint.objects.filter(pk__in={d.endpoint_id for d in claimed})
     }
     events = {
         e.pk: e
-        for e in Event.objects.filter(pk__in=[d.event_id for d in batch]).select_related(
+        for e in Event.objects.filter(pk__in=[d.event_id for d in claimed]).select_related(
             "agent", "tenant"
         )
     }
+    return [(endpoints.get(d.endpoint_id), events.get(d.event_id)) for d in claimed]
 
-    def send(delivery: WebhookDelivery) -> _Result:
-        event, endpoint = events.get(delivery.event_id), endpoints.get(delivery.endpoint_id)
-        return _send(delivery, endpoint, event, now)
 
-    # The HTTP requests go out side by side (a slow receiver does not hold up the others);
-    # the outcomes are recorded here, one by one, on this run's connection.
-    if len(batch) == 1:
-        results = [send(batch[0])]
-    else:
-        with ThreadPoolExecutor(max_workers=min(SENDERS, len(batch))) as pool:
-            results = list(pool.map(send, batch))
-    return [
-        _record(delivery, result, now=now or timezone.now())
-        for delivery, result in zip(batch, results, strict=True)
-    ]
+def _renew(sending: list[WebhookDelivery], *, now: datetime) -> None:
+    """Move the lease of each request still going that has used a third of it, each only if
+    this run still holds it (its `next_attempt_at` is the value this run wrote)."""
+    old = [d for d in sending if d.next_attempt_at - now <= LEASE - RENEW_AFTER]
+    if not old:
+        return
+    with transaction.atomic():
+        for delivery in old:
+            held = WebhookDelivery.objects.filter(
+                pk=delivery.pk,
+                state=DeliveryState.PENDING,
+                next_attempt_at=delivery.next_attempt_at,
+            ).update(next_attempt_at=now + LEASE)
+            if held:
+                delivery.next_attempt_at = now + LEASE
 
 
 def body_of(event: Event) -> bytes:
@@ -233,7 +285,7 @@ def _send(
     extensions = {"sni_hostname": target.host} if target.scheme == "https" else {}
     try:
         with httpx.Client(
-            timeout=settings.MEMORYHUB_WEBHOOK_TIMEOUT, follow_redirects=False
+            timeout=settings.MEMORYHUB_WEBHOOK_TIMEOUT, follow_redirects=False, verify=tls_context()
         ) as client:
             request = client.build_request(
                 "POST", target.connect_url, content=body, headers=headers, extensions=extensions
@@ -250,7 +302,9 @@ def _send(
 
 
 def _record(delivery: WebhookDelivery, result: _Result, *, now: datetime) -> str:
-    """The attempt's outcome on the delivery and its endpoint; returns the outcome's name."""
+    """The attempt's outcome on the delivery and its endpoint, in a transaction of its own;
+    returns the outcome's name. Only while this run still holds the delivery's lease: a run
+    whose lease ran out and was taken by another leaves what that one records alone ("lost")."""
     first = delivery.first_attempt_at or now
     fields: dict[str, Any] = {
         "attempts": delivery.attempts + 1,
@@ -269,12 +323,25 @@ def _record(delivery: WebhookDelivery, result: _Result, *, now: datetime) -> str
         outcome = "refused" if result.refused else "retry"
         fields["next_attempt_at"] = now + timedelta(seconds=retry_delay(fields["attempts"]))
     with transaction.atomic():
-        WebhookDelivery.objects.filter(pk=delivery.pk).update(**fields)
-        endpoint = (
-            WebhookEndpoint.objects.select_for_update().filter(pk=delivery.endpoint_id).first()
+        held = WebhookDelivery.objects.filter(
+            pk=delivery.pk,
+            state=DeliveryState.PENDING,
+            next_attempt_at=delivery.next_attempt_at,  # the lease this run wrote
+        ).update(**fields)
+        if held:
+            endpoint = (
+                WebhookEndpoint.objects.select_for_update().filter(pk=delivery.endpoint_id).first()
+            )
+            if endpoint is not None:
+                _endpoint_outcome(endpoint, ok=result.ok, now=now)
+    if not held:
+        logger.warning(
+            "webhook delivery %s: this run no longer holds its lease (it ran out and another "
+            "run took the delivery); this run's attempt (%s) is not recorded",
+            delivery.pk,
+            outcome,
         )
-        if endpoint is not None:
-            _endpoint_outcome(endpoint, ok=result.ok, now=now)
+        outcome = "lost"
     metrics.count(metrics.WEBHOOK_DELIVERIES, outcome)
     return outcome
 
