@@ -36,6 +36,7 @@ from memories.access import bump_access
 from memories.clock import resolve_now
 from memories.compiled import CompiledQuery, CompiledSQL, Slot, principal_values, slot_principal
 from memories.cursors import WalkCursor
+from memories.horizon import list_horizon
 from memories.ids import is_memory_id
 from memories.models import VECTOR_FIELDS, Memory, MemoryQuerySet, MemoryRevision, Status
 from memories.serialization import memory_json_sql
@@ -249,9 +250,10 @@ def _walk(
     Rows unchanged since `as_of` are read straight off the (updated_at, id) index. The few
     changed since then are placed where they stood at `as_of`: their `updated_at` of that time
     is the time of their last revision up to `as_of` (every change writes one, stamped like
-    `updated_at`). So a walk returns every memory that existed when it began and is still
-    visible exactly once, even when memories change between pages; memories created after it
-    began are not part of it (fetch them with `updated_after`).
+    `updated_at`). So a walk returns every memory that existed at `as_of` and is still
+    visible exactly once, even when memories change between pages; memories created after
+    `as_of` are not part of it (fetch them with `updated_after=<as_of>`). `as_of` is the
+    walk's horizon (`memories.horizon`): no write still in flight lands at or before it.
     """
 
     def read(rows):
@@ -292,8 +294,10 @@ def _merged(
     results: list[list], *, cursor: WalkCursor, limit: int, key: Callable[[Any], tuple]
 ) -> tuple[list, WalkCursor | None]:
     """The page `_walk`'s statements returned (`key`: a row's (walk_at, id)), and the cursor of
-    the next one (None on the last)."""
-    merged = sorted((row for rows in results for row in rows), key=key, reverse=True)
+    the next one (None on the last). A row that moved on between two of the statements (its
+    change committed in between) comes from both at its one place in the walk: kept once."""
+    unique = {key(row): row for rows in results for row in rows}
+    merged = sorted(unique.values(), key=key, reverse=True)
     page = merged[:limit]
     if len(merged) <= limit:
         return page, None
@@ -316,13 +320,16 @@ def memory_list(
     principal: Principal,
     filters: dict,
     now: datetime | None = None,
-) -> tuple[list[Memory], str | None]:
-    """A page of visible memories, newest `updated_at` first, and the cursor of the next page.
+) -> tuple[list[Memory], str | None, datetime]:
+    """A page of visible memories, newest `updated_at` first, the cursor of the next page, and
+    the walk's `as_of`.
 
     Filters (all optional): category, kind, tag (repeatable, AND), subject_id, thread_id,
     key_prefix, updated_after, include_shared (default true), limit (default 50, max 200),
-    cursor. A walk keeps the order of the moment it began (see `_walk`): no memory is skipped
-    or repeated when memories change, appear or disappear between pages.
+    cursor. A walk keeps the order of its `as_of` (see `_walk`): no memory is skipped or
+    repeated when memories change, appear or disappear between pages. `as_of` is the walk's
+    horizon (`memories.horizon`): every write stamped at or before it is in the walk, so the
+    next sync asks `updated_after=<as_of>` and misses nothing.
     """
     request = _list_request(principal=principal, filters=filters, now=now)
     page, next_cursor = _merged(
@@ -331,7 +338,7 @@ def memory_list(
         limit=request.limit,
         key=lambda memory: (memory.walk_at, memory.id),
     )
-    return page, next_cursor.encode() if next_cursor else None
+    return page, next_cursor.encode() if next_cursor else None, request.cursor.as_of
 
 
 def memory_list_json(
@@ -339,7 +346,7 @@ def memory_list_json(
     principal: Principal,
     filters: dict,
     now: datetime | None = None,
-) -> tuple[list[str], str | None]:
+) -> tuple[list[str], str | None, datetime]:
     """`memory_list` with each memory as the JSON text of `memory_json(memory, agent=<the
     principal's agent>)`, written by PostgreSQL (`memory_json_sql`): a page of 50 costs a
     fraction of decoding 50 rows into models and encoding them again in Python. Without tags or
@@ -359,7 +366,8 @@ def memory_list_json(
     page, next_cursor = _merged(
         results, cursor=request.cursor, limit=request.limit, key=lambda row: (row[1], row[0])
     )
-    return [row[2] for row in page], next_cursor.encode() if next_cursor else None
+    as_of = request.cursor.as_of
+    return [row[2] for row in page], next_cursor.encode() if next_cursor else None, as_of
 
 
 def _walk_built(
@@ -494,10 +502,12 @@ def _list_request(*, principal: Principal, filters: dict, now: datetime | None) 
     thread_id = validation.identifier(filters.get("thread_id"), "thread_id") or None
     if filters.get("updated_after"):
         updated_after = validation.parse_timestamp(filters["updated_after"], "updated_after")
+    # A walk's first page reads the horizon (after `now`, before its own statements); the
+    # next pages carry it in their cursor.
     cursor = (
         WalkCursor.decode(str(filters["cursor"]))
         if filters.get("cursor")
-        else WalkCursor(as_of=now)
+        else WalkCursor(as_of=list_horizon(now))
     )
     return _ListRequest(
         now=now,

@@ -376,6 +376,10 @@ class ListResponseSerializer(serializers.Serializer):
     ok = serializers.BooleanField()
     memories = MemorySerializer(many=True)
     next_cursor = serializers.CharField(allow_null=True)
+    as_of = serializers.DateTimeField(
+        help_text="The walk's horizon: every write stamped at or before it is in the walk; "
+        "sync next with updated_after=<as_of>."
+    )
 
 
 class KeysResponseSerializer(serializers.Serializer):

@@ -19,7 +19,7 @@ from memories import idempotency, selectors, validation
 from memories.api import schema
 from memories.ratelimit import KeyRateThrottle
 from memories.responses import store_response
-from memories.serialization import memory_json
+from memories.serialization import iso, memory_json
 from memories.services import changes, lifecycle, store
 
 
@@ -114,8 +114,10 @@ class MemoriesView(AgentAPIView):
             "`include_shared=false`, those of the agents in its `reads_from` (never their "
             "`conversation` memories). Without a subject only subject-less memories are listed. "
             "Newest `updated_at` first; follow `next_cursor`: a walk returns every memory "
-            "visible when it began exactly once. `tag` repeats (all must be present); `key_prefix` "
-            "keeps the keys that start with it (a namespace)."
+            "visible at its `as_of` exactly once, and every page carries that `as_of`: sync "
+            "again with `updated_after=<as_of>` to miss no write (a write still in flight when "
+            "the walk began is stamped after it). `tag` repeats (all must be present); "
+            "`key_prefix` keeps the keys that start with it (a namespace)."
         ),
         summary="List memories, newest first (keyset cursor)",
         parameters=[schema.ListQuerySerializer],
@@ -131,12 +133,15 @@ class MemoriesView(AgentAPIView):
         tags = params.getlist("tag") + params.getlist("tags")
         if tags:
             filters["tag"] = tags
-        memories, next_cursor = selectors.memory_list_json(principal=request.user, filters=filters)
+        memories, next_cursor, as_of = selectors.memory_list_json(
+            principal=request.user, filters=filters
+        )
         return Response(
             {
                 "ok": True,
                 "memories": [orjson.Fragment(text) for text in memories],
                 "next_cursor": next_cursor,
+                "as_of": iso(as_of),
             }
         )
 

@@ -14,7 +14,7 @@ from memories.mcp.calls import arguments, call, principal_of, tool_error
 from memories.mcp.server import mcp
 from memories.responses import ingest_response
 from memories.retrieval import hydrate, search
-from memories.serialization import memory_json
+from memories.serialization import iso, memory_json
 from memories.services import changes, lifecycle
 from memoryhub.errors import InvalidInput, NotFound
 
@@ -148,11 +148,12 @@ async def tool_memory_list(
     principal, filters = principal_of(ctx), arguments()
 
     def run():
-        memories, next_cursor = selectors.memory_list(principal=principal, filters=filters)
+        memories, next_cursor, as_of = selectors.memory_list(principal=principal, filters=filters)
         return {
             "ok": True,
             "memories": [memory_json(m, agent=principal.agent) for m in memories],
             "next_cursor": next_cursor,
+            "as_of": iso(as_of),
         }
 
     return await call(run)

@@ -10,7 +10,7 @@ from django.db import IntegrityError, transaction
 
 from accounts.principal import Principal
 from memories import inputs, kind_registry, retention, validation
-from memories.clock import resolve_now
+from memories.horizon import write_stamp
 from memories.ids import is_memory_id
 from memories.models import ChangeType, Memory
 from memories.secrets_scan import scan_secrets
@@ -97,32 +97,34 @@ def memory_update(
     `evidence` is not an agent's field: extraction records with its update the
     messages it came from."""
     principal.require_scope("write")
-    now = resolve_now(now)
-    inp = inputs.parse_update(data, now=now, if_match=if_match)  # secrets scanned too
-    subject = principal.resolve_subject(validation.identifier(subject_id, "subject_id"))
-    memory = writable(principal=principal, memory_id=memory_id, subject_id=subject, now=now)
-    if not inp.changes:
-        if inp.cas is not None:
-            change_guard(memory, inp.cas)
-        return memory
-
-    def reload() -> Memory | None:
-        fresh = (
-            visible_memories(
-                tenant=principal.tenant, agent=principal.agent, subject_id=subject, now=now
-            )
-            .select_related("agent")
-            .filter(pk=memory_id)
-            .first()
-        )
-        if fresh is not None:
-            fresh.tenant = principal.tenant
-        return fresh
-
-    capped = key_capped(principal, inp.changes, now)
-    kind = inp.changes.get("kind", memory.kind)
+    kind = ""
     try:
         with embeddings_remembered(), transaction.atomic():
+            # Stamped once announced (`horizon.write_stamp`): a list walk never passes it first.
+            now = write_stamp(now)
+            inp = inputs.parse_update(data, now=now, if_match=if_match)  # secrets scanned too
+            subject = principal.resolve_subject(validation.identifier(subject_id, "subject_id"))
+            memory = writable(principal=principal, memory_id=memory_id, subject_id=subject, now=now)
+            if not inp.changes:
+                if inp.cas is not None:
+                    change_guard(memory, inp.cas)
+                return memory
+
+            def reload() -> Memory | None:
+                fresh = (
+                    visible_memories(
+                        tenant=principal.tenant, agent=principal.agent, subject_id=subject, now=now
+                    )
+                    .select_related("agent")
+                    .filter(pk=memory_id)
+                    .first()
+                )
+                if fresh is not None:
+                    fresh.tenant = principal.tenant
+                return fresh
+
+            capped = key_capped(principal, inp.changes, now)
+            kind = inp.changes.get("kind", memory.kind)
             # Held until commit: a registry change waits for this write, or this write for it.
             registry = kind_registry.kind_guard(principal.tenant, kind)
             return change(
@@ -153,15 +155,16 @@ def memory_confirm(
 ) -> Memory:
     """The agent re-confirms a fact: `last_confirmed_at` = now (a change: version + 1)."""
     principal.require_scope("write")
-    now = resolve_now(now)
-    scan_secrets({"subject_id": subject_id})
-    subject = principal.resolve_subject(validation.identifier(subject_id, "subject_id"))
-    memory = writable(principal=principal, memory_id=memory_id, subject_id=subject, now=now)
-    return change(
-        memory,
-        fields=key_capped(principal, {"last_confirmed_at": now}, now),
-        actor=principal.actor,
-        change_type=ChangeType.CONFIRM,
-        now=now,
-        reload=lambda: reload_active(memory),
-    )
+    with transaction.atomic():
+        now = write_stamp(now)  # as `memory_update`
+        scan_secrets({"subject_id": subject_id})
+        subject = principal.resolve_subject(validation.identifier(subject_id, "subject_id"))
+        memory = writable(principal=principal, memory_id=memory_id, subject_id=subject, now=now)
+        return change(
+            memory,
+            fields=key_capped(principal, {"last_confirmed_at": now}, now),
+            actor=principal.actor,
+            change_type=ChangeType.CONFIRM,
+            now=now,
+            reload=lambda: reload_active(memory),
+        )

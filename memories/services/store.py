@@ -11,7 +11,7 @@ database (validation, secret scan, embedding), `memory_store_write` is the trans
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import lru_cache
 from typing import Any
@@ -30,6 +30,7 @@ from memories.compiled import (
 )
 from memories.dedup import NEAR_LIMIT, Near, Probe, near_duplicates_sql, run_near_duplicates
 from memories.embeddings import vector_literal
+from memories.horizon import write_stamp
 from memories.models import (
     ChangeType,
     Memory,
@@ -102,6 +103,7 @@ class PreparedStore:
     size_bytes: int
     now: datetime
     formation: Formation | None = None
+    now_given: bool = False  # the caller pinned `now`: the write is stamped with it
 
     @property
     def user_subject(self) -> str | None:
@@ -136,6 +138,7 @@ def memory_store_prepare(
     """Everything that needs no database: validation (the kind's rules from the tenant's
     cached registry), secret scan and the embedding."""
     principal.require_scope("write")
+    now_given = now is not None
     now = resolve_now(now)
     registry = kind_registry.registry(principal.tenant)
     inp = inputs.parse_store(data, agent=principal.agent, now=now, registry=registry)
@@ -159,12 +162,23 @@ def memory_store_prepare(
         size_bytes=fingerprints.size_bytes(inp.text, inp.data),
         now=now,
         formation=formation,
+        now_given=now_given,
     )
 
 
 def memory_store_write(*, prepared: PreparedStore) -> StoreResult:
-    """The transactional half of a store: one transaction (a savepoint in the caller's)."""
+    """The transactional half of a store: one transaction (a savepoint in the caller's).
+
+    Its rows are stamped when the transaction has announced itself (`horizon.write_stamp`),
+    not when the store was prepared: an embedding may take long, and a list walk that began
+    meanwhile must not have passed the stamp already. (A `ttl` counts from the validation.)"""
     with transaction.atomic():
+        stamp = write_stamp(prepared.now if prepared.now_given else None)
+        if stamp != prepared.now:
+            inp = prepared.inp
+            if inp.last_confirmed_at == prepared.now:  # defaulted: confirmed by this write
+                inp = replace(inp, last_confirmed_at=stamp)
+            prepared = replace(prepared, now=stamp, inp=inp)
         return _store_write(prepared)
 
 

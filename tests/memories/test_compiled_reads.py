@@ -187,7 +187,7 @@ def test_compiled_list_statements_are_the_built_ones(tenant, agent, crowd, body,
         compiled = selectors._compiled_list(request.shape(len(shared)))
         assert [statement.bind(**values) for statement in compiled] == built
         served = selectors._compiled_list.cache_info().hits
-        _, cursor = selectors.memory_list_json(principal=principal, filters=filters)
+        _, cursor, _ = selectors.memory_list_json(principal=principal, filters=filters)
         assert selectors._compiled_list.cache_info().hits == served + 1  # it ran these
         if cursor is None:
             break
@@ -200,7 +200,9 @@ def test_a_list_by_tags_or_key_prefix_is_built_each_time(tenant, agent, crowd):
     for filters in ({"tag": "x"}, {"key_prefix": "k.team."}):
         request = selectors._list_request(principal=principal, filters=filters, now=None)
         assert request.shape(1) is None
-    listed, _ = selectors.memory_list_json(principal=principal, filters={"key_prefix": "k.team."})
+    listed, _, _ = selectors.memory_list_json(
+        principal=principal, filters={"key_prefix": "k.team."}
+    )
     # Workspace memories are the tenant's: its three agents' ones, not the other tenant's.
     assert sorted(json.loads(row)["key"] for row in listed) == [
         f"k.team.{slug}" for slug in ("friend-bot", "stranger-bot", "support-bot")
