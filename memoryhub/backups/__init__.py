@@ -7,7 +7,16 @@ scheduled job, call these two.
 """
 
 from memoryhub.backups.create import BackupResult, create_backup
+from memoryhub.backups.restore import RestoreReport, restore_backup
 from memoryhub.backups.tools import BackupError
 from memoryhub.backups.verify import VerifiedBackup, verify_backup
 
-__all__ = ["BackupError", "BackupResult", "VerifiedBackup", "create_backup", "verify_backup"]
+__all__ = [
+    "BackupError",
+    "BackupResult",
+    "RestoreReport",
+    "VerifiedBackup",
+    "create_backup",
+    "restore_backup",
+    "verify_backup",
+]

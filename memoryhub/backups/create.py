@@ -27,6 +27,7 @@ from memoryhub.backups.tools import (
     connection_params,
     find_tools,
     run_client,
+    scalar,
     server_major,
     sha256_of,
 )
@@ -75,7 +76,7 @@ def create_backup(output_dir: str | Path, *, progress: Progress = None) -> Backu
         with connect() as conn:
             tools = find_tools(server_major(conn))
             conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            snapshot = conn.execute("SELECT pg_export_snapshot()").fetchone()[0]
+            snapshot = scalar(conn, "SELECT pg_export_snapshot()")
             say("counting rows in the snapshot")
             counts = manifests.row_counts(conn)
             migrations = manifests.applied_migrations(conn)

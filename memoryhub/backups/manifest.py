@@ -18,7 +18,7 @@ from psycopg import sql
 
 from accounts.keys import hash_key
 from memories.webhooks.signing import key_fingerprint
-from memoryhub.backups.tools import BackupError
+from memoryhub.backups.tools import BackupError, scalar
 
 FORMAT = "memoryhub-backup/1"
 DUMP_SUFFIX = ".dump"
@@ -79,12 +79,12 @@ def row_counts(conn: psycopg.Connection) -> dict[str, int]:
         query = sql.SQL("SELECT count(*) FROM {}.{}").format(
             sql.Identifier(schema), sql.Identifier(table)
         )
-        counts[table_label(schema, table)] = conn.execute(query).fetchone()[0]
+        counts[table_label(schema, table)] = scalar(conn, query)
     return counts
 
 
 def applied_migrations(conn: psycopg.Connection) -> dict[str, list[str]]:
-    if conn.execute("SELECT to_regclass('public.django_migrations')").fetchone()[0] is None:
+    if scalar(conn, "SELECT to_regclass('public.django_migrations')") is None:
         return {}
     applied: dict[str, list[str]] = {}
     for app, name in conn.execute("SELECT app, name FROM django_migrations ORDER BY app, id"):
@@ -95,8 +95,8 @@ def applied_migrations(conn: psycopg.Connection) -> dict[str, list[str]]:
 def server_versions(conn: psycopg.Connection) -> dict[str, Any]:
     vector = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
     return {
-        "postgresql": conn.execute("SHOW server_version").fetchone()[0],
-        "postgresql_major": int(conn.execute("SHOW server_version_num").fetchone()[0]) // 10000,
+        "postgresql": scalar(conn, "SHOW server_version"),
+        "postgresql_major": int(scalar(conn, "SHOW server_version_num")) // 10000,
         "pgvector": vector[0] if vector else None,
     }
 

@@ -133,8 +133,15 @@ def client_command(params: dict[str, Any]) -> tuple[str, dict[str, str]]:
     return psycopg.conninfo.make_conninfo(**{k: str(v) for k, v in params.items()}), env
 
 
+def scalar(conn: psycopg.Connection, query: Any) -> Any:
+    """The one value `query` answers."""
+    row = conn.execute(query).fetchone()
+    assert row is not None, query
+    return row[0]
+
+
 def server_major(conn: psycopg.Connection) -> int:
-    return int(conn.execute("SHOW server_version_num").fetchone()[0]) // 10000
+    return int(scalar(conn, "SHOW server_version_num")) // 10000
 
 
 def run_client(
