@@ -9,7 +9,6 @@ whole; the manifest, written last, is what marks a backup complete.
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -30,9 +29,8 @@ from memoryhub.backups.tools import (
     scalar,
     server_major,
     sha256_of,
+    table_progress,
 )
-
-_TABLE_LINE = re.compile(r'dumping contents of table "?([^"]+)"?')
 
 
 @dataclass(frozen=True)
@@ -83,15 +81,6 @@ def create_backup(output_dir: str | Path, *, progress: Progress = None) -> Backu
             versions = manifests.server_versions(conn)
             say(f"dumping {len(counts)} tables with {tools.pg_dump} ({tools.version})")
             conninfo, env = client_command(params)
-            dumped = 0
-
-            def table_progress(line: str) -> None:
-                nonlocal dumped
-                match = _TABLE_LINE.search(line)
-                if match:
-                    dumped += 1
-                    say(f"dumping {match[1]} ({dumped}/{len(counts)})")
-
             run_client(
                 [
                     tools.pg_dump,
@@ -103,7 +92,7 @@ def create_backup(output_dir: str | Path, *, progress: Progress = None) -> Backu
                     f"--dbname={conninfo}",
                 ],
                 env,
-                table_progress,
+                table_progress(say, "dumping", len(counts)),
             )
             conn.execute("COMMIT")
         say("computing the archive's sha256")

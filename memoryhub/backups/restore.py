@@ -10,7 +10,6 @@ older than the code, and the checks of `memoryhub.backups.checks`, each a line o
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,10 +31,10 @@ from memoryhub.backups.tools import (
     connect,
     connection_params,
     run_client,
+    table_progress,
 )
 from memoryhub.backups.verify import verify_backup
 
-_TABLE_LINE = re.compile(r'processing data for table "?([^"]+)"?')
 # How long dropping a non-empty target waits for another session's locks before giving up.
 LOCK_TIMEOUT = "30s"
 
@@ -135,15 +134,6 @@ def restore_backup(
             say(f"dropping the {len(present)} tables there")
             _drop_everything(conn, present)
     conninfo, env = client_command(params)
-    restored = 0
-
-    def table_progress(line: str) -> None:
-        nonlocal restored
-        match = _TABLE_LINE.search(line)
-        if match:
-            restored += 1
-            say(f"restoring {match[1]} ({restored}/{len(manifest['tables'])})")
-
     say(f"restoring with {verified.tools.pg_restore} ({verified.tools.version})")
     run_client(
         [
@@ -158,7 +148,7 @@ def restore_backup(
             str(verified.dump_path),
         ],
         env,
-        table_progress,
+        table_progress(say, "restoring", len(manifest["tables"])),
     )
     with connect() as conn:
         report.checks.append(checks.rows_match(manifest["tables"], manifests.row_counts(conn)))

@@ -144,6 +144,24 @@ def server_major(conn: psycopg.Connection) -> int:
     return int(scalar(conn, "SHOW server_version_num")) // 10000
 
 
+# What pg_dump and pg_restore say (--verbose) as they reach each table's rows.
+_TABLE_LINE = re.compile(r'(?:dumping contents of|processing data for) table "?([^"]+)"?')
+
+
+def table_progress(say: Callable[[str], None], verb: str, tables: int) -> Callable[[str], None]:
+    """A client program's stderr lines turned into `<verb> <table> (i/n)` for `say`."""
+    done = 0
+
+    def show(line: str) -> None:
+        nonlocal done
+        match = _TABLE_LINE.search(line)
+        if match:
+            done += 1
+            say(f"{verb} {match[1]} ({done}/{tables})")
+
+    return show
+
+
 def run_client(
     command: list[str], env: dict[str, str] | None = None, progress: Progress = None
 ) -> str:
