@@ -17,7 +17,7 @@ from typing import Any
 
 import psycopg
 
-from memoryhub.backups import manifest as manifests
+import memoryhub.backups.manifest as manifests
 from memoryhub.backups.tools import (
     BackupError,
     Progress,

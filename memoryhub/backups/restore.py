@@ -5,7 +5,7 @@ Before anything is touched: the manifest is there, the archive's sha256 is the m
 (fingerprints), the code knows every migration the archive has applied, and the target holds
 no table (or `force` says to drop what is there). Then `pg_restore` in one transaction (a
 failure leaves the target as it was after the drop), a forward migration when the archive is
-older than the code, and the checks of `memoryhub.backups.checks`, each a line of the report.
+older than the code, and the checks of `memoryhub.backups.restore_checks`, each a line of the report.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from django.db.migrations.executor import MigrationExecutor
 from django.db.migrations.loader import MigrationLoader
 from psycopg import sql
 
-from memoryhub.backups import checks
-from memoryhub.backups import manifest as manifests
+import memoryhub.backups.manifest as manifests
+import memoryhub.backups.restore_checks as checks
 from memoryhub.backups.tools import (
     BackupError,
     Progress,

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memoryhub.backups import manifest as manifests
+import memoryhub.backups.manifest as manifests
 from memoryhub.backups.tools import (
     BackupError,
     PgTools,

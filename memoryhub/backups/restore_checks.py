@@ -11,6 +11,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+import memoryhub.backups.manifest as manifests
 from accounts.keys import KEY_PREFIX, LOOKUP_LEN
 from accounts.models import ApiKey
 from memories.models import (
@@ -23,7 +24,6 @@ from memories.models import (
     WebhookEndpoint,
 )
 from memories.webhooks import signing
-from memoryhub.backups import manifest as manifests
 from memoryhub.backups.tools import scalar
 
 # Sequences no column owns, and the column whose values they hand out.
