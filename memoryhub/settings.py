@@ -217,6 +217,11 @@ DATABASES["default"]["TEST"] = {
     "NAME": env_str("MEMORYHUB_TEST_DB", f"test_memoryhub_{os.getpid()}"),
 }
 
+# Where `backup` and `restore` find pg_dump and pg_restore: unset, the embedded package's own,
+# or with DATABASE_URL those on PATH (memoryhub/backups/tools.py); their major version must be
+# the server's.
+MEMORYHUB_PG_BIN_DIR = env_str("MEMORYHUB_PG_BIN_DIR")
+
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [

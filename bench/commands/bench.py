@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from accounts.services import agent_get_or_create, api_key_create, tenant_get_or_create
 from bench import latency
+from bench.backup import backup_table, run_backup_bench
 from bench.charts import write_charts
 from bench.corpus import CORPORA
 from bench.formation import formation_table, run_extraction_bench, run_ingest_bench
@@ -159,6 +160,12 @@ class Command(BaseCommand):
         parser.add_argument(
             "--mem0-key", help="--versus-mem0: mem0's API key (its X-API-Key / ADMIN_API_KEY)"
         )
+        parser.add_argument(
+            "--backup",
+            action="store_true",
+            help="only `manage.py backup` against plain `pg_dump -Fc` on --scale memories "
+            '(3 runs each, medians); its figures go under "backup" in --output (bench/backup.py)',
+        )
         parser.add_argument("--skip-latency", action="store_true")
         parser.add_argument("--skip-formation", action="store_true")
         parser.add_argument("--skip-locomo", action="store_true")
@@ -172,6 +179,9 @@ class Command(BaseCommand):
             return
         if opts["versus_mem0"]:
             self.versus_mem0(opts)
+            return
+        if opts["backup"]:
+            self.backup(opts)
             return
         quick = opts["quick"]
         scale = 10_000 if quick else opts["scale"]
@@ -266,6 +276,16 @@ class Command(BaseCommand):
             self.out(f"wrote {path}")
 
     # --- mixed load (bench/load.py) ------------------------------------------------
+
+    def backup(self, opts: dict) -> None:
+        """The backup's cost alone; its figures go under "backup" in --output."""
+        with throwaway_database(self.out, durable=True):
+            result = run_backup_bench(scale=opts["scale"], out=self.out)
+        stamp(result)
+        results = read_results(opts["output"])
+        results["backup"] = result
+        write_results(opts["output"], results)
+        self.out(backup_table(result))
 
     def load(self, opts: dict) -> None:
         """The mixed load alone; its figures go under "load" → embedder (then "/" corpus and

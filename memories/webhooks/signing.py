@@ -37,6 +37,13 @@ def _key() -> bytes:
     ).digest()
 
 
+def key_fingerprint() -> str:
+    """A public fingerprint of the key the secrets are encrypted with: equal fingerprints,
+    the same key (a backup's manifest records it, so a restore can tell a wrong SECRET_KEY
+    before it touches anything). One-way: it tells nothing about the key."""
+    return hmac.new(_key(), b"memoryhub key fingerprint v1", hashlib.sha256).hexdigest()[:32]
+
+
 def encrypt(secret: str) -> str:
     nonce = os.urandom(12)
     sealed = AESGCM(_key()).encrypt(nonce, secret.encode(), None)
