@@ -20,6 +20,7 @@ from django.utils.dateparse import parse_datetime
 
 from accounts.models import Tenant
 from memories.clock import resolve_now
+from memories.jobs.backup import backup_database
 from memories.jobs.batches import Progress, TenantCounts
 from memories.jobs.prune import prune_memories
 from memories.jobs.reembed import reembed
@@ -28,6 +29,7 @@ from memories.models import JobRun, PruneRun
 from memories.services.write_support import session_advisory
 
 JOBS: dict[str, Callable[..., dict]] = {
+    "backup": backup_database,
     "prune_memories": prune_memories,
     "purge_retention": purge_retention,
     "reembed": reembed,
