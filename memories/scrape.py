@@ -23,6 +23,7 @@ from prometheus_client.core import REGISTRY, GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from accounts.models import Tenant
+from memories.jobs.backup import backup_status
 from memories.models import Memory, OwnerCount
 
 _LIVE = f"""
@@ -65,6 +66,15 @@ class DatabaseGauges:
         )
         queue.add_metric([], get_broker().queue_size())
         yield from (live, pending, queue)
+        backups = backup_status()
+        if backups is not None:
+            last = backups.last_success_at
+            backup = GaugeMetricFamily(
+                "memoryhub_backup_last_success_timestamp_seconds",
+                "When the last successful scheduled backup finished (Unix time; 0: none yet).",
+            )
+            backup.add_metric([], last.timestamp() if last is not None else 0)
+            yield backup
 
 
 def _authorized(request: HttpRequest) -> bool:

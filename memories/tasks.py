@@ -21,6 +21,7 @@ from django.utils.dateparse import parse_datetime
 
 from accounts.models import Tenant
 from memories.clock import resolve_now
+from memories.jobs.backup import backup_database
 from memories.jobs.batches import Progress, TenantCounts
 from memories.jobs.prune import prune_memories
 from memories.jobs.reembed import reembed
@@ -29,6 +30,7 @@ from memories.models import JobRun, PruneRun
 from memories.run_liveness import Liveness
 
 JOBS: dict[str, Callable[..., dict]] = {
+    "backup": backup_database,
     "prune_memories": prune_memories,
     "purge_retention": purge_retention,
     "reembed": reembed,

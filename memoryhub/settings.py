@@ -362,6 +362,13 @@ MEMORYHUB_EVENT_RETENTION_DAYS = env_int("MEMORYHUB_EVENT_RETENTION_DAYS", 7)
 # `GET /metrics` answers only `Authorization: Bearer <this>`; unset, it is a 404 and nothing is
 # measured. `serve` gives every process it starts one PROMETHEUS_MULTIPROC_DIR.
 MEMORYHUB_METRICS_TOKEN = env_str("MEMORYHUB_METRICS_TOKEN")
+# Scheduled backups (docs/operations.md#scheduled-backups): with MEMORYHUB_BACKUP_DIR set, a
+# django-q2 schedule backs the database up there every MEMORYHUB_BACKUP_SCHEDULE (`hourly`,
+# `daily`, `weekly`, or a duration such as `6h`) and keeps the MEMORYHUB_BACKUP_KEEP newest.
+# `migrate` and the cluster's workers, when they start, create, change or remove that schedule.
+MEMORYHUB_BACKUP_DIR = env_str("MEMORYHUB_BACKUP_DIR")
+MEMORYHUB_BACKUP_SCHEDULE = env_str("MEMORYHUB_BACKUP_SCHEDULE", "daily")
+MEMORYHUB_BACKUP_KEEP = env_int("MEMORYHUB_BACKUP_KEEP", 7)
 # Webhook URLs may be http:// and reach loopback or private addresses (development only).
 MEMORYHUB_WEBHOOK_ALLOW_INSECURE = env_bool("MEMORYHUB_WEBHOOK_ALLOW_INSECURE")
 MEMORYHUB_WEBHOOK_TIMEOUT = env_float("MEMORYHUB_WEBHOOK_TIMEOUT", 10.0)

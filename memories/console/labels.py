@@ -24,6 +24,11 @@ JOBS: dict[str, tuple[str, str]] = {
         "Re-embed memories",
         "Computes embeddings that are missing or come from another model than the configured one.",
     ),
+    "backup": (
+        "Back up the database",
+        "Writes a whole-database backup into the backup directory and deletes the oldest "
+        "beyond the number kept.",
+    ),
     "extract_threads": (
         "Form memories from idle conversations",
         "Starts an extraction run for each thread that has been quiet past its due time.",
@@ -56,6 +61,9 @@ COUNTS = {
     "candidates": "to embed",
     "embedded": "embedded",
     "skipped_changed": "skipped (changed meanwhile)",
+    # backup
+    "backups_kept": "backups kept",
+    "backups_deleted": "old backups deleted",
     # an extraction run's outcomes (memories.formation.apply.OUTCOMES)
     "added": "added",
     "updated": "updated",

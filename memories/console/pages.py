@@ -27,6 +27,7 @@ from memories.console.view_helpers import done, render, snippet_urls
 from memories.console.webhooks import disabled_webhooks
 from memories.formation.runs import tokens_used_today
 from memories.ids import is_memory_id
+from memories.jobs.backup import BackupStatus, backup_status
 from memories.jsonl import export_jsonl
 from memories.markdown_export import export_filename, export_markdown
 from memories.models import JobRun
@@ -44,9 +45,19 @@ def dashboard(request: ConsoleRequest) -> HttpResponse:
         "charts": trends.dashboard_charts(tenant=request.tenant, live_now=stats["by_category"]),
         # The first steps, until the tenant holds a memory: an agent, a key, a first call.
         "disabled_webhooks": disabled_webhooks(request),
+        "backup": _backup(request),
         "getting_started": None if stats["total"] or stats["recent"] else _first_steps(request),
     }
     return render(request, "console/dashboard.html", context, fragment="dashboard-body")
+
+
+def _backup(request: ConsoleRequest) -> BackupStatus | None:
+    """For admins, while scheduled backups are on: the last one's age, overdue past two
+    periods. Backups are the whole instance's; an admin is who can act on a warning."""
+    membership = getattr(request, "membership", None)
+    if membership is None or not membership.has_role(Role.ADMIN):
+        return None
+    return backup_status()
 
 
 def _first_steps(request: ConsoleRequest) -> dict:

@@ -18,7 +18,8 @@ retention — therefore writes them without a call of its own. A change writes:
 PostgreSQL as `memory_json_sql` in the jobs' SQL). A purge's events, and the earlier events of
 a purged memory (`erase_memory_events`), never hold its content. The other events —
 `extraction.completed`/`failed` (`memories.formation.runs`), `subject.erased`
-(`memories.services.erasure`) — are written by `event_write` at their services.
+(`memories.services.erasure`) — are written by `event_write` at their services, and
+`backup.failed`, one per tenant, by the scheduled backup (`memories.jobs.backup`).
 """
 
 from __future__ import annotations

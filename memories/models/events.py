@@ -33,6 +33,7 @@ EVENT_TYPES = (
     "extraction.completed",
     "extraction.failed",
     "subject.erased",
+    "backup.failed",
 )
 # The sequence positions are drawn from (memories/sql/event_positions.sql): never reused, even
 # once retention has deleted every event.
@@ -47,8 +48,9 @@ class Event(models.Model):
     every agent acting for that subject); an extraction run's carries its thread's
     agent and subject and the category `conversation` (a thread is its agent's own: agents
     reading from it do not see it); a subject's erasure is the tenant's (no agent, category
-    `workspace`). Events that are not a memory's have scope `agent`, as a workspace memory
-    has."""
+    `workspace`), and so is a failed scheduled backup's (one event in every tenant: a backup
+    is the whole instance's). Events that are not a memory's have scope `agent`, as a
+    workspace memory has."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+", db_index=False)
     # The public id, given after commit (NULL until then); drawn from POSITION_SEQUENCE.

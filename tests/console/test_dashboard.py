@@ -132,8 +132,9 @@ def test_the_dashboard_draws_its_charts_in_a_fixed_number_of_queries(owner_clien
     body, many = load()
     # session, user, membership (+ tenant); the summary: counts by agent and category,
     # totals, recent activity and its labels, last prune; the charts: created, departed,
-    # writes, reads, pending, runs; the webhooks that were disabled (a warning).
-    assert few == many == 15
+    # writes, reads, pending, runs; the webhooks that were disabled (a warning); the last
+    # scheduled backup (admins: one query, also while backups are off).
+    assert few == many == 16
     assert body.count("<svg") == 3
     assert 'aria-label="Live memories by category, last 30 days"' in body
     assert ">other<" in body  # seven categories: the five largest, then the rest together

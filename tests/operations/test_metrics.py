@@ -19,6 +19,7 @@ from django.conf import settings
 from rest_framework.test import APIClient
 
 from accounts.principal import Principal
+from memories.jobs.backup import backup_schedule_sync
 from memories.services.store import memory_store
 from tests.support.commands import _wait_answering, command_env
 
@@ -200,9 +201,14 @@ def _documented_families() -> dict[str, tuple[str, dict[str, list[str]]]]:
     return families
 
 
-def test_a_fresh_server_lists_every_documented_family_from_the_first_scrape(metrics_env):
+def test_a_fresh_server_lists_every_documented_family_from_the_first_scrape(
+    metrics_env, settings, tmp_path
+):
     """Before anything was extracted, delivered or pooled, each family of the docs' table is
-    there, at zero for every label value the table names (in multiprocess mode, as served)."""
+    there, at zero for every label value the table names (in multiprocess mode, as served).
+    Scheduled backups are on (their gauge exists only then), none made yet."""
+    settings.MEMORYHUB_BACKUP_DIR = str(tmp_path)
+    backup_schedule_sync()
     families = _documented_families()
     assert len(families) >= 11
     port = _free_port()

@@ -608,7 +608,7 @@ export interface ThreadResponse {
   thread: Thread;
 }
 
-export type TypeEnum = "memory.created" | "memory.updated" | "memory.forgotten" | "memory.evicted" | "memory.expired" | "memory.purged" | "review.pending" | "review.resolved" | "extraction.completed" | "extraction.failed" | "subject.erased";
+export type TypeEnum = "memory.created" | "memory.updated" | "memory.forgotten" | "memory.evicted" | "memory.expired" | "memory.purged" | "review.pending" | "review.resolved" | "extraction.completed" | "extraction.failed" | "subject.erased" | "backup.failed";
 
 export interface Webhook {
   id: string;
