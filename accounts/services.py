@@ -31,7 +31,7 @@ EXTRACTION_POLICY_FIELDS = (
 )
 # Hydrate's block limits.
 BLOCK_POLICY_FIELDS = ("core_max_entries", "core_max_chars", "archival_max_chars")
-_POLICY_FIELDS = (
+AGENT_POLICY_FIELDS = (
     "entry_cap",
     "hydration_budget_bytes",
     "default_category",
@@ -115,7 +115,7 @@ def _agent_policy_write(
     `_tenant_policy_write` for why the two live in different apps)."""
     if agent.tenant_id != tenant.pk:
         raise NotFound("No such agent")
-    unknown = set(policy) - set(_POLICY_FIELDS)
+    unknown = set(policy) - set(AGENT_POLICY_FIELDS)
     if unknown:
         raise InvalidInput(f"Unknown policy field: {sorted(unknown)[0]}", field=sorted(unknown)[0])
     for name, value in policy.items():

@@ -28,10 +28,11 @@ from memories.console.webhooks import disabled_webhooks
 from memories.formation.runs import tokens_used_today
 from memories.ids import is_memory_id
 from memories.jobs.backup import BackupStatus, backup_status
-from memories.jsonl import export_jsonl
+from memories.jsonl import export_jsonl, export_tenant
 from memories.markdown_export import export_filename, export_markdown
 from memories.models import JobRun
-from memories.services.jsonl_import import ImportLineError, jsonl_import
+from memories.services.jsonl_import import ImportLineError, is_tenant_file, jsonl_import
+from memories.services.tenant_import import ImportRefused, tenant_import
 
 JOB_NAMES = ("prune_memories", "purge_retention", "reembed")
 
@@ -100,13 +101,16 @@ def _export_queryset(request: ConsoleRequest):
 
 @require_role(Role.VIEWER)
 def export_page(request: ConsoleRequest) -> HttpResponse:
-    context = {
+    return render(request, "console/export.html", _export_context(request))
+
+
+def _export_context(request: ConsoleRequest) -> dict:
+    return {
         "section": "export",
         "agents": sel.agents_for(request.tenant),
         "statuses": EXPORT_STATUSES,
         "import_form": ImportForm(),
     }
-    return render(request, "console/export.html", context)
 
 
 @require_role(Role.VIEWER)
@@ -133,8 +137,21 @@ def export_jsonl_view(request: ConsoleRequest) -> StreamingHttpResponse:
     """`Export JSONL`: every field of every memory in scope, for backups and `Import`."""
     qs, filters = _export_queryset(request)
     now = resolve_now()
-    response = StreamingHttpResponse(export_jsonl(qs), content_type="application/x-ndjson")
+    stream = export_jsonl(request.tenant, qs)
+    response = StreamingHttpResponse(stream, content_type="application/x-ndjson")
     filename = f"{request.tenant.slug}-{filters.get('agent') or 'all'}-{now:%Y-%m-%d}.jsonl"
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+@require_role(Role.ADMIN)
+def export_tenant_view(request: ConsoleRequest) -> StreamingHttpResponse:
+    """`Export tenant`: the whole tenant, as `manage.py export_tenant` writes it."""
+    now = resolve_now()
+    response = StreamingHttpResponse(
+        export_tenant(request.tenant), content_type="application/x-ndjson"
+    )
+    filename = f"{request.tenant.slug}-tenant-{now:%Y-%m-%d}.jsonl"
     response["Content-Disposition"] = f'attachment; filename="{filename}"'
     return response
 
@@ -142,24 +159,44 @@ def export_jsonl_view(request: ConsoleRequest) -> StreamingHttpResponse:
 @require_role(Role.ADMIN)
 @require_POST
 def import_view(request: ConsoleRequest) -> HttpResponse:
-    """`Import`: idempotent by memory id, all or nothing; a bad line is named by number."""
+    """`Import`: a memories file idempotent by memory id, a tenant file into this tenant when it
+    is empty (docs/operations.md#moving-a-tenant); all or nothing, a bad line named by number.
+    New webhook secrets are in this one response and nowhere else."""
     form = ImportForm(request.POST, request.FILES)
     if not form.is_valid():
         messages.error(request, "Choose a JSONL file to import.")
         return redirect("console:export")
+    upload = form.cleaned_data["file"]
+    whole_tenant = is_tenant_file(upload)
     try:
-        result = jsonl_import(
-            tenant=request.tenant, actor=operator_actor(request), lines=form.cleaned_data["file"]
-        )
+        if whole_tenant:
+            moved = tenant_import(lines=upload, tenant=request.tenant)
+        else:
+            result = jsonl_import(
+                tenant=request.tenant, actor=operator_actor(request), lines=upload
+            )
     except ImportLineError as exc:
         messages.error(request, f"Nothing imported: line {exc.line}: {exc.message}")
         return redirect("console:export")
-    return done(
+    except ImportRefused as exc:
+        messages.error(request, str(exc))
+        return redirect("console:export")
+    if not whole_tenant:
+        return done(
+            request,
+            f"Imported: {result.created} created, {result.updated} updated, "
+            f"{result.unchanged} unchanged.",
+            reverse("console:export"),
+        )
+    counts = ", ".join(f"{n} {kind}" for kind, n in sorted(moved.counts.items()))
+    messages.success(request, f"Imported the tenant file: {counts or 'nothing but settings'}.")
+    response = render(
         request,
-        f"Imported: {result.created} created, {result.updated} updated, "
-        f"{result.unchanged} unchanged.",
-        reverse("console:export"),
+        "console/export.html",
+        _export_context(request) | {"new_webhook_secrets": moved.webhooks},
     )
+    response["Cache-Control"] = "no-store"
+    return response
 
 
 # --- agents and keys -------------------------------------------------------------------------

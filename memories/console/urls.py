@@ -40,6 +40,7 @@ urlpatterns = [
     path("export/", pages.export_page, name="export"),
     path("export/markdown/", pages.export_markdown_view, name="export-markdown"),
     path("export/jsonl/", pages.export_jsonl_view, name="export-jsonl"),
+    path("export/tenant/", pages.export_tenant_view, name="export-tenant"),
     path("export/import/", pages.import_view, name="import"),
     path("agents/", agents.agent_list, name="agents"),
     path("extraction-budget/", agents.extraction_budget, name="extraction-budget"),

@@ -3,10 +3,10 @@
 - Parse (`jsonl_parse`): every line, before anything is written, becomes an `ImportLine` (its
   fields checked and normalised by the store API's field rules and secret scan) or an
   `ImportLineError` naming the line.
-- Check (`_check`): the memory as the line leaves it meets the rules of a stored memory, by the
+- Check (`check`): the memory as the line leaves it meets the rules of a stored memory, by the
   functions a store uses (`inputs.memory_fields_check`, `kind_registry.check_data`, the model's
   validators).
-- Apply (`_apply`, `_write`): the line over the stored memory, its one revision and event; a new
+- Apply (`apply`, `_write`): the line over the stored memory, its one revision and event; a new
   agent named by a line is created by `accounts.services.agent_create`.
 
 Idempotent by memory id (a line whose id already exists in the tenant updates that memory to
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +41,7 @@ from accounts.models import Agent, Tenant
 from memories import fingerprints, inputs, kind_registry, retention, validation
 from memories.events.record import memory_events_write_many
 from memories.ids import is_memory_id
-from memories.jsonl import DATETIME_FIELDS, PLAIN_FIELDS, memory_to_record
+from memories.jsonl import DATETIME_FIELDS, FORMAT, MEMORIES, PLAIN_FIELDS, TENANT, memory_to_record
 from memories.models import (
     EMBEDDING_DIM,
     CaptureMode,
@@ -57,7 +57,7 @@ from memories.models import (
 from memories.revisions import revision_build, snapshot
 from memories.secrets_scan import scan_secrets
 from memories.services.sequences import lock_rows
-from memoryhub.errors import InvalidInput, SecretRejected
+from memoryhub.errors import DomainError, InvalidInput, SecretRejected
 
 MAX_INT = 2**31 - 1  # version and size_bytes are PostgreSQL integers
 MAX_BIGINT = 2**63 - 1  # access_count
@@ -128,7 +128,7 @@ def jsonl_import(*, tenant: Tenant, actor: str, lines: Iterable[str | bytes]) ->
             if memory is None:
                 memory = Memory(pk=record["id"], tenant=tenant)
                 before = None
-                _apply(memory, record, agent, registry)
+                apply(memory, record, agent, registry)
                 if history:
                     memory.version = max(memory.version, history + 1)
                 result.created += 1
@@ -137,13 +137,13 @@ def jsonl_import(*, tenant: Tenant, actor: str, lines: Iterable[str | bytes]) ->
                 old = _content(memory)
                 version = max(memory.version, history) + 1
                 memory.tenant = tenant
-                _apply(memory, record, agent, registry)
+                apply(memory, record, agent, registry)
                 if _content(memory) == old:
                     result.unchanged += 1
                     continue
                 memory.version = version
                 result.updated += 1
-            _check(line.number, memory, registry)
+            check(line.number, memory, registry)
             revision = _write(line.number, memory, before=before, actor=actor)
             revisions.append(revision)
             changes.append(
@@ -166,19 +166,20 @@ def jsonl_import(*, tenant: Tenant, actor: str, lines: Iterable[str | bytes]) ->
 
 
 def jsonl_parse(lines: Iterable[str | bytes]) -> list[ImportLine]:
-    """Every non-blank line of `lines` as an `ImportLine`, in file order; raises
-    `ImportLineError` on the first line that is not a valid memory record (or repeats an id)."""
+    """Every memory line of `lines` as an `ImportLine`, in file order (a memories file's header
+    is checked and skipped); raises `ImportLineError` on the first line that is not a valid
+    memory record (or repeats an id)."""
     parsed: list[ImportLine] = []
     seen: set[str] = set()
-    for number, raw in enumerate(lines, start=1):
-        if isinstance(raw, bytes):
-            try:
-                raw = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise ImportLineError(number, "not UTF-8") from exc
-        if not raw.strip():
+    for number, raw in numbered_lines(lines):
+        record = json_object(number, raw)
+        kind = record.get("type", "memory")
+        if kind == "header":
+            check_header(number, record, contents=MEMORIES)
             continue
-        record = _parse_line(number, raw)
+        if kind != "memory":
+            raise ImportLineError(number, "a memories file holds memory lines only")
+        record = memory_fields(number, record)
         marker = json.dumps(record.get("id"))
         if marker in seen:
             raise ImportLineError(number, "the same memory id appears twice")
@@ -187,7 +188,40 @@ def jsonl_parse(lines: Iterable[str | bytes]) -> list[ImportLine]:
     return parsed
 
 
-def _parse_line(number: int, line: str) -> dict[str, Any]:
+def is_tenant_file(upload: Any) -> bool:
+    """Whether the first non-blank line of the file `upload` is a tenant file's header; the
+    file is left at its start."""
+    upload.seek(0)
+    try:
+        for raw in upload:
+            if raw.strip():
+                try:
+                    record = json.loads(raw)
+                except ValueError:
+                    return False
+                return (
+                    isinstance(record, dict)
+                    and record.get("type") == "header"
+                    and record.get("contents") == TENANT
+                )
+        return False
+    finally:
+        upload.seek(0)
+
+
+def numbered_lines(lines: Iterable[str | bytes]) -> Iterator[tuple[int, str]]:
+    """The non-blank lines of `lines` as text, each with its 1-based number (blank ones count)."""
+    for number, raw in enumerate(lines, start=1):
+        if isinstance(raw, bytes):
+            try:
+                raw = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ImportLineError(number, "not UTF-8") from exc
+        if raw.strip():
+            yield number, raw
+
+
+def json_object(number: int, line: str) -> dict[str, Any]:
     try:
         record = json.loads(line)
     except json.JSONDecodeError as exc:
@@ -198,20 +232,46 @@ def _parse_line(number: int, line: str) -> dict[str, Any]:
         raise ImportLineError(number, "not valid JSON (nested too deeply)") from None
     if not isinstance(record, dict):
         raise ImportLineError(number, "each line must be a JSON object")
+    return record
+
+
+def check_header(number: int, record: dict[str, Any], *, contents: str) -> None:
+    """A header line of a file of `contents` (`tenant` or `memories`) in a format this reads."""
+    if record.get("format") != FORMAT:
+        raise ImportLineError(number, f"unknown format (this reads {FORMAT})")
+    if record.get("contents") != contents:
+        raise ImportLineError(
+            number,
+            f"a {record.get('contents')!s:.20} file, not a {contents} file"
+            + (
+                " (a tenant file is imported into a new or empty tenant)"
+                if record.get("contents") == TENANT
+                else ""
+            ),
+        )
+
+
+def memory_fields(number: int, record: dict[str, Any]) -> dict[str, Any]:
+    """A memory line's fields, secret-scanned, checked and normalised by the API's field rules."""
+    # First, as written (before tags are lower-cased), and before any check that quotes.
+    secret_free(number, record)
     try:
-        # First, as written (before tags are lower-cased), and before any check that quotes.
-        scan_secrets(record)
+        _validate_fields(record)
+    except InvalidInput as exc:
+        raise ImportLineError(number, field_message(exc)) from None
+    return record
+
+
+def secret_free(number: int, values: dict[str, Any]) -> None:
+    """The secret scan of the API's free-text fields of `values` (`memories.secrets_scan`)."""
+    try:
+        scan_secrets(values)
     except SecretRejected as exc:
         # Rule and field only: the value itself is never echoed.
         field, rule = exc.details["field"], exc.details["rule"]
         raise ImportLineError(
             number, f"{field}: a secret-shaped value ({rule}) is never stored"
         ) from None
-    try:
-        _validate_fields(record)
-    except InvalidInput as exc:
-        raise ImportLineError(number, _field_message(exc)) from None
-    return record
 
 
 def _validate_fields(record: dict[str, Any]) -> None:
@@ -219,7 +279,8 @@ def _validate_fields(record: dict[str, Any]) -> None:
 
     Only fields present in the line are checked; a missing one takes the model default.
     """
-    validation.reject_nul(record)
+    # The embedding is numbers (checked below): walking its 384 items here would only cost.
+    validation.reject_nul({name: value for name, value in record.items() if name != "embedding"})
     if record.get("status") not in Status.values:
         raise InvalidInput("unknown status", field="status")
     checks: dict[str, Callable[[Any], Any]] = {
@@ -245,9 +306,9 @@ def _validate_fields(record: dict[str, Any]) -> None:
         "source_provider": lambda v: validation.short_string(v, "source_provider", 100),
         "importance": lambda v: validation.unit_float(v, "importance"),
         "confidence": lambda v: validation.unit_float(v, "confidence"),
-        "version": lambda v: _count(v, "version", minimum=1),
-        "access_count": lambda v: _count(v, "access_count", maximum=MAX_BIGINT),
-        "size_bytes": lambda v: _count(v, "size_bytes"),
+        "version": lambda v: whole_number(v, "version", minimum=1),
+        "access_count": lambda v: whole_number(v, "access_count", maximum=MAX_BIGINT),
+        "size_bytes": lambda v: whole_number(v, "size_bytes"),
     }
     for name, check in checks.items():
         if name in record:
@@ -259,22 +320,24 @@ def _validate_fields(record: dict[str, Any]) -> None:
     if embedding is not None and not (
         isinstance(embedding, list)
         and len(embedding) == EMBEDDING_DIM
-        and all(_finite_number(x) for x in embedding)
+        and _finite_numbers(embedding)
     ):
         raise InvalidInput(f"must be a list of {EMBEDDING_DIM} numbers", field="embedding")
 
 
-def _count(value: Any, field: str, *, minimum: int = 0, maximum: int = MAX_INT) -> int:
+def whole_number(value: Any, field: str, *, minimum: int = 0, maximum: int = MAX_INT) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
         raise InvalidInput(f"must be a whole number from {minimum} to {maximum}", field=field)
     return int(value)
 
 
-def _finite_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+def _finite_numbers(values: list[Any]) -> bool:
+    """Every item an int or a float (not a bool) and finite: their sum is, unless one is
+    NaN or infinite (or they are too large for any embedding, which is refused as well)."""
+    return all(type(x) is float or type(x) is int for x in values) and math.isfinite(sum(values))
 
 
-def _field_message(exc: InvalidInput) -> str:
+def field_message(exc: DomainError) -> str:
     """ "field: message", without naming the field twice when the message quotes it already."""
     field = exc.details.get("field")
     if not field or f"'{field}'" in exc.message:
@@ -285,7 +348,7 @@ def _field_message(exc: InvalidInput) -> str:
 def _refuse_unimportable_ids(tenant: Tenant, parsed: list[ImportLine]) -> None:
     """The first line, by number, whose id is malformed or held by another tenant: one message
     for both, so an import cannot probe for other tenants' ids. (One created concurrently after
-    this look fails at its insert with the same message: `_integrity_message`.)"""
+    this look fails at its insert with the same message: `integrity_message`.)"""
     ids = [line.fields["id"] for line in parsed if is_memory_id(line.fields.get("id"))]
     foreign = set(
         Memory.objects.filter(pk__in=ids).exclude(tenant=tenant).values_list("pk", flat=True)
@@ -298,10 +361,14 @@ def _refuse_unimportable_ids(tenant: Tenant, parsed: list[ImportLine]) -> None:
 # --- check -----------------------------------------------------------------------------------
 
 
-def _check(number: int, memory: Memory, registry: kind_registry.Registry) -> None:
+def check(
+    number: int, memory: Memory, registry: kind_registry.Registry, *, queries: bool = True
+) -> None:
     """The rules of a stored memory, on the memory as the line leaves it (a field the line
     omits keeps its current value; `agent` is always the line's): the cross-field rules, the
-    kind's schema, the model's validators."""
+    kind's schema, the model's validators. Without `queries`, the model's unique and check
+    constraints are left to the database (each is a query per memory here); the caller maps
+    an insert's failure to its line."""
     try:
         inputs.memory_fields_check(
             category=memory.category,
@@ -314,12 +381,16 @@ def _check(number: int, memory: Memory, registry: kind_registry.Registry) -> Non
     except InvalidInput as exc:
         raise ImportLineError(number, exc.message) from None
     try:
-        memory.full_clean(exclude=["tenant", "agent", "embedding", "search_vector"])
+        memory.full_clean(
+            exclude=["tenant", "agent", "embedding", "search_vector"],
+            validate_unique=queries,
+            validate_constraints=queries,
+        )
     except Exception as exc:
-        raise ImportLineError(number, _first_error(exc)) from exc
+        raise ImportLineError(number, first_error(exc)) from exc
 
 
-def _first_error(exc: Exception) -> str:
+def first_error(exc: Exception) -> str:
     message_dict = getattr(exc, "message_dict", None)
     if message_dict:
         name, messages = next(iter(message_dict.items()))
@@ -347,7 +418,7 @@ def _agent(tenant: Tenant, agents: dict[str, Agent], line: ImportLine) -> Agent 
     return agent
 
 
-def _apply(
+def apply(
     memory: Memory, record: dict[str, Any], agent: Agent | None, registry: kind_registry.Registry
 ) -> None:
     """The line's values over `memory`, and what a write derives from them."""
@@ -355,10 +426,12 @@ def _apply(
     for name in PLAIN_FIELDS + DATETIME_FIELDS:
         if name in record:
             setattr(memory, name, record[name])
-    # The line's `expires_at` is what the memory asked for (a backup's effective expiry at
-    # most); this tenant's policies bound it again (`memories.retention`), and its registry
-    # says whether the kind is single.
-    memory.requested_expires_at = memory.expires_at
+    # What the memory asked for: the line's `requested_expires_at`, or in a line written before
+    # that was exported, its `expires_at` (the effective expiry, at most what was asked for);
+    # this tenant's policies bound it again (`memories.retention`), and its registry says
+    # whether the kind is single.
+    if "requested_expires_at" not in record:
+        memory.requested_expires_at = memory.expires_at
     memory.expires_at = retention.effective_expiry(
         requested=memory.requested_expires_at,
         last_write=memory.updated_at,
@@ -390,7 +463,7 @@ def _write(
     try:
         memory.save()
     except IntegrityError as exc:
-        raise ImportLineError(number, _integrity_message(exc, memory)) from None
+        raise ImportLineError(number, integrity_message(exc, memory)) from None
     return revision_build(
         memory=memory,
         actor=actor,
@@ -401,7 +474,7 @@ def _write(
     )
 
 
-def _integrity_message(exc: IntegrityError, memory: Memory) -> str:
+def integrity_message(exc: IntegrityError, memory: Memory) -> str:
     constraint = getattr(getattr(exc.__cause__, "diag", None), "constraint_name", None)
     if constraint == "memories_memory_pkey":  # the id was taken, here or in another tenant
         return UNIMPORTABLE_ID

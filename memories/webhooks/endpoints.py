@@ -59,6 +59,21 @@ def webhook_create(
 ) -> Created:
     """A new endpoint, receiving the events after this moment; its secret is returned once."""
     now = resolve_now(now)
+    endpoint = webhook_build(tenant=tenant, url=url, events=events, description=description)
+    secret = signing.new_secret()
+    feed.sequence(wait=True)  # so the cursor below is past every event committed before
+    endpoint.secret_encrypted = signing.encrypt(secret)
+    endpoint.created_by, endpoint.created_at = actor, now
+    endpoint.cursor = feed.last_position(tenant.pk)
+    endpoint.save(force_insert=True)
+    forget_tenants()
+    return Created(endpoint=endpoint, secret=secret)
+
+
+def webhook_build(*, tenant: Tenant, url: Any, events: Any, description: Any) -> WebhookEndpoint:
+    """An endpoint of `tenant` from a client's fields, checked (the URL by the SSRF guard, the
+    events by name, the description for length and secrets, the tenant's quota), not saved:
+    it has no secret, creator or cursor yet."""
     validation.reject_nul({"url": url, "events": events, "description": description})
     description = "" if description is None else description
     if not isinstance(description, str) or len(description) > MAX_DESCRIPTION:
@@ -76,20 +91,7 @@ def webhook_create(
         raise QuotaExceeded(
             f"A tenant has at most {MAX_ENDPOINTS} webhooks", details={"limit": MAX_ENDPOINTS}
         )
-    secret = signing.new_secret()
-    feed.sequence(wait=True)  # so the cursor below is past every event committed before
-    endpoint = WebhookEndpoint.objects.create(
-        tenant=tenant,
-        url=url,
-        events=wanted,
-        description=description.strip(),
-        secret_encrypted=signing.encrypt(secret),
-        created_by=actor,
-        created_at=now,
-        cursor=feed.last_position(tenant.pk),
-    )
-    forget_tenants()
-    return Created(endpoint=endpoint, secret=secret)
+    return WebhookEndpoint(tenant=tenant, url=url, events=wanted, description=description.strip())
 
 
 def webhook_list(*, tenant: Tenant) -> list[WebhookEndpoint]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import re
 import tracemalloc
 from datetime import timedelta
@@ -15,12 +16,13 @@ from django.utils import timezone
 
 from accounts.models import Agent
 from memories import fingerprints
-from memories.jsonl import memory_to_record
+from memories.jsonl import export_tenant, memory_to_record
 from memories.markdown_export import export_markdown, fence_for, inline_code
 from memories.models import Memory, MemoryRevision, Status
 from memories.services.jsonl_import import UNIMPORTABLE_ID, ImportLineError, jsonl_import
 from memories.services.operator_actions import memory_restore, memory_tombstone
 from tests.factories import asgi_http_scope, make_agent, make_operator
+from tests.support.memories import store as store_support
 
 pytestmark = pytest.mark.django_db
 
@@ -317,7 +319,9 @@ def test_jsonl_round_trips_every_field_into_an_empty_tenant(
         for m in originals
     }
     backup = _download(owner_client.get("/console/export/jsonl/?status=any"))
-    assert len(backup.strip().split("\n")) == len(originals)
+    header, *lines = backup.strip().split("\n")
+    assert json.loads(header)["contents"] == "memories"
+    assert len(lines) == len(originals)
     # Disaster recovery: the old tenant is gone, its backup goes into a fresh one.
     Memory.objects.filter(tenant=agent.tenant).delete()
     admin = make_operator(other_tenant, "admin@globex.test", "admin").user
@@ -723,3 +727,56 @@ def test_an_existing_memory_cannot_lose_its_agent(tenant, agent, store_memory):
     workspace = dict(record, category="workspace")
     assert jsonl_import(tenant=tenant, lines=[json.dumps(workspace)], actor="t").updated == 1
     assert Memory.objects.get(pk=memory.pk).agent_id is None
+
+
+# --- a tenant file ---------------------------------------------------------------------------
+
+
+def _tenant_file(client) -> bytes:
+    response = client.get("/console/export/tenant/")
+    assert response.status_code == 200
+    return b"".join(response.streaming_content)
+
+
+@pytest.mark.django_db
+def test_the_console_moves_a_tenant_in_the_same_format(login, tenant, other_tenant, agent):
+    store_support(agent, "Office opens at 9", key="hours")
+    store_support(agent, "Office opens at 8", key="hours")
+    memory_tombstone(
+        tenant=tenant, memory_id=store_support(agent, "Gone").pk, actor="operator:x", reason="old"
+    )
+    owner = make_operator(tenant, "owner@acme.test", "owner").user
+    body = _tenant_file(login(owner))
+    assert body.decode() == "".join(export_tenant(tenant))  # the command's lines, exactly
+    before = {
+        m.pk: memory_to_record(m) for m in Memory.objects.for_tenant(tenant).select_related("agent")
+    }
+    history = list(
+        MemoryRevision.objects.for_tenant(tenant).values_list(
+            "memory_id", "version", "actor", "created_at"
+        )
+    )
+    tenant.delete()  # the old instance is gone; its ids are free again
+
+    admin = make_operator(other_tenant, "admin@globex.test", "admin").user
+    client = login(admin)
+    upload = io.BytesIO(body)
+    upload.name = "tenant.jsonl"
+    page = client.post("/console/export/import/", {"file": upload}, follow=True).content.decode()
+    assert "Imported the tenant file: 1 agent, 4 kind, 2 memory, 4 revision." in page
+    after = {
+        m.pk: memory_to_record(m)
+        for m in Memory.objects.for_tenant(other_tenant).select_related("agent")
+    }
+    assert after == before
+    assert sorted(
+        MemoryRevision.objects.for_tenant(other_tenant).values_list(
+            "memory_id", "version", "actor", "created_at"
+        )
+    ) == sorted(history)
+
+    upload = io.BytesIO(body)
+    upload.name = "tenant.jsonl"
+    page = client.post("/console/export/import/", {"file": upload}, follow=True).content.decode()
+    assert "already holds data" in page
+    assert MemoryRevision.objects.for_tenant(other_tenant).count() == len(history)

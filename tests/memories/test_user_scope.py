@@ -123,7 +123,7 @@ def test_export_and_backups_keep_the_scope(api_client, tenant, other_tenant, age
     exported = api_client.get("/api/v1/export.md?subject_id=ann").getvalue().decode()
     assert "- scope: user" in exported and "Ann is vegan" in exported
     assert memory["id"] not in api_client.get("/api/v1/export.md").getvalue().decode()
-    [line] = "".join(export_jsonl(Memory.objects.for_tenant(tenant))).splitlines()
+    [_header, line] = "".join(export_jsonl(tenant, Memory.objects.for_tenant(tenant))).splitlines()
     record = json.loads(line)
     assert record["scope"] == "user" and record["agent"] is None
     # Imported into another tenant, under another id, it is that tenant's user memory of Ann.

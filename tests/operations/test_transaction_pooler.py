@@ -25,7 +25,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from memories import run_liveness
 from memories.formation import runs
 from memories.formation.runs import run_execute
-from memories.jsonl import export_jsonl
+from memories.jsonl import export_jsonl, export_tenant
 from memories.mcp.listen import APPLICATION_NAME
 from memories.models import ExtractionRun, JobRun, Memory, RunLease, RunState, Thread
 from memories.services import kind_changes
@@ -209,11 +209,14 @@ def test_the_exports_stream_through_the_pooler(
 ):
     add_memories(tenant, agent, 7, text="exported fact")
 
-    lines = "".join(export_jsonl(Memory.objects.all(), chunk_size=2)).splitlines()
+    memories = Memory.objects.for_tenant(tenant)
+    _header, *lines = "".join(export_jsonl(tenant, memories, chunk_size=2)).splitlines()
+    tenant_file = "".join(export_tenant(tenant, chunk_size=2)).splitlines()
     response = api_client.get("/api/v1/export.md")
     markdown = b"".join(response.streaming_content).decode()
 
     assert len(lines) == 7
+    assert sum('"type":"memory"' in line for line in tenant_file) == 7
     assert sorted(line.split('"text":"')[1].split('"')[0] for line in lines) == [
         f"exported fact {i}" for i in range(7)
     ]

@@ -28,12 +28,11 @@ def test_a_backup_line_holds_every_column_but_the_tenant_and_the_derived_ones():
     """A column added to Memory is backed up: public ones by `PUBLIC_FIELDS`, others by name in
     `memories.jsonl`; the tsvector and the sequence links are derived by the database, and an
     import derives again what the importing tenant's registry and policies decide: whether the
-    kind is single, and the effective expiry from the one the line carries."""
+    kind is single, and the effective expiry from the requested one the line carries."""
     columns = {f.name for f in Memory._meta.concrete_fields} - {
         "tenant",
         "search_vector",
         *SEQUENCE_FIELDS,
         "kind_single",
-        "requested_expires_at",
     }
-    assert set(memory_to_record(Memory())) == columns | {"format"}
+    assert set(memory_to_record(Memory())) == columns | {"type"}
