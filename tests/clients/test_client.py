@@ -217,3 +217,12 @@ def test_kinds_put_kind_delete_kind_and_a_replaced_profile(hub):
     hydrated = hub.hydrate(archival_mode="auto", query="Lisbon office", budget_bytes=1)
     assert hydrated.entries == [] and len(hydrated.archival) == 1
     assert hydrated.archival[0].score > 0 and hydrated.archival[0].category == "archival"
+
+
+def test_a_list_page_carries_the_walks_horizon_for_the_next_sync(hub):
+    hub.store("Alice syncs from the horizon.")
+    page = hub.list_page(limit=10)
+    assert page.as_of is not None
+    later = hub.store("Stored after the page was read.")
+    synced = hub.list_page(updated_after=page.as_of)
+    assert [m.id for m in synced.items] == [later.memory_id]

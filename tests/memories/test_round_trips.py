@@ -31,6 +31,7 @@ KINDS = [
     ("kind guard", "SELECT v FROM memory_kind_guard("),
     ("look-alikes", "(SELECT id, tenant_id"),
     ("cap lock", "SELECT pg_advisory_xact_lock("),
+    ("write announced", "SELECT pg_advisory_xact_lock_shared("),
     ("memory + revision + events", 'WITH along0 AS (INSERT INTO "memories_memory" '),
     ("revision + events", "WITH along0 AS (INSERT INTO memories_event"),
     ("cap count", "SELECT active FROM memories_ownercount"),
@@ -82,6 +83,7 @@ def test_store_statements(seeded):
     assert kinds == [
         "key lookup",
         "BEGIN",
+        "write announced",
         "kind guard + cap lock",
         "look-alikes",
         "memory + revision + events",
@@ -98,6 +100,7 @@ def test_keyed_update_statements(seeded):
     assert kinds == [
         "key lookup",
         "BEGIN",
+        "write announced",
         "kind guard",
         "look-alikes",
         "slot read",
@@ -176,7 +179,14 @@ def test_without_session_settings_each_walk_sets_them(seeded, settings, monkeypa
     store = _statements(
         lambda: seeded.post("/api/v1/memories", {"text": "Ann flies to Oslo."}, format="json")
     )
-    assert store[:5] == ["key lookup", "BEGIN", "kind guard + cap lock", "SET LOCAL", "look-alikes"]
+    assert store[:6] == [
+        "key lookup",
+        "BEGIN",
+        "write announced",
+        "kind guard + cap lock",
+        "SET LOCAL",
+        "look-alikes",
+    ]
 
 
 @pytest.mark.django_db

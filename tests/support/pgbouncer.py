@@ -101,9 +101,11 @@ def through_pgbouncer(pgbouncer_port, transactional_db, settings, monkeypatch):
         if name not in ("options", "prepare_threshold", "server_side_binding")
     }
     # Other threads' connections (a served app's) end too: they reconnect, through PgBouncer.
+    # Each is waited for (the timeout argument), so that none of PgBouncer's server connections
+    # still answers its check query when the next test's first query reaches it.
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "SELECT pg_terminate_backend(pid, 30000) FROM pg_stat_activity "
             "WHERE datname = current_database() AND pid <> pg_backend_pid()"
         )
     connections.close_all()

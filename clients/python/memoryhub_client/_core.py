@@ -284,7 +284,7 @@ def list_page(filters: Mapping[str, Any], cursor: str | None) -> Call[Page]:
     def read(response: httpx.Response) -> Page:
         body = _json(response)
         memories = [Memory.from_json(m) for m in body["memories"]]
-        return Page(items=memories, next_cursor=body.get("next_cursor"))
+        return Page(items=memories, next_cursor=body.get("next_cursor"), as_of=body.get("as_of"))
 
     return Call("GET", f"{API}/memories", read, params={**filters, "cursor": cursor})
 

@@ -124,10 +124,12 @@ class ForgetResult:
 
 @dataclass
 class Page:
-    """One page of a list walk; `next_cursor` is None on the last page."""
+    """One page of a list walk; `next_cursor` is None on the last page. `as_of` (memory lists):
+    the walk's horizon; a later sync asks `updated_after=as_of` and misses no write."""
 
     items: list[Any]
     next_cursor: str | None
+    as_of: str | None = None
 
 
 @dataclass

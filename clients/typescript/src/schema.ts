@@ -313,6 +313,8 @@ export interface ListResponse {
   ok: boolean;
   memories: Memory[];
   next_cursor: string | null;
+  /** The walk's horizon: every write stamped at or before it is in the walk; sync next with updated_after=<as_of>. */
+  as_of: string;
 }
 
 export interface Memory {
