@@ -336,6 +336,7 @@ def run_load_bench(
     agents: int | None = None,
     nodes: int = 1,
     pgbouncer: bool = False,
+    transaction_mode: bool = False,
 ) -> dict:
     """`statement_stats`: also where PostgreSQL's time went, statement by statement
     (`bench.statements`; the database must load pg_stat_statements).
@@ -345,7 +346,9 @@ def run_load_bench(
     `nodes`: that many `serve`s (each with its cluster) on the one database, each client
     sending its requests to each node in turn; `workers` is then each node's (default:
     `serve`'s own count shared between them, `node_workers`). `pgbouncer`: the nodes reach the
-    database through PgBouncer in transaction mode (bench/pgbouncer.py)."""
+    database through PgBouncer in transaction mode (bench/pgbouncer.py). `transaction_mode`:
+    the nodes run with `MEMORYHUB_DB_POOL_MODE=transaction` but reach the database directly,
+    which tells what the mode costs from what the pooler does."""
     chosen = CORPORA[corpus]
     agents = agents or clients
     if nodes > 1:
@@ -357,6 +360,8 @@ def run_load_bench(
     with ExitStack() as stack:
         roots = {"postgres": _postmaster(data_dir)}
         env: dict[str, str | None] = {}
+        if transaction_mode:
+            env["MEMORYHUB_DB_POOL_MODE"] = "transaction"
         if pgbouncer:
             pooled_url, pooler_pid = stack.enter_context(
                 pooler.running(settings.DATABASES["default"], out=out)
@@ -419,6 +424,7 @@ def run_load_bench(
         "corpus": corpus,
         "workers": workers or default_workers(),
         "nodes": nodes,
+        "pool_mode": "transaction" if pgbouncer or transaction_mode else "session",
         "pooler": f"pgbouncer (transaction mode, {pooler.POOL_SIZE} server connections)"
         if pgbouncer
         else None,
@@ -496,6 +502,8 @@ def load_table(result: dict, out) -> None:
     where = f"{workers} web workers" if nodes == 1 else f"{nodes} nodes of {workers} web workers"
     if result.get("pooler"):
         where += f", through {result['pooler']}"
+    elif result.get("pool_mode") == "transaction":
+        where += ", MEMORYHUB_DB_POOL_MODE=transaction without a pooler"
     out(
         f"mixed load: {result['clients']} clients on {result['agents']} "
         f"agents, {result['duration_s']:g}s, embedder "

@@ -160,6 +160,12 @@ class Command(BaseCommand):
             "started by the bench (Debian's `pgbouncer`), with MEMORYHUB_DB_POOL_MODE=transaction",
         )
         parser.add_argument(
+            "--transaction-mode",
+            action="store_true",
+            help="--load: the nodes run with MEMORYHUB_DB_POOL_MODE=transaction but reach the "
+            "database directly (what the mode costs, apart from the pooler's own)",
+        )
+        parser.add_argument(
             "--statements",
             action="store_true",
             help="--load: also PostgreSQL's time per request statement by statement "
@@ -321,8 +327,12 @@ class Command(BaseCommand):
             raise CommandError("--agents: not with --pair (each client is its own agent there)")
         if opts["nodes"] < 1:
             raise CommandError("--nodes must be positive")
-        if opts["pair"] and (opts["nodes"] > 1 or opts["pgbouncer"]):
-            raise CommandError("--nodes and --pgbouncer: not with --pair (it runs its own two)")
+        if opts["pair"] and (opts["nodes"] > 1 or opts["pgbouncer"] or opts["transaction_mode"]):
+            raise CommandError(
+                "--nodes, --pgbouncer and --transaction-mode: not with --pair (it runs its own two)"
+            )
+        if opts["pgbouncer"] and opts["transaction_mode"]:
+            raise CommandError("--transaction-mode is without a pooler; --pgbouncer implies it")
         if opts["pgbouncer"] and find_pgbouncer() is None:
             raise CommandError(PGBOUNCER_MISSING)
         embedder = opts["embedder"]
@@ -337,6 +347,8 @@ class Command(BaseCommand):
             extra["nodes"] = opts["nodes"]
         if opts["pgbouncer"]:
             extra["pgbouncer"] = True
+        if opts["transaction_mode"]:
+            extra["transaction_mode"] = True
         with throwaway_database(
             self.out, durable=True, statement_stats=opts["statements"]
         ) as data_dir:
@@ -366,6 +378,8 @@ class Command(BaseCommand):
             name += f"/{opts['nodes']} nodes"
         if opts["pgbouncer"]:
             name += "/pgbouncer"
+        if opts["transaction_mode"]:
+            name += "/transaction mode"
         if opts["pair"]:
             name += f"/pair {opts['pair']}"
         if opts["statements"]:

@@ -327,6 +327,8 @@ def test_nodes_and_pgbouncer_options_are_checked_before_anything_starts(monkeypa
         call_command("bench", "--load", "--pair", "same", "--nodes", "2", "--clients", "2")
     with pytest.raises(CommandError, match="not with --pair"):
         call_command("bench", "--load", "--pair", "same", "--pgbouncer", "--clients", "2")
+    with pytest.raises(CommandError, match="--pgbouncer implies it"):
+        call_command("bench", "--load", "--pgbouncer", "--transaction-mode")
     monkeypatch.setattr("bench.commands.bench.find_pgbouncer", lambda: None)
     with pytest.raises(CommandError, match="needs PgBouncer, which is not installed"):
         call_command("bench", "--load", "--pgbouncer")
