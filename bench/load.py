@@ -25,9 +25,9 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 
 import httpx
@@ -36,6 +36,7 @@ from django.db import connection
 
 from accounts.services import agent_get_or_create, api_key_create, tenant_get_or_create
 from bench import cpu, latency, statements
+from bench import pgbouncer as pooler
 from bench.corpus import CORPORA, Corpus
 from bench.server import Progress
 from memories.embeddings import build_embedder
@@ -177,6 +178,8 @@ KINDS = (
 
 def _kind(root: str, pid: int, sample: cpu.ProcessCPU, root_pid: int) -> str | None:
     """The kind of a process below `serve` or the postmaster (`KINDS`)."""
+    if root == "pgbouncer":
+        return "pgbouncer"
     if root == "postgres":
         activity = sample.cmdline.removeprefix("postgres: ")
         if pid == root_pid or activity.startswith(POSTGRES_BACKGROUND):
@@ -220,7 +223,7 @@ def _warm(base_url: str, creds: list[dict], queries: list[str]) -> None:
 
 
 def drive(
-    base_url: str | list[str],
+    base_url: str | tuple[str, ...] | list[str],
     creds: list[dict],
     *,
     duration: float,
@@ -230,15 +233,18 @@ def drive(
     started: Callable[[list[int]], None] = lambda pids: None,
 ) -> tuple[list[dict], float]:
     """Run one client process per credential; returns their results and the wall seconds.
-    `base_url`: the server, or each client's (a list as long as `creds`). `started(the
-    clients' pids)` is called once every client has been told to go."""
-    urls = [base_url] * len(creds) if isinstance(base_url, str) else base_url
+    `base_url`: the server; or the nodes (a tuple), each client sending its requests to each in
+    turn (load_client.node_of); or each client's server (a list as long as `creds`).
+    `started(the clients' pids)` is called once every client has been told to go."""
+    if isinstance(base_url, str):
+        base_url = (base_url,)
+    urls = [base_url] * len(creds) if isinstance(base_url, tuple) else [(u,) for u in base_url]
     configs = []
     for index, (cred, url) in enumerate(zip(creds, urls, strict=True)):
         rng = random.Random(1000 + index)
         configs.append(
             {
-                "base_url": url,
+                "base_urls": list(url),
                 "key": cred["key"],
                 "keys": cred["keys"],
                 "seed": index,
@@ -249,8 +255,8 @@ def drive(
                 "queries": [corpus.query(rng) for _ in range(POOL)],
             }
         )
-    for url in dict.fromkeys(urls):
-        _warm(url, creds, configs[0]["queries"][-8:])
+    for node in dict.fromkeys(u for each in urls for u in each):
+        _warm(node, creds, configs[0]["queries"][-8:])
     processes = [
         subprocess.Popen(
             [sys.executable, "-m", "bench.load_client"],
@@ -328,20 +334,48 @@ def run_load_bench(
     workers: int | None = None,
     statement_stats: bool = False,
     agents: int | None = None,
+    nodes: int = 1,
+    pgbouncer: bool = False,
+    transaction_mode: bool = False,
 ) -> dict:
     """`statement_stats`: also where PostgreSQL's time went, statement by statement
     (`bench.statements`; the database must load pg_stat_statements).
     `agents`: how many agents are seeded (default one per client); client i works as agent
     i mod `agents`. A fixed number keeps the database the same size whatever the clients, so
-    that runs with different `--workers` (and clients) compare the code, not the data."""
+    that runs with different `--workers` (and clients) compare the code, not the data.
+    `nodes`: that many `serve`s (each with its cluster) on the one database, each client
+    sending its requests to each node in turn; `workers` is then each node's (default:
+    `serve`'s own count shared between them, `node_workers`). `pgbouncer`: the nodes reach the
+    database through PgBouncer in transaction mode (bench/pgbouncer.py). `transaction_mode`:
+    the nodes run with `MEMORYHUB_DB_POOL_MODE=transaction` but reach the database directly,
+    which tells what the mode costs from what the pooler does."""
     chosen = CORPORA[corpus]
     agents = agents or clients
+    if nodes > 1:
+        workers = node_workers(workers, nodes)
     seeded = seed(
         agents=agents, embedder_name=embedder, per_agent=SEED_PER_AGENT, out=out, corpus=chosen
     )
     creds = spread(seeded, clients)
-    with serving(data_dir, embedder=embedder, out=out, workers=workers) as (base_url, serve_pid):
-        roots = {"serve": [serve_pid], "postgres": _postmaster(data_dir)}
+    with ExitStack() as stack:
+        roots = {"postgres": _postmaster(data_dir)}
+        env: dict[str, str | None] = {}
+        if transaction_mode:
+            env["MEMORYHUB_DB_POOL_MODE"] = "transaction"
+        if pgbouncer:
+            pooled_url, pooler_pid = stack.enter_context(
+                pooler.running(settings.DATABASES["default"], out=out)
+            )
+            roots["pgbouncer"] = [pooler_pid]
+            env = pooled_env(pooled_url, settings.DATABASES["default"])
+        urls = []
+        for node in range(nodes):
+            name = "serve" if nodes == 1 else f"serve-{node + 1}"
+            url, serve_pid = stack.enter_context(
+                serving(data_dir, embedder=embedder, out=out, workers=workers, env=env, name=name)
+            )
+            urls.append(url)
+            roots.setdefault("serve", []).append(serve_pid)
         samples: dict = {}
 
         def started(client_pids: list[int]) -> None:
@@ -355,7 +389,7 @@ def run_load_bench(
                 statements.reset()
 
         results, _wall = drive(
-            base_url,
+            urls[0] if nodes == 1 else tuple(urls),
             creds,
             duration=duration,
             warmup=warmup,
@@ -377,7 +411,8 @@ def run_load_bench(
     def per_request(ms: float) -> float | None:
         return ms_per(ms, count)
 
-    by_kind = {kind: per_request(spent.get(kind, 0.0)) for kind in KINDS}
+    kinds = KINDS + (("pgbouncer",) if pgbouncer else ())
+    by_kind = {kind: per_request(spent.get(kind, 0.0)) for kind in kinds}
     by_kind["clients"] = per_request(clients_ms)
     backends = {"before": _pids_of(before, "postgres backends")}
     backends["after"] = _pids_of(after, "postgres backends")
@@ -388,17 +423,24 @@ def run_load_bench(
         "embedder": embedder,
         "corpus": corpus,
         "workers": workers or default_workers(),
+        "nodes": nodes,
+        "pool_mode": "transaction" if pgbouncer or transaction_mode else "session",
+        "pooler": f"pgbouncer (transaction mode, {pooler.POOL_SIZE} server connections)"
+        if pgbouncer
+        else None,
         "mix_percent": MIX,
         "agents": agents,
         "seeded_memories": agents * SEED_PER_AGENT,
         "machine_load_avg": [round(x, 2) for x in os.getloadavg()],
         "operations": ops,
         "warmup_requests": sum(r.get("warmup_requests", 0) for r in results),
+        "requests_by_node": [sum(r["by_node"][i] for r in results) for i in range(nodes)],
         "cpu_ms_per_request": by_kind,
         # The server's part as before (web processes; PostgreSQL, all of it).
         "server_cpu_ms_per_request": {
             "web": by_kind["web"],
             "db": per_request(sum(spent.get(k, 0.0) for k in KINDS if k.startswith("postgres"))),
+            **({"pooler": by_kind["pgbouncer"]} if pgbouncer else {}),
         },
         "postgres_backends": {
             "at_end": len(backends["after"]),
@@ -407,6 +449,26 @@ def run_load_bench(
         },
         "postgres_settings": settings_now,
         **({"statements": by_statement} if by_statement else {}),
+    }
+
+
+def node_workers(workers: int | None, nodes: int) -> int:
+    """Web processes of each of `nodes` servers on one machine: `workers` when given, else
+    what `serve` would run alone shared between them (at least one each), so that together
+    they run as many as one server would."""
+    return workers or max(1, default_workers() // nodes)
+
+
+def pooled_env(url: str, direct: Mapping) -> dict[str, str | None]:
+    """A node's environment behind a transaction-mode pooler at `url`: the mode set, and a
+    direct connection (`direct`: Django's settings of the server itself) for LISTEN alone."""
+    return {
+        "DATABASE_URL": url,
+        "MEMORYHUB_DB_POOL_MODE": "transaction",
+        "MEMORYHUB_DIRECT_DATABASE_URL": (
+            f"host={direct['HOST']} port={direct['PORT']} user={direct['USER']} "
+            f"dbname={direct['NAME']}"
+        ),
     }
 
 
@@ -436,11 +498,17 @@ def _postgres_settings() -> dict[str, str]:
 def load_table(result: dict, out) -> None:
     out("")
     workers = result.get("workers")
+    nodes = result.get("nodes", 1)
+    where = f"{workers} web workers" if nodes == 1 else f"{nodes} nodes of {workers} web workers"
+    if result.get("pooler"):
+        where += f", through {result['pooler']}"
+    elif result.get("pool_mode") == "transaction":
+        where += ", MEMORYHUB_DB_POOL_MODE=transaction without a pooler"
     out(
         f"mixed load: {result['clients']} clients on {result['agents']} "
         f"agents, {result['duration_s']:g}s, embedder "
-        f"{result['embedder']}, corpus {result.get('corpus', 'synthetic')}, {workers} web "
-        f"workers (load average after: {result['machine_load_avg'][0]})"
+        f"{result['embedder']}, corpus {result.get('corpus', 'synthetic')}, {where} "
+        f"(load average after: {result['machine_load_avg'][0]})"
     )
     out(
         f"{'operation':<15}{'n':>7}{'req/s':>9}{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}{'errors':>8}"
@@ -450,6 +518,8 @@ def load_table(result: dict, out) -> None:
             f"{name:<15}{row['n']:>7}{row['req_per_s']:>9.1f}{row['p50']:>9.2f}"
             f"{row['p95']:>9.2f}{row['p99']:>9.2f}{row['errors']:>8}"
         )
+    if nodes > 1:
+        out("timed requests by node: " + ", ".join(str(n) for n in result["requests_by_node"]))
     by_kind = result["cpu_ms_per_request"]
     if all(v is not None for v in by_kind.values()):
         out(

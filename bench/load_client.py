@@ -1,11 +1,13 @@
 """One client process of the mixed load (`bench --load`; the orchestration is in load.py).
 
 Run as `python -m bench.load_client`: reads its configuration as one JSON line on
-stdin, opens a keep-alive connection, answers `ready`, waits for a `go` line, then sends
-requests back to back (a closed loop: the next one when the last has answered) for `warmup`
-seconds unmeasured and `duration` seconds measured, each operation drawn from the mix. Prints
-one JSON object: the latencies (ms) and the errors of each operation, and how many requests the
-warm-up sent.
+stdin, opens a keep-alive connection to each server it is given (`base_urls`: several nodes,
+each request sent to the next one in turn, as a round-robin load balancer would), answers
+`ready`, waits for a `go` line, then sends requests back to back (a closed loop: the next one
+when the last has answered) for `warmup` seconds unmeasured and `duration` seconds measured,
+each operation drawn from the mix. Prints
+one JSON object: the latencies (ms) and the errors of each operation, how many requests the
+warm-up sent, and how many of the timed ones went to each node.
 
 Standard library only, and no Django: eight of these share two cores with the server, so the
 client's own cost per request is kept small (http.client rather than httpx).
@@ -63,9 +65,16 @@ class Client:
             self.connection = None
 
 
+def node_of(request: int, client: int, nodes: int) -> int:
+    """The node (0 … nodes - 1) that a client's `request`-th request goes to: each in turn,
+    starting from its own (client i from node i mod nodes), so that the clients do not all
+    reach the same node at once."""
+    return (client + request) % nodes
+
+
 def run(config: dict, wait_for_go=None, out=None) -> dict:
     rng = random.Random(config["seed"])
-    client = Client(config["base_url"], config["key"])
+    nodes = [Client(url, config["key"]) for url in config["base_urls"]]
     mix = config["mix"]  # operation -> weight
     names = list(mix)
     weights = [mix[name] for name in names]
@@ -76,6 +85,7 @@ def run(config: dict, wait_for_go=None, out=None) -> dict:
     def send(name: str) -> int:
         nonlocal counter
         counter += 1
+        client = nodes[node_of(counter, tag, len(nodes))]
         if name == "store":
             text = f"{facts[counter % len(facts)]} (load {tag}-{counter})"
             return client.request("POST", "/api/v1/memories", {"text": text})
@@ -84,7 +94,8 @@ def run(config: dict, wait_for_go=None, out=None) -> dict:
             return client.request("POST", "/api/v1/search", {"query": query, "mode": "hybrid"})
         return client.request("GET", f"/api/v1/memories/by-key/{rng.choice(keys)}")
 
-    client.request("GET", "/healthz")  # connected before the start
+    for client in nodes:
+        client.request("GET", "/healthz")  # connected before the start
     if out is not None:
         out.write("ready\n")
         out.flush()
@@ -96,6 +107,7 @@ def run(config: dict, wait_for_go=None, out=None) -> dict:
     measure_from = began + config["warmup"]
     stop_at = measure_from + config["duration"]
     unmeasured = 0  # requests of the warm-up
+    by_node = [0] * len(nodes)  # requests of the timed window sent to each node
     while True:
         name = rng.choices(names, weights)[0]
         started = time.monotonic()
@@ -110,6 +122,7 @@ def run(config: dict, wait_for_go=None, out=None) -> dict:
         if started < measure_from:
             unmeasured += 1
             continue
+        by_node[node_of(counter, tag, len(nodes))] += 1
         if problem is None:
             latencies[name].append((ended - started) * 1000)
         else:
@@ -119,6 +132,7 @@ def run(config: dict, wait_for_go=None, out=None) -> dict:
         "errors": errors,
         "seconds": stop_at - measure_from,
         "warmup_requests": unmeasured,
+        "by_node": by_node,
     }
 
 

@@ -41,11 +41,11 @@ from bench.load import (
     answered,
     drive,
     ms_per,
+    node_workers,
     seed,
     serving,
     summarise,
 )
-from memoryhub.supervisor import default_workers
 
 SIDES = ("off", "on")
 ROUNDS = 2
@@ -86,7 +86,7 @@ def side_of(index: int, round_: int = 0) -> str:
 def pair_workers(workers: int | None) -> int:
     """Web processes of each server: half what `serve` would run alone (at least one), so the
     two together run as many as one server would."""
-    return workers or max(1, default_workers() // 2)
+    return node_workers(workers, len(SIDES))
 
 
 def run_pair_bench(

@@ -29,6 +29,8 @@ from bench.formation import formation_table, run_extraction_bench, run_ingest_be
 from bench.load import load_table, run_load_bench
 from bench.locomo import KS, MODES, run_locomo
 from bench.pair import PAIRS, pair_table, run_pair_bench
+from bench.pgbouncer import MISSING as PGBOUNCER_MISSING
+from bench.pgbouncer import find_pgbouncer
 from bench.prune import run_prune_bench
 from bench.versus import run_versus_bench, versus_table
 from memories.models import Memory
@@ -142,6 +144,26 @@ class Command(BaseCommand):
             help="--load: two servers on one database at once, the clients split between them; "
             "metrics, access log and events off on one, and on the other the named ones "
             "(observability: all three; same: none, the pair's own noise) (bench/pair.py)",
+        )
+        parser.add_argument(
+            "--nodes",
+            type=int,
+            default=1,
+            help="--load: that many `serve` nodes (each with its cluster) on the one database, "
+            "each client sending its requests to each node in turn (no proxy); --workers is "
+            "then each node's, by default `serve`'s own count shared between them",
+        )
+        parser.add_argument(
+            "--pgbouncer",
+            action="store_true",
+            help="--load: the nodes reach the database through PgBouncer in transaction mode, "
+            "started by the bench (Debian's `pgbouncer`), with MEMORYHUB_DB_POOL_MODE=transaction",
+        )
+        parser.add_argument(
+            "--transaction-mode",
+            action="store_true",
+            help="--load: the nodes run with MEMORYHUB_DB_POOL_MODE=transaction but reach the "
+            "database directly (what the mode costs, apart from the pooler's own)",
         )
         parser.add_argument(
             "--statements",
@@ -303,6 +325,16 @@ class Command(BaseCommand):
             raise CommandError("--agents must be positive")
         if opts["agents"] is not None and opts["pair"]:
             raise CommandError("--agents: not with --pair (each client is its own agent there)")
+        if opts["nodes"] < 1:
+            raise CommandError("--nodes must be positive")
+        if opts["pair"] and (opts["nodes"] > 1 or opts["pgbouncer"] or opts["transaction_mode"]):
+            raise CommandError(
+                "--nodes, --pgbouncer and --transaction-mode: not with --pair (it runs its own two)"
+            )
+        if opts["pgbouncer"] and opts["transaction_mode"]:
+            raise CommandError("--transaction-mode is without a pooler; --pgbouncer implies it")
+        if opts["pgbouncer"] and find_pgbouncer() is None:
+            raise CommandError(PGBOUNCER_MISSING)
         embedder = opts["embedder"]
         logging.getLogger("httpx").setLevel(logging.WARNING)
         run, table = (run_pair_bench, pair_table) if opts["pair"] else (run_load_bench, load_table)
@@ -311,6 +343,12 @@ class Command(BaseCommand):
             extra["statement_stats"] = True
         if opts["agents"] is not None:
             extra["agents"] = opts["agents"]
+        if opts["nodes"] > 1:
+            extra["nodes"] = opts["nodes"]
+        if opts["pgbouncer"]:
+            extra["pgbouncer"] = True
+        if opts["transaction_mode"]:
+            extra["transaction_mode"] = True
         with throwaway_database(
             self.out, durable=True, statement_stats=opts["statements"]
         ) as data_dir:
@@ -336,6 +374,12 @@ class Command(BaseCommand):
             name += f"/{opts['workers']} workers"
         if opts["agents"] is not None:
             name += f"/{opts['agents']} agents"
+        if opts["nodes"] > 1:
+            name += f"/{opts['nodes']} nodes"
+        if opts["pgbouncer"]:
+            name += "/pgbouncer"
+        if opts["transaction_mode"]:
+            name += "/transaction mode"
         if opts["pair"]:
             name += f"/pair {opts['pair']}"
         if opts["statements"]:

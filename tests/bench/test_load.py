@@ -7,6 +7,7 @@ the file held.
 
 from __future__ import annotations
 
+import configparser
 import json
 import random
 
@@ -14,9 +15,19 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 
-from bench import cpu
+from bench import cpu, pgbouncer
 from bench.corpus import CORPORA, WORDS
-from bench.load import KINDS, MIX, _ended_kind, _kind, spread, summarise
+from bench.load import (
+    KINDS,
+    MIX,
+    _ended_kind,
+    _kind,
+    node_workers,
+    pooled_env,
+    spread,
+    summarise,
+)
+from bench.load_client import node_of
 from bench.pair import PAIRS, side_env, side_of
 from tests.support.bench import run_bench
 
@@ -250,3 +261,74 @@ def test_pair_sides_alternate_and_differ_only_in_what_the_pair_names():
     assert events["MEMORYHUB_BENCH_NO_EVENTS"] is None and events["MEMORYHUB_ACCESS_LOG"] == "0"
     assert events["MEMORYHUB_METRICS_TOKEN"] is None
     assert side_env("on", "same") == side_env("off", "same") == side_env("off")
+
+
+def test_each_client_sends_its_requests_to_each_node_in_turn_from_its_own():
+    assert [node_of(r, client=0, nodes=2) for r in range(1, 5)] == [1, 0, 1, 0]
+    assert [node_of(r, client=1, nodes=2) for r in range(1, 5)] == [0, 1, 0, 1]
+    # Six clients' first requests reach three nodes evenly (no herd on node 0).
+    assert sorted(node_of(1, client=c, nodes=3) for c in range(6)) == [0, 0, 1, 1, 2, 2]
+    assert {node_of(r, client=5, nodes=1) for r in range(10)} == {0}
+
+
+def test_nodes_share_the_web_processes_one_server_would_run(monkeypatch):
+    monkeypatch.setenv("WEB_CONCURRENCY", "4")
+    assert [node_workers(None, n) for n in (1, 2, 3, 8)] == [4, 2, 1, 1]  # one each at least
+    assert node_workers(3, 2) == 3  # --workers: each node's
+
+
+def test_pooled_nodes_reach_the_pooler_in_transaction_mode_and_listen_directly():
+    direct = {"HOST": "/tmp/pg", "PORT": "5432", "USER": "postgres", "NAME": "memoryhub"}
+    env = pooled_env("postgres://postgres@127.0.0.1:6432/memoryhub", direct)
+    assert env["DATABASE_URL"] == "postgres://postgres@127.0.0.1:6432/memoryhub"
+    assert env["MEMORYHUB_DB_POOL_MODE"] == "transaction"
+    assert env["MEMORYHUB_DIRECT_DATABASE_URL"] == (
+        "host=/tmp/pg port=5432 user=postgres dbname=memoryhub"
+    )
+
+
+def test_pgbouncer_config_pools_by_transaction_in_front_of_the_server(tmp_path):
+    ini = pgbouncer.config(
+        port=6432,
+        host="/tmp/pg",
+        server_port="5432",
+        user="postgres",
+        dbname="memoryhub",
+        auth_file=tmp_path / "users.txt",
+    )
+    parsed = configparser.ConfigParser()
+    parsed.read_string(ini)
+    assert parsed["databases"]["memoryhub"] == (
+        "host=/tmp/pg port=5432 dbname=memoryhub user=postgres"
+    )
+    bouncer = parsed["pgbouncer"]
+    assert (bouncer["pool_mode"], bouncer["listen_addr"], bouncer["listen_port"]) == (
+        "transaction",
+        "127.0.0.1",
+        "6432",
+    )
+    assert bouncer["default_pool_size"] == str(pgbouncer.POOL_SIZE)
+    assert bouncer["unix_socket_dir"] == ""  # no socket in /tmp beside another PgBouncer's
+    assert bouncer["auth_file"] == str(tmp_path / "users.txt")
+
+
+def test_pgbouncer_is_found_on_the_path_given_or_not_at_all(tmp_path):
+    assert pgbouncer.find_pgbouncer(str(tmp_path)) is None
+    program = tmp_path / "pgbouncer"
+    program.write_text("#!/bin/sh\n")
+    program.chmod(0o755)
+    assert pgbouncer.find_pgbouncer(str(tmp_path)) == str(program)
+
+
+def test_nodes_and_pgbouncer_options_are_checked_before_anything_starts(monkeypatch):
+    with pytest.raises(CommandError, match="--nodes must be positive"):
+        call_command("bench", "--load", "--nodes", "0")
+    with pytest.raises(CommandError, match="not with --pair"):
+        call_command("bench", "--load", "--pair", "same", "--nodes", "2", "--clients", "2")
+    with pytest.raises(CommandError, match="not with --pair"):
+        call_command("bench", "--load", "--pair", "same", "--pgbouncer", "--clients", "2")
+    with pytest.raises(CommandError, match="--pgbouncer implies it"):
+        call_command("bench", "--load", "--pgbouncer", "--transaction-mode")
+    monkeypatch.setattr("bench.commands.bench.find_pgbouncer", lambda: None)
+    with pytest.raises(CommandError, match="needs PgBouncer, which is not installed"):
+        call_command("bench", "--load", "--pgbouncer")
