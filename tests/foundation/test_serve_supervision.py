@@ -28,6 +28,7 @@ import pytest
 from django.conf import settings
 
 from memoryhub.embedded_db import running_info, stop_server
+from tests.support.commands import until
 
 pytestmark = pytest.mark.slow
 
@@ -42,17 +43,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def until(condition, timeout: float, what: str, interval: float = 0.02):
-    """Poll `condition` until it returns something truthy (bounded); return that."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(interval)  # polling a condition with a deadline, not waiting for time
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 @dataclass

@@ -17,10 +17,7 @@ import pytest
 from django.db import connection
 from django.db.backends.signals import connection_created
 from django.utils import timezone
-from mcp.client.client import Client
-from mcp.client.streamable_http import streamable_http_client
 from mcp.server.subscriptions import ToolsListChanged
-from mcp.shared._httpx_utils import create_mcp_http_client
 
 from memories import run_liveness
 from memories.formation import runs
@@ -34,6 +31,7 @@ from tests.factories import make_key
 from tests.support.formation import NOW, add_op, ingest
 from tests.support.jobs import NOW as JOBS_NOW
 from tests.support.jobs import add_memories, ago
+from tests.support.mcp import listen_for_list_changes
 from tests.support.pgbouncer import direct_query, direct_url
 
 pytestmark = [
@@ -237,22 +235,6 @@ def register_kind(tenant, name: str) -> None:
     )
 
 
-async def _listen(url: str, key: str, steps) -> list:
-    """Open a listen stream, then for each step run it (in a thread) and take the next event."""
-    headers = {"Authorization": f"Bearer {key}"}
-    events = []
-    async with (
-        create_mcp_http_client(headers=headers) as http_client,
-        Client(streamable_http_client(f"{url}/mcp", http_client=http_client)) as client,
-    ):
-        async with client.listen(tools_list_changed=True) as subscription:
-            for step in steps:
-                await asyncio.to_thread(step)
-                events.append(await asyncio.wait_for(subscription.__anext__(), 20))
-        tools = {tool.name for tool in (await client.list_tools(cache_mode="bypass")).tools}
-    return [*events, tools]
-
-
 def test_a_kind_change_reaches_an_mcp_listener_by_polling(
     through_pgbouncer, session_state, settings, asgi_server, agent
 ):
@@ -261,7 +243,7 @@ def test_a_kind_change_reaches_an_mcp_listener_by_polling(
     _, raw = make_key(agent, scopes=["read", "write"])
 
     event, tools = asyncio.run(
-        _listen(asgi_server, raw, [lambda: register_kind(agent.tenant, "Invoice")])
+        listen_for_list_changes(asgi_server, raw, [lambda: register_kind(agent.tenant, "Invoice")])
     )
 
     assert isinstance(event, ToolsListChanged)
@@ -298,7 +280,7 @@ def test_a_kind_change_reaches_an_mcp_listener_over_the_direct_url_across_a_drop
         may_reconnect.set()
 
     first, second, tools = asyncio.run(
-        _listen(
+        listen_for_list_changes(
             asgi_server,
             raw,
             [lambda: register_kind(agent.tenant, "Invoice"), drop_then_change],

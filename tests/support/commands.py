@@ -65,3 +65,14 @@ def _wait_answering(url: str, process: subprocess.Popen) -> None:
         except httpx.TransportError:
             time.sleep(0.1)  # polling a server starting up, not timing anything
     raise AssertionError("the server did not start")
+
+
+def until(condition, timeout: float, what: str, interval: float = 0.02):
+    """Poll `condition` until it returns something truthy (bounded); return that."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(interval)  # polling a condition with a deadline, not waiting for time
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")

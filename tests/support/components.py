@@ -9,8 +9,12 @@ it under "skipped: component not installed" (tests/conftest.py). `.ci/run` insta
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import socket
+import subprocess
+import time
 
 import pytest
 
@@ -37,3 +41,20 @@ def skipped_component(reason: str) -> str | None:
     """The component a skip's reason names (as pytest reports it), or None for another skip."""
     _, found, name = reason.partition(SKIP_PREFIX)
     return name.strip() or None if found else None
+
+
+def wait_accepting(process: subprocess.Popen, port: int, what: str) -> None:
+    """Return once `process` (a started component) accepts connections on 127.0.0.1:`port`;
+    raise with its output if it exits first, or after 30 s."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            output = process.stdout.read() if process.stdout else ""
+            raise RuntimeError(f"{what} exited: {output!r}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.1):
+                return
+        except OSError:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=0.02)  # polling a program starting up
+    raise RuntimeError(f"{what} did not listen on {port}")

@@ -8,6 +8,7 @@ import json
 import random
 import string
 
+from mcp.client.client import Client
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -46,3 +47,21 @@ def body(result) -> dict:
     if result.structured_content is not None:
         return result.structured_content
     return json.loads(result.content[0].text)
+
+
+async def listen_for_list_changes(url: str, key: str, steps, headers=None) -> list:
+    """Open an MCP listen stream (`tools/list_changed`) at `url`; for each step run it (in a
+    thread) and take the next event (20 s at most). The events, then the tool names listed at
+    the end. `headers`: sent with every request besides the key."""
+    headers = {"Authorization": f"Bearer {key}", **(headers or {})}
+    events = []
+    async with (
+        create_mcp_http_client(headers=headers) as http_client,
+        Client(streamable_http_client(f"{url}/mcp", http_client=http_client)) as client,
+    ):
+        async with client.listen(tools_list_changed=True) as subscription:
+            for step in steps:
+                await asyncio.to_thread(step)
+                events.append(await asyncio.wait_for(subscription.__anext__(), 20))
+        tools = {tool.name for tool in (await client.list_tools(cache_mode="bypass")).tools}
+    return [*events, tools]

