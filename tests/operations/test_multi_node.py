@@ -834,6 +834,8 @@ def test_a_scheduled_job_runs_once_per_period(cluster, load):
 
     until(lambda: len(runs()) >= 2, 90, "the second period's run")
     cluster.schedule_stop.set()
+    # A run's row is written as it starts: wait for the ones under way to end.
+    until(lambda: all(status != "running" for _, status in runs()), 90, "the runs' ends")
     done = runs()
     # More periods may have come due meanwhile (a minute each): each was run once.
     assert len({as_of for as_of, _ in done}) == len(done), done
