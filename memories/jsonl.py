@@ -19,7 +19,6 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
-from importlib import metadata
 from typing import Any
 
 from django.db import connection, models, transaction
@@ -37,6 +36,7 @@ from memories.models import (
     Thread,
     WebhookEndpoint,
 )
+from memoryhub.version import app_version
 
 CHUNK_SIZE = 500
 # The file's format, in its header line: a reader refuses a format it does not know.
@@ -163,13 +163,6 @@ def _snapshot() -> Iterator[None]:
 
 def _line(record: dict[str, Any]) -> str:
     return json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
-
-
-def app_version() -> str:
-    try:
-        return metadata.version("memoryhub")
-    except metadata.PackageNotFoundError:  # run from a checkout that was never installed
-        return "unknown"
 
 
 def header(tenant: Tenant, *, contents: str) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from memoryhub.backups.tools import (
     sha256_of,
     table_progress,
 )
+from memoryhub.version import app_version
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,7 @@ def create_backup(output_dir: str | Path, *, progress: Progress = None) -> Backu
         manifest = {
             "format": manifests.FORMAT,
             "created_at": now.isoformat().replace("+00:00", "Z"),
-            "app_version": manifests.app_version(),
+            "app_version": app_version(),
             "database": params.get("dbname"),
             "server": versions,
             "pg_dump_version": tools.version,

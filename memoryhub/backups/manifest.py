@@ -34,15 +34,6 @@ def manifest_path_for(dump_path: Path) -> Path:
     return dump_path.with_name(stem + MANIFEST_SUFFIX)
 
 
-def app_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("memoryhub")
-    except PackageNotFoundError:
-        return "unknown"
-
-
 def keys_section() -> dict[str, Any]:
     """Fingerprints of the keys that protect stored data, as the running settings have them."""
     return {

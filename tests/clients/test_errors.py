@@ -31,9 +31,9 @@ from memoryhub_client.errors import ERRORS_BY_CODE
 
 from memories.embeddings import reset_embedder
 from memoryhub import db_outage
+from memoryhub.throwaway import free_port
 from tests.factories import make_key
 from tests.support.flaky_proxy import FlakyProxy, envelope
-from tests.support.live_server import _free_port
 
 NO_RETRY = RetryPolicy(retries=0, jitter=False)
 GITHUB_TOKEN = "ghp_" + "".join(random.Random(3).choices(string.ascii_letters, k=36))
@@ -159,7 +159,7 @@ def test_not_our_error_body(make_hub, live):
 
 def test_connection_error_after_retries(make_hub, live):
     hub = make_hub(
-        url=f"http://127.0.0.1:{_free_port()}", retry=RetryPolicy(retries=2, jitter=False)
+        url=f"http://127.0.0.1:{free_port()}", retry=RetryPolicy(retries=2, jitter=False)
     )
     with pytest.raises(MemoryHubConnectionError) as err:
         hub.keys()

@@ -15,7 +15,7 @@ from django.conf import settings
 from accounts.principal import Principal
 from memories.services.store import memory_store
 from memories.webhooks import delivery, endpoints
-from tests.support.live_server import _free_port
+from memoryhub.throwaway import free_port
 
 DOC = Path(settings.BASE_DIR) / "docs" / "operations.md"
 
@@ -31,7 +31,7 @@ def test_the_documented_receiver_accepts_signed_deliveries_and_refuses_forged_on
     settings, tenant, agent
 ):
     settings.MEMORYHUB_WEBHOOK_ALLOW_INSECURE = True
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}/"
     created = endpoints.webhook_create(tenant=tenant, url=url, actor="operator:a@b.c")
     receiver = subprocess.Popen(

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,6 +27,7 @@ import pytest
 from django.conf import settings
 
 from memoryhub.embedded_db import running_info, stop_server
+from memoryhub.throwaway import free_port
 from tests.support.commands import until
 
 pytestmark = pytest.mark.slow
@@ -37,12 +37,6 @@ BASE_DIR = Path(settings.BASE_DIR)
 # not asserted: on a busy machine they measure the machine. The asserts hold the behaviour; a
 # request that hangs fails by this generous bound (the client's timeout: a transport error).
 HUNG = 10.0  # seconds
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass

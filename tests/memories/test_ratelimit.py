@@ -25,10 +25,10 @@ from memories import ratelimit
 from memories.jobs.retention_purge import purge_retention
 from memories.models import RateLimitCounter
 from memoryhub.env import cache_settings
+from memoryhub.throwaway import free_port
 from tests.factories import make_agent, make_key, make_tenant
 from tests.support.commands import BASE_DIR, _wait_answering, command_env
 from tests.support.components import component_path
-from tests.support.live_server import _free_port
 
 LIMIT = 4
 WHOAMI = "/api/v1/whoami"
@@ -65,7 +65,7 @@ def redis_url() -> Iterator[str]:
 @contextlib.contextmanager
 def two_nodes(env: dict[str, str]) -> Iterator[list[str]]:
     """Two web processes of their own, each with its own memory, on this test's database."""
-    ports = [_free_port(), _free_port()]
+    ports = [free_port(), free_port()]
     servers = [
         subprocess.Popen(
             [sys.executable, "-m", "uvicorn", "memoryhub.asgi:application"]  # noqa: RUF005  two rows

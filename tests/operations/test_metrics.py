@@ -7,7 +7,6 @@ import logging
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -21,6 +20,7 @@ from rest_framework.test import APIClient
 from accounts.principal import Principal
 from memories.jobs.backup import backup_schedule_sync
 from memories.services.store import memory_store
+from memoryhub.throwaway import free_port
 from tests.support.commands import _wait_answering, command_env
 
 TOKEN = "scrape-token-for-tests"
@@ -123,12 +123,6 @@ def test_the_access_log_names_route_and_slugs_never_the_key_or_query(
     assert api_key not in line and "secret-key-name" not in line and "cust-9" not in line
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture
 def metrics_env(transactional_db):
     directory = Path(tempfile.mkdtemp(prefix="memoryhub-metrics-"))
@@ -158,7 +152,7 @@ def _uvicorn(port: int, env: dict[str, str]) -> subprocess.Popen:
 def test_two_web_processes_are_added_up(metrics_env):
     """Two servers sharing one PROMETHEUS_MULTIPROC_DIR, as uvicorn's workers do under
     `serve`: a scrape of either counts the requests of both."""
-    ports = [_free_port(), _free_port()]
+    ports = [free_port(), free_port()]
     servers = [_uvicorn(port, metrics_env) for port in ports]
     try:
         urls = [f"http://127.0.0.1:{port}" for port in ports]
@@ -211,7 +205,7 @@ def test_a_fresh_server_lists_every_documented_family_from_the_first_scrape(
     backup_schedule_sync()
     families = _documented_families()
     assert len(families) >= 11
-    port = _free_port()
+    port = free_port()
     server = _uvicorn(port, metrics_env)
     try:
         url = f"http://127.0.0.1:{port}"
@@ -256,7 +250,7 @@ def test_the_zeroed_label_values_are_the_documented_ones():
 
 @pytest.mark.slow
 def test_serve_prints_one_ready_line_and_shares_the_metrics_directory(metrics_env):
-    port = _free_port()
+    port = free_port()
     env = dict(metrics_env)
     directory = env.pop("PROMETHEUS_MULTIPROC_DIR")
     stale = Path(directory) / "counter_999999.db"

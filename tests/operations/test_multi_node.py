@@ -51,13 +51,13 @@ from mcp.server.subscriptions import ToolsListChanged
 
 from memories.webhooks.delivery import LEASE
 from memoryhub.embedded_db import DB_USER
+from memoryhub.throwaway import free_port
 from tests.factories import make_agent, make_key, make_operator, make_tenant
 from tests.support.commands import BASE_DIR, until
 from tests.support.components import component_path
 from tests.support.deploy import environment, exec_start, render, running_nginx
 from tests.support.fake_llm import FakeLLM
 from tests.support.formation import add_op
-from tests.support.live_server import _free_port
 from tests.support.mcp import listen_for_list_changes
 from tests.support.pgbouncer import running_pgbouncer
 from tests.support.receivers import Receiver
@@ -267,7 +267,7 @@ def cluster(django_db_setup, django_db_blocker):
         direct_url = (
             f"postgresql://{DB_USER}@/{server['NAME']}?host={server['HOST']}&port={server['PORT']}"
         )
-        bouncer_port, https_port, http_port = _free_port(), _free_port(), _free_port()
+        bouncer_port, https_port, http_port = free_port(), free_port(), free_port()
         bouncer = work / "pgbouncer"
         bouncer.mkdir()
         (bouncer / "userlist.txt").write_text(f'"{DB_USER}" "pooled-secret"\n')
@@ -328,7 +328,7 @@ def cluster(django_db_setup, django_db_blocker):
         )
         assert migrate.returncode == 0, migrate.stderr
         raws, admin = seed()
-        nodes = [Node(port=_free_port(), env=env, log=work / f"node{i}.log") for i in (1, 2)]
+        nodes = [Node(port=free_port(), env=env, log=work / f"node{i}.log") for i in (1, 2)]
         for node in nodes:
             node.env = env | {"MEMORYHUB_PORT": str(node.port)}
         cert, key = self_signed(work)

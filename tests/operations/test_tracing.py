@@ -23,9 +23,9 @@ from accounts.principal import Principal
 from memories.retrieval.search import memory_search
 from memories.services.store import memory_store
 from memoryhub import tracing
+from memoryhub.throwaway import free_port
 from tests.factories import make_key
 from tests.support.commands import _wait_answering, command_env
-from tests.support.live_server import _free_port
 
 BASE_DIR = Path(settings.BASE_DIR)
 
@@ -91,7 +91,7 @@ class Collector:
 def test_a_served_process_exports_django_psycopg_and_our_spans(transactional_db, agent):
     _, key = make_key(agent, scopes=["read", "write"])
     collector = Collector()
-    port = _free_port()
+    port = free_port()
     env = command_env() | {
         "OTEL_EXPORTER_OTLP_ENDPOINT": collector.url,
         "OTEL_BSP_SCHEDULE_DELAY": "100",

@@ -3,25 +3,20 @@ fixture `asgi_server`, used by the MCP tests and the Python client's tests."""
 
 from __future__ import annotations
 
-import socket
 import threading
 
 import pytest
 import uvicorn
 from django.db import connections
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from memoryhub.throwaway import free_port
 
 
 @pytest.fixture
 def asgi_server(transactional_db):
     from memoryhub.asgi import application
 
-    port = _free_port()
+    port = free_port()
     # As `serve` runs it: uvicorn's proxy headers off, the app applies the trusted-proxy rule.
     config = uvicorn.Config(
         application,

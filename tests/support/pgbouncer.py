@@ -26,8 +26,8 @@ import pytest
 from django.db import connection, connections
 
 from memoryhub.embedded_db import DB_USER
+from memoryhub.throwaway import free_port
 from tests.support.components import component_path, wait_accepting
-from tests.support.live_server import _free_port
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +35,7 @@ def pgbouncer_port(django_db_setup, django_db_blocker):
     binary = component_path("pgbouncer")
     with django_db_blocker.unblock():
         server = dict(connection.settings_dict)
-    port = _free_port()
+    port = free_port()
     with tempfile.TemporaryDirectory(prefix="pgbouncer-") as folder:
         workdir = Path(folder)
         users = workdir / "users.txt"
