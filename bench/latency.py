@@ -110,11 +110,18 @@ COLUMNS = (
     "id, tenant_id, agent_id, created_by, key, category, kind, text, data, tags, subject_id, "
     "thread_id, importance, confidence, capture_mode, source_provider, mentions, expires_at, "
     "last_confirmed_at, created_at, updated_at, last_accessed_at, access_count, version, status, "
-    "status_changed_at, review_state, size_bytes, content_hash, embedding, embedding_model, "
+    "status_changed_at, review_state, size_bytes, content_hash, embedding_model, "
     "tombstone_reason, tombstoned_by, tombstoned_at, purged_at"
 )
 # Indexes rebuilt after a bulk load instead of maintained row by row.
-BULK_INDEXES = ("memory_embedding_hnsw", "memory_fts_owner_idx", "memory_fts_workspace_idx")
+BULK_INDEXES = (
+    "memory_vector_hnsw",
+    "memory_vector_owner_idx",
+    "memory_fts_owner_idx",
+    "memory_fts_workspace_idx",
+)
+# The vectors' own table (`MemoryVector`), loaded beside the memories.
+VECTOR_COLUMNS = "memory_id, tenant_id, agent_id, subject_id, model, embedding"
 
 
 def fact(rng: random.Random, i: int) -> str:
@@ -173,21 +180,24 @@ def seed_agent(
     embedder = embedder or HashingEmbedder()
     now = timezone.now()
     texts = [text(rng, i) for i in range(count)]
-    vectors: list = []
     sql = f"COPY memories_memory ({COLUMNS}) FROM STDIN"
-    with connection.cursor() as cursor, cursor.cursor.copy(sql) as copy:
-        for i, body in enumerate(texts):
-            if i % SEED_CHUNK == 0:
-                vectors = embedder.embed(texts[i : i + SEED_CHUNK])
+    vector_sql = f"COPY memories_memoryvector ({VECTOR_COLUMNS}) FROM STDIN"
+    for first in range(0, count, SEED_CHUNK):
+        vectors = embedder.embed(texts[first : first + SEED_CHUNK])
+        rows: list[tuple] = []
+        vector_rows: list[tuple] = []
+        for i in range(first, min(first + SEED_CHUNK, count)):
+            body = texts[i]
             category, thread_id = _category(i)
             owner = None if category == "workspace" else agent_id
             keyed = i % 5 == 0 and category not in ("workspace", "conversation")
             subject = f"user-{i % 100}" if i % 3 == 0 and owner is not None else None
             when = now - timedelta(seconds=(count - i) * 30)
             value = data(i) if data is not None else None
-            copy.write_row(
+            memory_id = "mem_" + new_ulid(int(when.timestamp() * 1000))
+            rows.append(
                 (
-                    "mem_" + new_ulid(int(when.timestamp() * 1000)),
+                    memory_id,
                     tenant_id,
                     owner,
                     "system:bench",
@@ -216,7 +226,6 @@ def seed_agent(
                     "none",
                     len(body.encode()),
                     content_hash(body, value),
-                    _vector_text(vectors[i % SEED_CHUNK]),
                     embedder.model_name,
                     "",
                     "",
@@ -224,8 +233,25 @@ def seed_agent(
                     None,
                 )
             )
+            vector_rows.append(
+                (
+                    memory_id,
+                    tenant_id,
+                    owner,
+                    subject,
+                    embedder.model_name,
+                    _vector_text(vectors[i - first]),
+                )
+            )
             if i % 1000 == 999:
                 progress.advance(1000)
+        with connection.cursor() as cursor:
+            with cursor.cursor.copy(sql) as copy:
+                for row in rows:
+                    copy.write_row(row)
+            with cursor.cursor.copy(vector_sql) as copy:
+                for row in vector_rows:
+                    copy.write_row(row)
     progress.advance(count % 1000)
 
 
@@ -263,6 +289,7 @@ def bulk_load(jobs: list[dict], out: Callable[[str], None]) -> float:
         for definition in definitions.values():
             cursor.execute(definition)
         cursor.execute("VACUUM ANALYZE memories_memory")
+        cursor.execute("VACUUM ANALYZE memories_memoryvector")
     out(f"indexes rebuilt in {time.monotonic() - index_started:.1f}s")
     checkpoint(out)
     prewarm(out)
@@ -283,14 +310,16 @@ def checkpoint(out: Callable[[str], None]) -> None:
     out(f"checkpoint after the load in {time.monotonic() - started:.1f}s")
 
 
+# The tables `prewarm` reads, with their indexes.
+PREWARMED = ["memories_memoryvector", "memories_memory"]
 # The share of shared_buffers `prewarm` fills, leaving room for what the requests bring in.
 PREWARM_SHARE = 0.8
 
 
 def prewarm(out: Callable[[str], None]) -> list[str]:
-    """Read the memories table and its indexes into shared buffers, as far as they fit: the HNSW
-    index first (its walk touches pages all over it), then the table, then the other indexes,
-    largest first. Returns the relations read.
+    """Read the memories' and their vectors' tables and indexes into shared buffers, as far as
+    they fit: the HNSW index first (its walk touches pages all over it), then the vectors, the
+    memories, then the other indexes, largest first. Returns the relations read.
 
     A bulk load and an index rebuild leave them out of the buffers, while a server that has been
     serving holds its hot pages; without this, a 1M-memory tenant's first few hundred searches
@@ -311,10 +340,12 @@ def prewarm(out: Callable[[str], None]) -> list[str]:
         room = int(cursor.fetchone()[0] * PREWARM_SHARE)
         cursor.execute(
             "SELECT c.oid::regclass::text, pg_relation_size(c.oid) FROM pg_class c "
-            "WHERE c.oid = 'memories_memory'::regclass OR c.oid IN "
-            "(SELECT indexrelid FROM pg_index WHERE indrelid = 'memories_memory'::regclass) "
-            "ORDER BY c.relname <> 'memory_embedding_hnsw', c.relkind <> 'r', "
-            "pg_relation_size(c.oid) DESC, 1"
+            "WHERE c.oid = ANY(%s::regclass[]) OR c.oid IN "
+            "(SELECT indexrelid FROM pg_index WHERE indrelid = ANY(%s::regclass[])) "
+            "ORDER BY c.relname <> 'memory_vector_hnsw', c.relname <> 'memories_memoryvector', "
+            "c.relkind <> 'r', "
+            "pg_relation_size(c.oid) DESC, 1",
+            [PREWARMED, PREWARMED],
         )
         loaded, names = 0, []
         for name, size in cursor.fetchall():

@@ -41,7 +41,7 @@ INSERT INTO memories_memory (
     id, tenant_id, agent_id, created_by, key, category, kind, text, data, tags, subject_id,
     thread_id, importance, confidence, capture_mode, source_provider, mentions, expires_at,
     last_confirmed_at, created_at, updated_at, last_accessed_at, access_count, version, status,
-    status_changed_at, review_state, size_bytes, content_hash, embedding, embedding_model,
+    status_changed_at, review_state, size_bytes, content_hash, embedding_model,
     tombstone_reason, tombstoned_by, tombstoned_at, purged_at)
 SELECT
     'mem_' || %(prefix)s::text || lpad(g::text, 16, '0'), %(tenant_id)s::bigint,
@@ -50,7 +50,7 @@ SELECT
     NULL, '[]', %(expires_at)s::timestamptz, %(updated_at)s::timestamptz,
     %(updated_at)s::timestamptz, %(updated_at)s::timestamptz,
     %(last_accessed_at)s::timestamptz, 0, 1, 'active', NULL, 'none',
-    length(%(text)s::text) + 8, md5(%(text)s::text || g), NULL, '', '', '', NULL, NULL
+    length(%(text)s::text) + 8, md5(%(text)s::text || g), '', '', '', NULL, NULL
 FROM generate_series(%(start)s::int, %(stop)s::int) g
 """
 

@@ -19,7 +19,7 @@ from django.db.models import QuerySet
 from accounts.models import Agent
 from memories.compiled import RowLoader
 from memories.embeddings import vector_literal
-from memories.models import VECTOR_FIELDS, Memory
+from memories.models import VECTOR_FIELDS, Memory, MemoryVector
 from memoryhub import hnsw
 
 NEAR_LIMIT = 5  # duplicates reported per probe, unless the caller asks for fewer
@@ -62,7 +62,8 @@ def near_duplicates_in(
 
     One statement whatever the number of sets and probes (UNION ALL of two branches per probe),
     each branch index-friendly: the same-text one uses (tenant, content_hash); the vector one is
-    a plain `ORDER BY embedding <=> q LIMIT k` the HNSW index can serve, with iterative scans
+    a plain `ORDER BY embedding <=> q LIMIT k` over the vectors' table (`MemoryVector`) that its
+    HNSW index can serve, with iterative scans
     past filtered-out rows. Its threshold is applied afterwards, so a probe with no near
     duplicate never scans further than k neighbours. The vector branch asks for `2 × limit`:
     the same-text rows (at most `limit` of them) are dropped from it here, and `limit` others
@@ -94,7 +95,8 @@ def near_duplicates_sql(
             wheres[id(candidates)] = _where(candidates)
         where, where_params = wheres[id(candidates)]
         if probe.memory_id is not None:  # a stored memory is never its own duplicate
-            where, where_params = f"{where} AND id <> %s", [*where_params, probe.memory_id]
+            where = f"{where} AND {_TABLE}.id <> %s"
+            where_params = [*where_params, probe.memory_id]
         branches.append(
             f"(SELECT {_COLUMNS}, %s AS probe, NULL::float8 AS distance FROM {_TABLE} "
             f"WHERE {where} AND content_hash = %s ORDER BY created_at, id LIMIT %s)"
@@ -104,10 +106,11 @@ def near_duplicates_sql(
             vector = probe.embedding
             # The threshold outside the LIMIT (the index walk stays a plain k-NN): only actual
             # duplicates come back, usually none.
+            # The vectors' own table, joined to the memories the set's filters keep.
             branches.append(
-                f"(SELECT * FROM (SELECT {_COLUMNS}, %s AS probe, embedding <=> %s::vector "
-                f"AS distance FROM {_TABLE} WHERE {where} AND embedding_model = %s "
-                "AND embedding IS NOT NULL ORDER BY distance LIMIT %s) v "
+                f"(SELECT * FROM (SELECT {_QUALIFIED}, %s AS probe, vec.embedding <=> %s::vector "
+                f"AS distance FROM {_VECTORS} vec JOIN {_TABLE} ON {_TABLE}.id = vec.memory_id "
+                f"WHERE {where} AND vec.model = %s ORDER BY distance LIMIT %s) v "
                 "WHERE 1 - v.distance >= %s)"
             )
             params += [index, vector if isinstance(vector, str) else vector_literal(vector)]
@@ -166,6 +169,8 @@ def run_near_duplicates(
 _TABLE = Memory._meta.db_table
 _FIELDS = [f for f in Memory._meta.concrete_fields if f.name not in VECTOR_FIELDS]
 _COLUMNS = ", ".join(f.column for f in _FIELDS)
+_QUALIFIED = ", ".join(f"{_TABLE}.{f.column}" for f in _FIELDS)
+_VECTORS = MemoryVector._meta.db_table
 _LOADER = RowLoader(Memory, _FIELDS, ["probe", "distance"])
 
 

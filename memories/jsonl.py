@@ -97,7 +97,9 @@ def export_jsonl(
     """A memories file: the header, then a line per memory of `memories` (by id)."""
     with _snapshot():
         yield _line(header(tenant, contents=MEMORIES))
-        for memory in memories.select_related("agent").order_by("id").iterator(chunk_size):
+        for memory in (
+            memories.select_related("agent", "vector").order_by("id").iterator(chunk_size)
+        ):
             yield _line(memory_to_record(memory))
 
 
@@ -128,7 +130,9 @@ def export_tenant(
             for run in runs.iterator(chunk_size):
                 tick("run")
                 yield _line(run_to_record(run))
-        memories = Memory.objects.for_tenant(tenant).select_related("agent").order_by("id")
+        memories = (
+            Memory.objects.for_tenant(tenant).select_related("agent", "vector").order_by("id")
+        )
         for memory in memories.iterator(chunk_size):
             tick("memory")
             yield _line(memory_to_record(memory))

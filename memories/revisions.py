@@ -9,6 +9,7 @@ from memories.clock import resolve_now
 from memories.compiled import insert_instance, insert_sql, inserted
 from memories.events.record import memory_events_statement
 from memories.models import PUBLIC_FIELDS, Memory, MemoryRevision
+from memories.vectors import pending_vector_sql
 
 # What a revision's before/after snapshot records: the public fields but `id` (the revision
 # names its memory), `created_at`/`updated_at` (the revision has its own time), `size_bytes`
@@ -99,6 +100,9 @@ def revision_write(*, insert: bool = False, **kwargs) -> MemoryRevision:
     )
     if events is not None:
         along.append(events)
+    vector = pending_vector_sql(memory)  # its vector row, when the write set or removed one
+    if vector is not None:
+        along.append(vector)
     # One round trip: the memory's and the events' INSERTs ride on the revision's, as
     # data-modifying WITHs (no foreign key between them to order: each is checked by none).
     insert_instance(revision, along=along)

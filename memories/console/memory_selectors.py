@@ -238,8 +238,8 @@ def near_duplicates_by_memory(
             content_hash=content_hash, embedding=embedding, embedding_model=model, memory_id=pk
         )
         for pk, content_hash, embedding, model in Memory.objects.for_tenant(tenant)
-        .filter(pk__in=list(memory_ids), embedding__isnull=False)
-        .values_list("pk", "content_hash", "embedding", "embedding_model")
+        .filter(pk__in=list(memory_ids), vector__isnull=False)
+        .values_list("pk", "content_hash", "vector__embedding", "embedding_model")
     ]
     candidates = Memory.objects.for_tenant(tenant).filter(status=Status.ACTIVE)
     found = dedup.near_duplicates(candidates, probes, threshold=min_similarity, limit=per_memory)

@@ -177,7 +177,6 @@ def memories_by_run(*, tenant: Tenant, run_ids: list[int]) -> dict[int, list[Mem
     memories = (
         tenant_memories(tenant)
         .filter(evidence__run_id__in=list(run_ids))
-        .defer("embedding")
         .order_by("created_at", "id")
     )
     for memory in memories:

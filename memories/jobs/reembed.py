@@ -6,8 +6,9 @@ their text: a tombstone's vector is what a later store compares against to repor
 `previously_corrected`, so it must live in the same model's space. Purged rows have no text.
 
 Never holds a row lock while embedding: read a batch (no lock), embed it, then write each
-vector with one `UPDATE … WHERE id = … AND version = …`; a memory changed meanwhile has a new
-version (and was embedded by its writer), so it is skipped. Batches commit as they go, so a
+batch with one statement: the memories whose version did not move get their `embedding_model`
+and their vector row (`MemoryVector`, upserted by the same statement); a memory changed meanwhile
+has a new version (and was embedded by its writer), so it is skipped. Batches commit as they go, so a
 stopped run resumes where it was: the rows it finished are no longer candidates. Writing a
 vector is not a change of the memory: no version bump, no revision. `tenant_id` limits a run to
 one tenant (the console's `Run now`).
@@ -23,6 +24,8 @@ from django.db import connection, transaction
 from memories.embeddings import Embedder, get_embedder, vector_literal
 from memories.fingerprints import embedding_text
 from memories.jobs.batches import TENANT_SCOPE, Progress, TenantCounts, fetch_all, report
+from memories.vectors import COLUMNS as VECTOR_COLUMNS
+from memories.vectors import TABLE as VECTOR_TABLE
 
 DEFAULT_REEMBED_BATCH = 64  # texts per embedder call; a local model's sweet spot on a CPU
 
@@ -30,14 +33,23 @@ CANDIDATES = """
     m.purged_at IS NULL
     AND (m.status = 'active' OR (m.status = 'tombstoned' AND m.text <> ''))
 """
-STALE = "(m.embedding IS NULL OR m.embedding_model <> %(model)s)"
+# `embedding_model` is "" exactly when a memory has no vector row.
+STALE = "m.embedding_model <> %(model)s"
 
-WRITE_BATCH = """
-UPDATE memories_memory m
-SET embedding = v.embedding::vector, embedding_model = %s
-FROM (VALUES {rows}) AS v(id, version, embedding)
-WHERE m.id = v.id AND m.version = v.version
-RETURNING m.tenant_id
+WRITE_BATCH = f"""
+WITH v(id, version, embedding) AS (VALUES {{rows}}),
+written AS (
+    UPDATE memories_memory m SET embedding_model = %s
+    FROM v WHERE m.id = v.id AND m.version = v.version
+    RETURNING m.id, m.tenant_id, m.agent_id, m.subject_id, m.embedding_model
+),
+vectors AS (
+    INSERT INTO {VECTOR_TABLE} ({VECTOR_COLUMNS})
+    SELECT w.id, w.tenant_id, w.agent_id, w.subject_id, w.embedding_model, v.embedding::vector
+    FROM written w JOIN v ON v.id = w.id
+    ON CONFLICT (memory_id) DO UPDATE SET model = EXCLUDED.model, embedding = EXCLUDED.embedding
+)
+SELECT tenant_id FROM written
 """
 
 
@@ -95,10 +107,11 @@ def reembed(
 
 def _write(rows: list[tuple], vectors: list[list[float]], model_name: str) -> list[int]:
     """Write the vectors of rows whose version did not move; return their tenant ids."""
-    values = ", ".join(["(%s, %s, %s)"] * len(rows))
-    params: list = [model_name]
+    values = ", ".join(["(%s, %s::integer, %s)"] * len(rows))
+    params: list = []
     for (memory_id, version, _, _, _), vector in zip(rows, vectors, strict=True):
         params += [memory_id, version, vector_literal(vector)]
+    params.append(model_name)
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(WRITE_BATCH.format(rows=values), params)
         return [row[0] for row in cursor.fetchall()]

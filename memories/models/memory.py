@@ -5,6 +5,7 @@ from datetime import datetime
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
 from django.contrib.postgres.search import SearchVector, SearchVectorField
+from django.core.exceptions import ObjectDoesNotExist
 from django.db import models
 from django.db.models import F, Q, Value
 from django.db.models.functions import Coalesce
@@ -69,9 +70,10 @@ class MemoryQuerySet(TenantQuerySet["Memory"]):
         )
 
 
-# A memory's two vectors (pgvector embedding, tsvector): read only by search in SQL, and the
-# bulk of a row to decode, so reads that return or compare memories defer them.
-VECTOR_FIELDS = ("embedding", "search_vector")
+# A memory's full-text vector (tsvector): read only by search in SQL, and a large part of a row
+# to decode, so reads that return or compare memories defer it. (Its embedding is not in the
+# row at all: `MemoryVector`.)
+VECTOR_FIELDS = ("search_vector",)
 
 # A memory's place in its sequence, written only by the database (the triggers of
 # memories/sql/memory_sequences.sql):
@@ -181,7 +183,8 @@ class Memory(models.Model):
     size_bytes = models.PositiveIntegerField(default=0)
     # SHA-256 of the normalised text: exact-duplicate checks, and what survives a purge.
     content_hash = models.CharField(max_length=64, blank=True, default="")
-    embedding = VectorField(dimensions=EMBEDDING_DIM, null=True, blank=True)
+    # The model of its embedding ("" when it has none); the vector itself is its `MemoryVector`
+    # row, written with it (`memory.embedding = …` then a save or a revision write).
     embedding_model = models.CharField(max_length=100, blank=True, default="")
     # The memory's place in its sequence (owner, subject, thread_id ordered by occurred_at, else
     # created_at) and its neighbours' words, kept current by database triggers
@@ -394,19 +397,37 @@ class Memory(models.Model):
                 name="memory_fts_user_idx",
                 fastupdate=False,
             ),
-            # Semantic search: approximate cosine nearest neighbours among live memories.
-            HnswIndex(
-                name="memory_embedding_hnsw",
-                fields=["embedding"],
-                m=16,
-                ef_construction=64,
-                opclasses=["vector_cosine_ops"],
-                condition=Q(status="active"),
-            ),
         ]
 
     def __str__(self) -> str:
         return self.id
+
+    def save(self, *args, **kwargs) -> None:
+        super().save(*args, **kwargs)
+        # Its vector row, when one was set (`memory.embedding`): not a column of this row.
+        from memories.vectors import write_pending_vector
+
+        write_pending_vector(self)
+
+    @property
+    def embedding(self) -> list[float] | str | None:
+        """The vector this instance was given, or loaded with (`select_related("vector")`,
+        `vectors.with_embeddings`); None when it has none or it was not loaded. Setting it
+        (None: remove it) is written with the memory's next save or revision
+        (`memories.vectors.pending_vector_sql`)."""
+        if "_embedding" in self.__dict__:
+            return self.__dict__["_embedding"]
+        if self._state.adding:
+            return None
+        try:
+            return self.vector.embedding  # the reverse one-to-one
+        except ObjectDoesNotExist:
+            return None
+
+    @embedding.setter
+    def embedding(self, value: list[float] | str | None) -> None:
+        self.__dict__["_embedding"] = value
+        self.__dict__["_embedding_pending"] = True
 
     @property
     def owner_label(self) -> str:
@@ -428,6 +449,51 @@ class ChangeType(models.TextChoices):
     PURGE = "purge", "Purge"
     MERGE = "merge", "Merge"
     IMPORT = "import", "Import"
+
+
+class MemoryVector(models.Model):
+    """A memory's embedding, in a narrow table of its own: the semantic search's exact scan and
+    HNSW walk and a store's look-alike check read vectors without reading memory rows (a vector
+    in the memory row was stored out of line, in TOAST, and read through it).
+
+    Its owner columns repeat the memory's (which never change), so a scope's vectors can be
+    read without the memory rows; `embedding` is stored PLAIN (inline, uncompressed). The
+    foreign key deletes it with its memory in the database (`ON DELETE CASCADE`, migration
+    0004), so a purge or a tenant's deletion by SQL leaves none behind."""
+
+    memory = models.OneToOneField(
+        Memory,
+        primary_key=True,
+        on_delete=models.DO_NOTHING,
+        related_name="vector",
+        # The migration declares the key itself, with ON DELETE CASCADE (Django's cannot).
+        db_constraint=False,
+    )
+    tenant = models.ForeignKey(Tenant, on_delete=models.DO_NOTHING, db_constraint=False)
+    agent = models.ForeignKey(
+        Agent, null=True, blank=True, on_delete=models.DO_NOTHING, db_constraint=False
+    )
+    subject_id = models.CharField(max_length=255, null=True, blank=True)
+    model = models.CharField(max_length=100)
+    embedding = VectorField(dimensions=EMBEDDING_DIM)
+
+    class Meta:
+        indexes = [
+            # A scope's vectors, in owner order (the exact scan of a small scope).
+            models.Index(fields=["tenant", "agent", "subject_id"], name="memory_vector_owner_idx"),
+            # Semantic search: approximate cosine nearest neighbours (the memory's status and
+            # visibility are the join's filters, with iterative index scans).
+            HnswIndex(
+                name="memory_vector_hnsw",
+                fields=["embedding"],
+                m=16,
+                ef_construction=64,
+                opclasses=["vector_cosine_ops"],
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.memory_id
 
 
 class MemoryRevision(models.Model):

@@ -38,7 +38,7 @@ from django.db.models.expressions import Expression, RawSQL
 from pgvector.django import CosineDistance
 
 from memories.embeddings import vector_literal
-from memories.models import Memory
+from memories.models import Memory, MemoryVector
 from memories.retrieval import context_ranking
 from memoryhub import hnsw, tracing
 
@@ -118,18 +118,17 @@ def _keyword_sets(scope: QuerySet[Memory], cap: int) -> tuple[str, tuple[Any, ..
 def _semantic_branch(
     scope: QuerySet[Memory], vector: str, depth: int, model: str | None, exact: bool
 ) -> tuple[str, tuple[Any, ...]]:
+    # The vectors' own table (`MemoryVector`), joined to the scope's memories.
+    scope = scope.filter(vector__isnull=False)
     if model:
         # Vectors of another model are not comparable; `reembed` brings them over.
-        scope = scope.filter(embedding_model=model)
-    distance: Expression = CosineDistance("embedding", Value(vector))
+        scope = scope.filter(vector__model=model)
+    distance: Expression = CosineDistance("vector__embedding", Value(vector))
     if exact:
         # `+ 0` hides the operator from the planner: an exact scan of the scope, no HNSW.
         distance = ExpressionWrapper(distance + Value(0.0), output_field=FloatField())
     return sql_with_params(
-        scope.filter(embedding__isnull=False)
-        .annotate(sem_dist=distance)
-        .order_by("sem_dist")
-        .values_list("id", "sem_dist")[:depth]
+        scope.annotate(sem_dist=distance).order_by("sem_dist").values_list("id", "sem_dist")[:depth]
     )
 
 
@@ -523,9 +522,9 @@ def _hybrid(args: RankingArgs, parts: list[str], params: list[Any]) -> str:
     scores, dates, mentions.
     """
     table = Memory._meta.db_table
-    sim_sql = "1 - (m.embedding <=> %s::vector)"
+    sim_sql = "1 - (v.embedding <=> %s::vector)"
     if args.model:
-        sim_sql = f"CASE WHEN m.embedding_model = %s THEN {sim_sql} END"
+        sim_sql = f"CASE WHEN v.model = %s THEN {sim_sql} END"
     # Candidates only: a neighbour outside both lists scores too little to matter, and
     # reading the neighbours' rows as well cost a fifth more time (docs/benchmarks.md).
     parts.append(
@@ -549,7 +548,8 @@ def _hybrid(args: RankingArgs, parts: list[str], params: list[Any]) -> str:
         # OFFSET 0 keeps this subquery a step of its own: pulled up into `based`, its `kws`
         # (and with it that scoring subquery and the detoasting of each search_vector) was
         # computed three times a candidate, once for each use (docs/performance.md).
-        f"FROM cand c JOIN {table} m ON m.id = c.id OFFSET 0) scored), "
+        f"FROM cand c JOIN {table} m ON m.id = c.id "
+        f"LEFT JOIN {MemoryVector._meta.db_table} v ON v.memory_id = c.id OFFSET 0) scored), "
         "qv AS (SELECT to_tsvector('simple'::regconfig, %s) AS v)"
     )
     params.extend([args.model] if args.model else [])

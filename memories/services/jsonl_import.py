@@ -441,6 +441,8 @@ def apply(
     )
     memory.kind_single = registry.rule(memory.kind).single
     memory.embedding = record.get("embedding")
+    if memory.embedding is None:  # no vector: its model is "" (and `reembed` embeds it)
+        memory.embedding_model = ""
     if memory.purged_at is None or memory.text or memory.data is not None:
         # Derived as a store derives them, never taken from the file: a smaller size would cheat
         # hydrate's budget, a wrong hash dedup and `previously_corrected`. A purged memory has no

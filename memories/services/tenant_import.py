@@ -59,6 +59,7 @@ from memories.services import jsonl_import as lines_rules
 from memories.services.jsonl_import import UNIMPORTABLE_ID, ImportLineError
 from memories.services.kind_changes import kind_save
 from memories.services.policies import agent_policy_set, tenant_policy_set
+from memories.vectors import write_pending_vectors
 from memories.webhooks import signing
 from memories.webhooks.endpoints import webhook_build
 from memoryhub.errors import DomainError, InvalidInput, SecretRejected
@@ -256,7 +257,7 @@ class _Importer:
         model = get_embedder().model_name
         self.result.other_model = (
             Memory.objects.for_tenant(self.tenant)
-            .filter(embedding__isnull=False)
+            .exclude(embedding_model="")
             .exclude(embedding_model=model)
             .count()
         )
@@ -477,6 +478,8 @@ def _insert(batch: list[tuple[int, models.Model]]) -> None:
     try:
         with transaction.atomic():
             model.objects.bulk_create([row for _, row in batch])  # type: ignore[attr-defined]
+            if model is Memory:  # and their vectors, which are not columns of theirs
+                write_pending_vectors([row for _, row in batch])  # type: ignore[misc]
         return
     except IntegrityError:
         pass

@@ -21,6 +21,8 @@ from memories.services.sequences import sequence_keys, sequence_lock
 from memories.services.write_support import MAX_RETRIES, embed_text, embed_texts
 from memoryhub.errors import Conflict, InvalidInput, NotFound
 
+_UNCHANGED = object()
+
 
 def conditional_update(
     memory: Memory,
@@ -45,12 +47,17 @@ def conditional_update(
     if expected_updated_at is not None:
         rows = rows.filter(updated_at=expected_updated_at)
     values = {**fields, "version": expected_version + 1, "updated_at": now}
+    # The vector is not a column of the row: it is set on the memory, and the revision's
+    # statement writes it (`vectors.pending_vector_sql`).
+    vector = values.pop("embedding", _UNCHANGED)
     if values.get("status", memory.status) == Status.ACTIVE:
         values["expires_at"] = retention.memory_expiry(memory, values, now)
     if rows.update(**values) != 1:
         return False
     for name, value in values.items():
         setattr(memory, name, value)
+    if vector is not _UNCHANGED:
+        memory.embedding = vector
     return True
 
 
@@ -244,7 +251,6 @@ def content_fields(
     basis = fingerprints.embedding_text(text, data)
     if (
         previous is not None
-        and previous.embedding is not None
         and fingerprints.embedding_text(previous.text, previous.data) == basis
         and previous.embedding_model == get_embedder().model_name
     ):

@@ -108,12 +108,13 @@ def test_prewarm_reads_the_hnsw_index_first_and_only_what_fits(tenant, agent, mo
     seed_synthetic(tenant, [agent], 200)
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT count(*) + 1 FROM pg_index WHERE indrelid = 'memories_memory'::regclass"
+            "SELECT count(*) + 2 FROM pg_index WHERE indrelid = ANY("
+            "ARRAY['memories_memory', 'memories_memoryvector']::regclass[])"
         )
         (relations,) = cursor.fetchone()
     said: list[str] = []
     names = latency.prewarm(said.append)
-    assert names[:2] == ["memory_embedding_hnsw", "memories_memory"]
+    assert names[:3] == ["memory_vector_hnsw", "memories_memoryvector", "memories_memory"]
     assert len(names) == relations and len(set(names)) == relations
     assert said[-1].startswith("prewarmed ") and f"({relations} of the table" in said[-1]
     # No room in the buffers: nothing is read.

@@ -42,8 +42,13 @@ PRE_BASELINE = {
 
 # Tables that grow with use: an index built on them in a transaction locks out their writes for
 # as long as the build takes.
-LARGE_MODELS = {"memory", "memoryrevision", "event"}
-LARGE_TABLES = {"memories_memory", "memories_memoryrevision", "memories_event"}
+LARGE_MODELS = {"memory", "memoryrevision", "event", "memoryvector"}
+LARGE_TABLES = {
+    "memories_memory",
+    "memories_memoryrevision",
+    "memories_event",
+    "memories_memoryvector",
+}
 PLAIN_INDEX_SQL = re.compile(r"\bCREATE\s+(?:UNIQUE\s+)?INDEX\s+(?!CONCURRENTLY\b)", re.I)
 
 

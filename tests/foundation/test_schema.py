@@ -65,7 +65,8 @@ def test_constraint_spares_dead_rows_other_owners_and_subjects(tenant, other_ten
 
 @pytest.mark.django_db
 def test_vector_fields_are_every_vector_column_of_a_memory():
-    """Reads defer `VECTOR_FIELDS`: a vector column added to Memory belongs in it."""
+    """Reads defer `VECTOR_FIELDS`: a vector column added to Memory belongs in it (the
+    embedding is not one: it has a table of its own)."""
     from django.contrib.postgres.search import SearchVectorField
     from pgvector.django import VectorField
 
@@ -76,7 +77,7 @@ def test_vector_fields_are_every_vector_column_of_a_memory():
         for f in Memory._meta.concrete_fields
         if isinstance(getattr(f, "output_field", f), VectorField | SearchVectorField)
     }
-    assert set(VECTOR_FIELDS) == vectors == {"embedding", "search_vector"}
+    assert set(VECTOR_FIELDS) == vectors == {"search_vector"}
 
 
 def test_search_vector_is_generated_from_key_and_text(tenant, agent):

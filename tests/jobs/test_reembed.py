@@ -10,7 +10,8 @@ from django.core.management import call_command
 from memories.embeddings import HashingEmbedder
 from memories.fingerprints import embedding_text
 from memories.jobs.reembed import reembed
-from memories.models import JobRun, Memory, MemoryRevision
+from memories.models import JobRun, Memory, MemoryRevision, MemoryVector
+from memories.vectors import write_pending_vector
 from memoryhub.errors import EmbeddingError
 from tests.support.commands import last_json_line
 from tests.support.jobs import add_memories
@@ -22,7 +23,7 @@ HASHING = HashingEmbedder()
 
 def vector_of(memory) -> list[float]:
     memory.refresh_from_db()
-    return [round(float(x), 5) for x in memory.embedding]
+    return [round(float(x), 5) for x in MemoryVector.objects.get(memory=memory).embedding]
 
 
 def expected(text: str) -> list[float]:
@@ -30,9 +31,10 @@ def expected(text: str) -> list[float]:
 
 
 def set_embedding(memory, model: str) -> None:
-    Memory.objects.filter(pk=memory.pk).update(
-        embedding=HASHING.embed(["something else entirely"])[0], embedding_model=model
-    )
+    Memory.objects.filter(pk=memory.pk).update(embedding_model=model)
+    memory.embedding_model = model
+    memory.embedding = HASHING.embed(["something else entirely"])[0]
+    write_pending_vector(memory)
 
 
 def test_missing_and_foreign_embeddings_are_recomputed(tenant, agent):
@@ -113,7 +115,7 @@ def test_a_failing_embedder_keeps_finished_batches_and_the_next_run_resumes(tena
 
     with pytest.raises(EmbeddingError):
         reembed(embedder=FailsOnSecondBatch(), batch_size=2)
-    assert Memory.objects.filter(embedding__isnull=False).count() == 2
+    assert Memory.objects.filter(vector__isnull=False).count() == 2
 
     assert reembed(batch_size=2) == {"candidates": 3, "embedded": 3, "skipped_changed": 0}
     assert all(vector_of(m) == expected(m.text) for m in memories)

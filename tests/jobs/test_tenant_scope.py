@@ -142,7 +142,7 @@ def test_a_tenant_scoped_reembed_embeds_that_tenants_memories_only(tenant, agent
     scoped = run_job("reembed", tenant_id=tenant.pk)
 
     assert scoped.counts == {"candidates": 2, "embedded": 2, "skipped_changed": 0}
-    assert Memory.objects.filter(tenant=other_tenant, embedding__isnull=True).count() == 3
+    assert Memory.objects.filter(tenant=other_tenant, vector__isnull=True).count() == 3
     rest = run_job("reembed")
     assert rest.tenant_counts == {
         str(other_tenant.pk): {"candidates": 3, "embedded": 3, "skipped_changed": 0}

@@ -60,8 +60,6 @@ def _memory(tenant, agent, memory_id: str) -> Memory:
 def _row(model, pk) -> dict:
     row = model.objects.filter(pk=pk).values().get()
     row.pop("id")
-    if model is Memory:
-        row["embedding"] = list(row["embedding"])
     return row
 
 
@@ -120,13 +118,19 @@ def test_an_expression_value_goes_through_the_orm(tenant, agent):
 def test_a_store_reads_back_nothing_it_already_holds(tenant, agent):
     principal = Principal(tenant=tenant, agent=agent)
     with CaptureQueriesContext(connection) as queries:
-        memory_store(principal=principal, data={"text": "The office closes at six on Fridays"})
+        result = memory_store(
+            principal=principal, data={"text": "The office closes at six on Fridays"}
+        )
     [statement] = [q["sql"] for q in queries.captured_queries if "INSERT INTO" in q["sql"]]
-    # One statement: the memory, its events, then its revision, whose id alone is read back.
+    # One statement: the memory, its events, its vector, then its revision, whose id alone is
+    # read back.
     memory_part, rest = statement.split("), along1 AS (", 1)
     assert memory_part.startswith('WITH along0 AS (INSERT INTO "memories_memory"')
     assert "RETURNING" not in memory_part  # not the generated tsvector
     assert rest.startswith("INSERT INTO memories_event")
+    _events, rest = rest.split("), along2 AS (", 1)
+    assert rest.startswith("INSERT INTO memories_memoryvector")
+    assert result.memory is not None and result.memory.embedding is not None
     assert ') INSERT INTO "memories_memoryrevision"' in rest
     assert rest.endswith('RETURNING "memories_memoryrevision"."id"')
 

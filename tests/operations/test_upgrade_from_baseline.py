@@ -177,6 +177,16 @@ def steps_after_baseline() -> None:
     # memories 0003: run leases behind a transaction-mode pooler (none to carry; one is taken).
     with override_settings(MEMORYHUB_DB_POOL_MODE="transaction"):
         assert Liveness(namespace=0).try_hold(1)
+    # memories 0004: every memory's vector moved to the vectors' table, the same numbers under
+    # the same model, with the memory's owner.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM memories_memory m JOIN memories_memoryvector v "
+            "ON v.memory_id = m.id WHERE v.embedding = m.embedding AND v.model = m.embedding_model "
+            "AND v.tenant_id = m.tenant_id AND v.agent_id IS NOT DISTINCT FROM m.agent_id "
+            "AND v.subject_id IS NOT DISTINCT FROM m.subject_id"
+        )
+        assert cursor.fetchone()[0] == Memory.objects.count() == 8
 
 
 @pytest.fixture(scope="module")
@@ -211,6 +221,38 @@ def test_every_model_has_rows_and_nothing_is_left_to_apply(baseline, db):
     counts = {(row.owner_id, row.subject_id): row.active for row in OwnerCount.objects.all()}
     support, sales = (Agent.objects.get(slug=slug).pk for slug in ("support-bot", "sales-bot"))
     assert counts == {(support, ""): 4, (sales, ""): 1, (0, ""): 1, (-1, "alice"): 1}
+
+
+def test_semantic_search_reads_the_moved_vectors(client, baseline):
+    found = client.post(
+        "/api/v1/search", {"query": "Alice prefers answers in French", "mode": "semantic"},
+        format="json",
+    ).json()  # fmt: skip
+    assert found["memories"][0]["id"] == baseline.ids["core"]
+    assert found["memories"][0]["quality"]["relevance"] > 0.99
+
+
+def test_a_write_by_the_previous_release_still_reaches_the_vectors_table(baseline, db):
+    """During a rolling upgrade a node of the previous release still writes the row's old
+    column: the migration's trigger carries that into the vectors' table (and a removal)."""
+    memory_id = baseline.ids["shared"]
+    vector = "[" + ",".join(["0.5"] * 384) + "]"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE memories_memory SET embedding = %s::vector, embedding_model = 'old' "
+            "WHERE id = %s",
+            [vector, memory_id],
+        )
+        cursor.execute(
+            "SELECT model, embedding = %s::vector FROM memories_memoryvector WHERE memory_id = %s",
+            [vector, memory_id],
+        )
+        assert cursor.fetchone() == ("old", True)
+        cursor.execute("UPDATE memories_memory SET embedding = NULL WHERE id = %s", [memory_id])
+        cursor.execute(
+            "SELECT count(*) FROM memories_memoryvector WHERE memory_id = %s", [memory_id]
+        )
+        assert cursor.fetchone()[0] == 0
 
 
 def test_search_finds_migrated_memories(client, baseline):

@@ -13,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 
 from accounts.principal import Principal
 from memories import access
-from memories.models import Memory
+from memories.models import Memory, MemoryVector
 from memories.retrieval import search as search_module
 from memories.retrieval.search import memory_search
 from memories.services.lifecycle import memory_forget
@@ -475,7 +475,7 @@ def test_keyword_matches_are_read_from_each_owners_part_of_the_index(tenant, me)
     with connection.cursor() as cursor:
         # Not what this test reads, and the slowest index to keep up row by row (rolled back
         # with the test's transaction).
-        cursor.execute("DROP INDEX memory_embedding_hnsw")
+        cursor.execute("DROP INDEX memory_vector_hnsw")
     crowd = [make_agent(tenant, f"crowd-{i}") for i in range(9)]
     seed_synthetic(tenant, [me.agent, *crowd], 1500)
     statements = []
@@ -501,6 +501,7 @@ def test_keyword_matches_are_read_from_each_owners_part_of_the_index(tenant, me)
 @pytest.mark.django_db
 def test_vectors_of_another_model_are_not_compared(me, corpus):
     Memory.objects.filter(pk=corpus["car"].id).update(embedding_model="some-other-model")
+    MemoryVector.objects.filter(memory_id=corpus["car"].id).update(model="some-other-model")
     semantic = search(me, query="blue Subaru", mode="semantic", limit=10)["memories"]
     assert corpus["car"].id not in {hit["id"] for hit in semantic}
     # Full text still finds it, and hybrid keeps it on its keyword score alone.

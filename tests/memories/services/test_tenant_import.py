@@ -28,7 +28,15 @@ from accounts.models import Agent, ApiKey, Tenant
 from memories.formation.llm import LLMClient
 from memories.formation.runs import run_execute, run_request
 from memories.jsonl import export_tenant, memory_to_record
-from memories.models import ExtractionRun, Memory, MemoryRevision, Message, Thread, WebhookEndpoint
+from memories.models import (
+    ExtractionRun,
+    Memory,
+    MemoryRevision,
+    MemoryVector,
+    Message,
+    Thread,
+    WebhookEndpoint,
+)
 from memories.services.jsonl_import import ImportLineError
 from memories.services.kind_changes import kind_save
 from memories.services.operator_actions import memory_tombstone
@@ -387,7 +395,8 @@ def test_a_large_tenant_moves_in_bounded_memory(tmp_path):
     under tracemalloc; a line with one is 384 numbers more, batched the same way.)"""
     tenant = make_tenant("large-co")
     seed_synthetic(tenant, [make_agent(tenant, "bulk-bot")], SEEDED)
-    Memory.objects.for_tenant(tenant).update(embedding=None)
+    MemoryVector.objects.filter(tenant=tenant).delete()
+    Memory.objects.for_tenant(tenant).update(embedding_model="")
     path = tmp_path / "large.jsonl"
     tracemalloc.start()
     try:
