@@ -15,7 +15,7 @@ from functools import lru_cache
 from typing import Any, cast
 
 from django.db import connection
-from django.db.models import BooleanField, Field, QuerySet
+from django.db.models import BooleanField, Field, Q, QuerySet
 from django.db.models.expressions import RawSQL
 
 from accounts.models import Agent
@@ -117,9 +117,12 @@ class _Shape:
     scope: _ScopeShape
 
 
-def _slot_scope(slots: Slot, shape: _ScopeShape) -> QuerySet[Memory]:
-    """`search_scope` with `slots` for the principal, the filters and `now`."""
-    principal = slot_principal(slots, shared=shape.shared)
+def _slot_scope(
+    slots: Slot, shape: _ScopeShape, principal: Principal | None = None
+) -> QuerySet[Memory]:
+    """`search_scope` with `slots` for the principal (or this one, of slots), the filters and
+    `now`."""
+    principal = principal or slot_principal(slots, shared=shape.shared)
     params = SearchParams(
         query="",
         categories=[slots.text(f"category{i}") for i in range(shape.categories)],
@@ -142,8 +145,10 @@ def _compiled_ranking(shape: _Shape, exact: bool, part: str | None = None) -> Co
     depend on the request's values, and planning it each time cost a large share of its
     time."""
     slots = Slot()
-    scope = _slot_scope(slots, shape.scope)
+    principal = slot_principal(slots, shared=shape.scope.shared)
+    scope = _slot_scope(slots, shape.scope, principal)
     scope_slots = frozenset(slots.names.values())
+    owner_ids = [principal.agent.pk, *principal.agent._reads_from_ids]
     args = RankingArgs(
         query="" if shape.mode == "semantic" else slots.text("query"),
         vector=None if shape.mode == "keyword" else slots.text("vector"),
@@ -155,6 +160,10 @@ def _compiled_ranking(shape: _Shape, exact: bool, part: str | None = None) -> Co
         dates=(slots.text("years"), slots.text("months"), slots.text("days"))
         if shape.dates
         else None,
+        # Every memory `search_scope` lets through is the agent's, a shared agent's, or
+        # nobody's (workspace and user memories): `visibility.visible_q`.
+        vector_owners=Q(vector__tenant_id=principal.tenant.pk)
+        & (Q(vector__agent_id__in=owner_ids) | Q(vector__agent_id__isnull=True)),
     )
     # The HNSW statement is not `inline`: PostgreSQL plans it for each request's values (a
     # custom plan). A generic plan, forced, ran as fast for an agent with many memories but
