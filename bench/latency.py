@@ -159,6 +159,7 @@ def key_for(agent_index: int, i: int) -> str:
 
 
 SEED_CHUNK = 256  # texts embedded in one call while seeding
+COPY_CHUNK = 20_000  # memories (and then their vectors) written by one COPY
 
 
 def seed_agent(
@@ -182,11 +183,17 @@ def seed_agent(
     texts = [text(rng, i) for i in range(count)]
     sql = f"COPY memories_memory ({COLUMNS}) FROM STDIN"
     vector_sql = f"COPY memories_memoryvector ({VECTOR_COLUMNS}) FROM STDIN"
-    for first in range(0, count, SEED_CHUNK):
-        vectors = embedder.embed(texts[first : first + SEED_CHUNK])
+    # A COPY per `COPY_CHUNK` memories, then one of their vectors: few statements (the memory
+    # table's statement triggers run once per COPY), and a bounded share of the vectors held.
+    vectors: list = []
+    batch_start = 0
+    for first in range(0, count, COPY_CHUNK):
         rows: list[tuple] = []
         vector_rows: list[tuple] = []
-        for i in range(first, min(first + SEED_CHUNK, count)):
+        for i in range(first, min(first + COPY_CHUNK, count)):
+            if (i - first) % SEED_CHUNK == 0:
+                vectors = embedder.embed(texts[i : i + SEED_CHUNK])
+                batch_start = i
             body = texts[i]
             category, thread_id = _category(i)
             owner = None if category == "workspace" else agent_id
@@ -240,7 +247,7 @@ def seed_agent(
                     owner,
                     subject,
                     embedder.model_name,
-                    _vector_text(vectors[i - first]),
+                    _vector_text(vectors[i - batch_start]),
                 )
             )
             if i % 1000 == 999:
