@@ -398,6 +398,10 @@ MEMORYHUB_EMBEDDER_IDLE_THREADS = env_int("MEMORYHUB_EMBEDDER_IDLE_THREADS", 2)
 # A web process freezes its start-up objects out of the cyclic GC's walks (memoryhub/asgi.py).
 MEMORYHUB_GC_FREEZE = env_bool("MEMORYHUB_GC_FREEZE", default=True)
 MEMORYHUB_EMBEDDING_CACHE = env_int("MEMORYHUB_EMBEDDING_CACHE", 1024)
+# The single-text vectors a node's processes share (slots of a memory-mapped file; 0: off), and
+# that file (default: in /dev/shm, named after the database and the model).
+MEMORYHUB_EMBEDDING_SHARED_CACHE = env_int("MEMORYHUB_EMBEDDING_SHARED_CACHE", 4096)
+MEMORYHUB_EMBEDDING_SHARED_CACHE_PATH = env_str("MEMORYHUB_EMBEDDING_SHARED_CACHE_PATH")
 MEMORYHUB_EMBEDDER_BATCH_WINDOW_MS = env_float("MEMORYHUB_EMBEDDER_BATCH_WINDOW_MS", 0.0)
 MEMORYHUB_EMBEDDER_URL = env_str("MEMORYHUB_EMBEDDER_URL", "https://api.openai.com/v1")
 MEMORYHUB_EMBEDDER_MODEL = env_str("MEMORYHUB_EMBEDDER_MODEL", "text-embedding-3-small")
