@@ -27,7 +27,7 @@ from django.conf import settings
 
 from memories import onnx_minilm
 from memories.embedding_batch import MicroBatcher, VectorCache
-from memories.models import EMBEDDING_DIM
+from memories.models import EMBEDDING_DIM, Memory
 from memories.shared_vectors import SharedVectorCache, default_path
 from memoryhub import metrics, tracing
 from memoryhub.errors import EmbeddingError
@@ -122,6 +122,7 @@ class LocalEmbedder:
     about 0.99 cosine to the model's own, each text in a pass of its own (so that its vector
     does not depend on the texts beside it). They are recorded as another model's
     (`all-MiniLM-L6-v2-int8`): switching precision is switching models, and `reembed` migrates.
+    `auto` (the default) picks one when the embedder is built (`auto_precision`).
 
     Concurrent requests' texts share one forward pass (memories/embedding_batch.py), and the
     vectors of the last `MEMORYHUB_EMBEDDING_CACHE` single texts (search queries) are kept; behind
@@ -147,6 +148,8 @@ class LocalEmbedder:
     ) -> None:
         self.backend = backend or settings.MEMORYHUB_EMBEDDER_BACKEND
         self.precision = precision or settings.MEMORYHUB_EMBEDDER_PRECISION
+        if self.precision == "auto":
+            self.precision = auto_precision(self.backend)
         if self.precision not in onnx_minilm.PRECISIONS:
             raise ValueError(f"unknown precision {self.precision!r}")
         self.model_name = (
@@ -309,6 +312,35 @@ class LocalEmbedder:
             logger.exception("local embedding failed")
             raise EmbeddingError(details={"embedder": "local"}) from exc
         return vectors
+
+
+def stored_model() -> str | None:
+    """The model of the newest stored vector (None: none yet), i.e. what this installation has
+    been embedding with. The one place that reads it (the newest by id: ids grow with time, so
+    this is one step down the primary key's index)."""
+    return (
+        Memory.objects.filter(embedding__isnull=False)
+        .order_by("-id")
+        .values_list("embedding_model", flat=True)
+        .first()
+    )
+
+
+def auto_precision(backend: str) -> str:
+    """`MEMORYHUB_EMBEDDER_PRECISION=auto`, decided when the process builds its embedder: an
+    installation whose stored vectors are the full-precision model's keeps it (until an operator
+    sets `int8` and runs `reembed`); any other, a new one among them, runs the 8-bit copy, or the
+    full-precision model, with a warning, where there is no 8-bit copy to run."""
+    if stored_model() == LocalEmbedder.MODEL or backend == "torch":
+        return "fp32"  # (on torch there is no 8-bit copy to run)
+    if not onnx_minilm.available("int8"):
+        logger.warning(
+            "no 8-bit model at %s: the local embedder runs the full-precision model "
+            "(`python -m memories.onnx_minilm quantize` writes it)",
+            onnx_minilm.model_path("int8"),
+        )
+        return "fp32"
+    return "int8"
 
 
 class OpenAIEmbedder:

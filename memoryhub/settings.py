@@ -391,7 +391,10 @@ MEMORYHUB_EMBEDDER_BACKEND = env_choice(
 )
 # The local model's precision: fp32 (its own vectors) or int8 (its 8-bit copy, faster; recorded
 # as another model, `all-MiniLM-L6-v2-int8`: switching is switching models, `reembed` migrates).
-MEMORYHUB_EMBEDDER_PRECISION = env_choice("MEMORYHUB_EMBEDDER_PRECISION", "fp32", ("fp32", "int8"))
+# auto: fp32 where the stored vectors are fp32 ones, else int8 (fp32 where it was not quantized).
+MEMORYHUB_EMBEDDER_PRECISION = env_choice(
+    "MEMORYHUB_EMBEDDER_PRECISION", "auto", ("auto", "fp32", "int8")
+)
 MEMORYHUB_EMBEDDER_THREADS = env_int("MEMORYHUB_EMBEDDER_THREADS", 1)
 # ...and on ONNX, the threads of a pass that finds the machine idle (≤ the above: never).
 MEMORYHUB_EMBEDDER_IDLE_THREADS = env_int("MEMORYHUB_EMBEDDER_IDLE_THREADS", 2)
