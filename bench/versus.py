@@ -52,8 +52,12 @@ TOP_K = 10
 KS = tuple(k for k in locomo.KS if k <= TOP_K)
 WARMUP = 5  # untimed requests of each sequential phase, each system
 TARGET = 2.0  # "every call ≥ 2× faster at p50" (docs/benchmarks.md, Targets)
-# What MemoryHub's server is started with here: the query-vector cache off, as mem0 has none.
-SERVER_ENV: dict[str, str | None] = {"MEMORYHUB_EMBEDDING_CACHE": "0"}
+# What MemoryHub's server is started with here: the query-vector caches (each process's and the
+# one its processes share) off, as mem0 has none.
+SERVER_ENV: dict[str, str | None] = {
+    "MEMORYHUB_EMBEDDING_CACHE": "0",
+    "MEMORYHUB_EMBEDDING_SHARED_CACHE": "0",
+}
 PHASES = ("bulk", "write", "search_hybrid", "search_semantic")
 # What sending on a connection the server has closed raises (load_client.Client closes its side
 # then, and the next request opens a new one).

@@ -20,13 +20,15 @@ import threading
 import time
 from collections.abc import Callable
 from functools import wraps
+from pathlib import Path
 from typing import Protocol
 
 from django.conf import settings
 
 from memories import onnx_minilm
 from memories.embedding_batch import MicroBatcher, VectorCache
-from memories.models import EMBEDDING_DIM
+from memories.models import EMBEDDING_DIM, Memory
+from memories.shared_vectors import SharedVectorCache, default_path
 from memoryhub import metrics, tracing
 from memoryhub.errors import EmbeddingError
 
@@ -120,9 +122,12 @@ class LocalEmbedder:
     about 0.99 cosine to the model's own, each text in a pass of its own (so that its vector
     does not depend on the texts beside it). They are recorded as another model's
     (`all-MiniLM-L6-v2-int8`): switching precision is switching models, and `reembed` migrates.
+    `auto` (the default) picks one when the embedder is built (`auto_precision`).
 
     Concurrent requests' texts share one forward pass (memories/embedding_batch.py), and the
-    vectors of the last `MEMORYHUB_EMBEDDING_CACHE` single texts (search queries) are kept.
+    vectors of the last `MEMORYHUB_EMBEDDING_CACHE` single texts (search queries) are kept; behind
+    that per-process cache, the node's processes share `MEMORYHUB_EMBEDDING_SHARED_CACHE` more
+    (memories/shared_vectors.py), so a query one process embedded costs the others no pass.
     """
 
     MODEL = "all-MiniLM-L6-v2"
@@ -137,15 +142,19 @@ class LocalEmbedder:
         threads: int | None = None,
         idle_threads: int | None = None,
         cache_size: int | None = None,
+        shared_cache_size: int | None = None,
+        shared_cache_path: str | None = None,
         batch_window: float | None = None,
     ) -> None:
+        self.backend = backend or settings.MEMORYHUB_EMBEDDER_BACKEND
         self.precision = precision or settings.MEMORYHUB_EMBEDDER_PRECISION
+        if self.precision == "auto":
+            self.precision = auto_precision(self.backend)
         if self.precision not in onnx_minilm.PRECISIONS:
             raise ValueError(f"unknown precision {self.precision!r}")
         self.model_name = (
             self.MODEL if self.precision == "fp32" else f"{self.MODEL}-{self.precision}"
         )
-        self.backend = backend or settings.MEMORYHUB_EMBEDDER_BACKEND
         self.threads = threads or settings.MEMORYHUB_EMBEDDER_THREADS
         self.idle_threads = (
             settings.MEMORYHUB_EMBEDDER_IDLE_THREADS if idle_threads is None else idle_threads
@@ -157,6 +166,15 @@ class LocalEmbedder:
         if cache_size is None:
             cache_size = settings.MEMORYHUB_EMBEDDING_CACHE
         self.cache = VectorCache(cache_size)
+        if shared_cache_size is None:
+            shared_cache_size = settings.MEMORYHUB_EMBEDDING_SHARED_CACHE
+        self.shared_cache_size = shared_cache_size
+        self.shared_cache_path = (
+            shared_cache_path or settings.MEMORYHUB_EMBEDDING_SHARED_CACHE_PATH or None
+        )
+        self._shared: SharedVectorCache | None = None
+        self._shared_opened = False
+        self._shared_lock = threading.Lock()
         if batch_window is None:
             batch_window = settings.MEMORYHUB_EMBEDDER_BATCH_WINDOW_MS / 1000
         # One pass at a time: torch's thread pool is not safe to enter from several request
@@ -239,8 +257,24 @@ class LocalEmbedder:
 
     def warm(self) -> None:
         """Load the model and run one pass now, so that no request waits for either (a
-        failure is logged and raised as `EmbeddingError`, as a request's would be)."""
-        self.embed([self.model_name])
+        failure is logged and raised as `EmbeddingError`, as a request's would be). The pass runs
+        even where the shared cache holds its text: another process's vector warms no model."""
+        self.cache.put(self.model_name, self._passes([self.model_name])[0])
+
+    def shared_cache(self) -> SharedVectorCache | None:
+        """The node's shared cache, opened at first use (None: off, or its file unusable)."""
+        if not self._shared_opened:
+            with self._shared_lock:
+                if not self._shared_opened:
+                    if self.shared_cache_size > 0:
+                        path = self.shared_cache_path or default_path(
+                            settings.DATABASES["default"], self.model_name
+                        )
+                        self._shared = SharedVectorCache.open(
+                            Path(path), slots=self.shared_cache_size, dim=self.dim
+                        )
+                    self._shared_opened = True
+        return self._shared
 
     def _encode(self, texts: list[str]):
         return self._load()(texts)
@@ -249,11 +283,24 @@ class LocalEmbedder:
     def embed(self, texts: list[str]) -> list[list[float]]:
         if not texts:
             return []
-        single = len(texts) == 1
-        if single:
-            cached = self.cache.get(texts[0])
-            if cached is not None:
-                return [cached]
+        if len(texts) > 1:
+            return self._passes(texts)
+        text = texts[0]
+        vector = self.cache.get(text)
+        if vector is not None:
+            return [vector]
+        shared = self.shared_cache()
+        if shared is not None:
+            vector = shared.get(self.model_name, text)
+        if vector is None:
+            vector = self._passes([text])[0]
+            if shared is not None:
+                shared.put(self.model_name, text, vector)
+        self.cache.put(text, vector)
+        return [vector]
+
+    def _passes(self, texts: list[str]) -> list[list[float]]:
+        """The model's vectors of `texts`, in passes of at most `batch_size`."""
         self._load()  # a load failure is reported as such, not as an embedding failure
         try:
             vectors = [
@@ -264,9 +311,36 @@ class LocalEmbedder:
         except Exception as exc:  # noqa: BLE001
             logger.exception("local embedding failed")
             raise EmbeddingError(details={"embedder": "local"}) from exc
-        if single:
-            self.cache.put(texts[0], vectors[0])
         return vectors
+
+
+def stored_model() -> str | None:
+    """The model of the newest stored vector (None: none yet), i.e. what this installation has
+    been embedding with. The one place that reads it (the newest by id: ids grow with time, so
+    this is one step down the primary key's index)."""
+    return (
+        Memory.objects.filter(embedding__isnull=False)
+        .order_by("-id")
+        .values_list("embedding_model", flat=True)
+        .first()
+    )
+
+
+def auto_precision(backend: str) -> str:
+    """`MEMORYHUB_EMBEDDER_PRECISION=auto`, decided when the process builds its embedder: an
+    installation whose stored vectors are the full-precision model's keeps it (until an operator
+    sets `int8` and runs `reembed`); any other, a new one among them, runs the 8-bit copy, or the
+    full-precision model, with a warning, where there is no 8-bit copy to run."""
+    if stored_model() == LocalEmbedder.MODEL or backend == "torch":
+        return "fp32"  # (on torch there is no 8-bit copy to run)
+    if not onnx_minilm.available("int8"):
+        logger.warning(
+            "no 8-bit model at %s: the local embedder runs the full-precision model "
+            "(`python -m memories.onnx_minilm quantize` writes it)",
+            onnx_minilm.model_path("int8"),
+        )
+        return "fp32"
+    return "int8"
 
 
 class OpenAIEmbedder:

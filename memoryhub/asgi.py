@@ -53,6 +53,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memoryhub.settings")
 django_wsgi = get_wsgi_application()
 
 from django.conf import settings  # noqa: E402  (after setup)
+from django.db import DatabaseError  # noqa: E402
 from django.http.request import split_domain_port, validate_host  # noqa: E402
 
 from memories.mcp_server import (  # noqa: E402  (needs Django set up)
@@ -315,6 +316,10 @@ def settle_worker() -> None:
             warm()
     except EmbeddingError as exc:  # a model that fails to load is logged with its cause too
         logger.warning("the embedder is not ready (%s): requests that embed answer 502", exc)
+    except DatabaseError as exc:  # `auto` precision reads the stored vectors' model
+        logger.warning(
+            "the embedder is not built yet (%s): the first request that embeds will", exc
+        )
     if settings.MEMORYHUB_GC_FREEZE:
         gc.collect()  # what is garbage already goes now, not into the frozen generation
         gc.freeze()

@@ -391,13 +391,20 @@ MEMORYHUB_EMBEDDER_BACKEND = env_choice(
 )
 # The local model's precision: fp32 (its own vectors) or int8 (its 8-bit copy, faster; recorded
 # as another model, `all-MiniLM-L6-v2-int8`: switching is switching models, `reembed` migrates).
-MEMORYHUB_EMBEDDER_PRECISION = env_choice("MEMORYHUB_EMBEDDER_PRECISION", "fp32", ("fp32", "int8"))
+# auto: fp32 where the stored vectors are fp32 ones, else int8 (fp32 where it was not quantized).
+MEMORYHUB_EMBEDDER_PRECISION = env_choice(
+    "MEMORYHUB_EMBEDDER_PRECISION", "auto", ("auto", "fp32", "int8")
+)
 MEMORYHUB_EMBEDDER_THREADS = env_int("MEMORYHUB_EMBEDDER_THREADS", 1)
 # ...and on ONNX, the threads of a pass that finds the machine idle (≤ the above: never).
 MEMORYHUB_EMBEDDER_IDLE_THREADS = env_int("MEMORYHUB_EMBEDDER_IDLE_THREADS", 2)
 # A web process freezes its start-up objects out of the cyclic GC's walks (memoryhub/asgi.py).
 MEMORYHUB_GC_FREEZE = env_bool("MEMORYHUB_GC_FREEZE", default=True)
 MEMORYHUB_EMBEDDING_CACHE = env_int("MEMORYHUB_EMBEDDING_CACHE", 1024)
+# The single-text vectors a node's processes share (slots of a memory-mapped file; 0: off), and
+# that file (default: in /dev/shm, named after the database and the model).
+MEMORYHUB_EMBEDDING_SHARED_CACHE = env_int("MEMORYHUB_EMBEDDING_SHARED_CACHE", 4096)
+MEMORYHUB_EMBEDDING_SHARED_CACHE_PATH = env_str("MEMORYHUB_EMBEDDING_SHARED_CACHE_PATH")
 MEMORYHUB_EMBEDDER_BATCH_WINDOW_MS = env_float("MEMORYHUB_EMBEDDER_BATCH_WINDOW_MS", 0.0)
 MEMORYHUB_EMBEDDER_URL = env_str("MEMORYHUB_EMBEDDER_URL", "https://api.openai.com/v1")
 MEMORYHUB_EMBEDDER_MODEL = env_str("MEMORYHUB_EMBEDDER_MODEL", "text-embedding-3-small")

@@ -20,6 +20,11 @@ with environment_defaults(
     MEMORYHUB_WEBHOOK_NUDGE="0",
     # Deterministic vectors, no model to load.
     MEMORYHUB_EMBEDDER="hashing",
+    # The tests that build the local model compare the model's own vectors, and need no
+    # database to pick them; the tests of `auto` set it.
+    MEMORYHUB_EMBEDDER_PRECISION="fp32",
+    # No test's vectors outlive it in /dev/shm; the shared cache's tests give it a file of theirs.
+    MEMORYHUB_EMBEDDING_SHARED_CACHE="0",
     # Frozen in a test process, what earlier tests allocated would never be collected.
     MEMORYHUB_GC_FREEZE="0",
     # A read's access count and time are in the database when the request returns.

@@ -105,7 +105,10 @@ def test_versus_mem0_interleaves_both_systems_and_reports_their_figures(tmp_path
     assert (result["turns"], result["conversations"], result["requests"]) == (turns, 2, requests)
     prefix = result["mem0"]["user_id_prefix"]
     assert result["mem0"]["url"] == mem0.url  # the trailing slash dropped
-    assert result["memoryhub"]["env"] == {"MEMORYHUB_EMBEDDING_CACHE": "0"}
+    assert result["memoryhub"]["env"] == {
+        "MEMORYHUB_EMBEDDING_CACHE": "0",
+        "MEMORYHUB_EMBEDDING_SHARED_CACHE": "0",
+    }
     assert result["memoryhub"]["workers"] == 1
     assert result["memoryhub"]["embedding_model"] == "hashing-v1"
     assert result["postgres"] == {
