@@ -152,7 +152,7 @@ class Migration(migrations.Migration):
                 "FOREIGN KEY (memory_id) REFERENCES memories_memory (id) ON DELETE CASCADE",
                 # Django's pattern-matching (LIKE) index on a text primary key: nothing here
                 # matches ids by prefix, and each index is one more to update per store.
-                """DO $$ DECLARE name text; BEGIN
+                r"""DO $$ DECLARE name text; BEGIN
                     FOR name IN SELECT indexname FROM pg_indexes
                         WHERE tablename = 'memories_memoryvector' AND indexname LIKE '%\_like'
                     LOOP EXECUTE format('DROP INDEX %I', name); END LOOP;
