@@ -27,7 +27,7 @@ from django.conf import settings
 
 from memories import onnx_minilm
 from memories.embedding_batch import MicroBatcher, VectorCache
-from memories.models import EMBEDDING_DIM, Memory
+from memories.models import EMBEDDING_DIM, MemoryVector
 from memories.shared_vectors import SharedVectorCache, default_path
 from memoryhub import metrics, tracing
 from memoryhub.errors import EmbeddingError
@@ -316,14 +316,9 @@ class LocalEmbedder:
 
 def stored_model() -> str | None:
     """The model of the newest stored vector (None: none yet), i.e. what this installation has
-    been embedding with. The one place that reads it (the newest by id: ids grow with time, so
-    this is one step down the primary key's index)."""
-    return (
-        Memory.objects.filter(embedding__isnull=False)
-        .order_by("-id")
-        .values_list("embedding_model", flat=True)
-        .first()
-    )
+    been embedding with. The one place that reads it (the newest by memory id: ids grow with
+    time, so this is one step down the vectors' primary key)."""
+    return MemoryVector.objects.order_by("-memory_id").values_list("model", flat=True).first()
 
 
 def auto_precision(backend: str) -> str:
