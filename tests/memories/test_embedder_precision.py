@@ -16,7 +16,7 @@ from django.db import OperationalError
 import memoryhub.asgi
 from memories import embeddings
 from memories.embeddings import LocalEmbedder, get_embedder, reset_embedder, stored_model
-from memories.models import Memory
+from memories.models import Memory, MemoryVector
 from tests.support.memories import store
 
 pytestmark = [
@@ -45,6 +45,7 @@ def model_files(tmp_path, monkeypatch, settings):
 def stored_with(agent, model: str, text: str = "drives a blue car") -> Memory:
     memory = store(agent, text)
     Memory.objects.filter(pk=memory.pk).update(embedding_model=model)
+    MemoryVector.objects.filter(memory_id=memory.pk).update(model=model)
     return memory
 
 
