@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -109,6 +109,11 @@ def inline_constants(sql: str, params: list | tuple, slots: Slot) -> tuple[str, 
     (`status = 'active'`) and costs a `LIMIT 10` only from literals, so with those as
     parameters it re-plans each time (a custom plan) or plans without the indexes.
     """
+    return written_in(sql, params, lambda value: _slot_name(value, slots.names) is None)
+
+
+def written_in(sql: str, params: list | tuple, inline: Callable[[Any], bool]) -> tuple[str, list]:
+    """`sql` with the parameters `inline` picks written in as literals, the others kept."""
     out: list[str] = []
     kept: list = []
     values = iter(params)
@@ -122,11 +127,11 @@ def inline_constants(sql: str, params: list | tuple, slots: Slot) -> tuple[str, 
         value = next(values, _END)
         if value is _END:
             raise ValueError("more placeholders than parameters")
-        if _slot_name(value, slots.names) is not None:
+        if inline(value):
+            out.append(_literal(value))
+        else:
             out.append("%s")
             kept.append(value)
-        else:
-            out.append(_literal(value))
     out.append(sql[position:])
     if next(values, _END) is not _END:
         raise ValueError("more parameters than placeholders")

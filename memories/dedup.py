@@ -18,8 +18,7 @@ from django.db.models import QuerySet
 
 from accounts.models import Agent
 from memories.compiled import RowLoader
-from memories.embeddings import vector_literal
-from memories.models import VECTOR_FIELDS, Memory, MemoryVector
+from memories.models import VECTOR_FIELDS, Memory, MemoryVector, vector_literal
 from memoryhub import hnsw
 
 NEAR_LIMIT = 5  # duplicates reported per probe, unless the caller asks for fewer

@@ -90,11 +90,6 @@ class HashingEmbedder:
         return [self.embed_one(t) for t in texts]
 
 
-def vector_literal(vector) -> str:
-    """A vector as pgvector's text input (`[0.1,0.2,…]`), for written-out SQL."""
-    return "[" + ",".join(map(repr, map(float, vector))) + "]"
-
-
 def _normalised(vector: list[float]) -> list[float]:
     norm = math.sqrt(sum(v * v for v in vector))
     if norm == 0:

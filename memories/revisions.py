@@ -8,8 +8,7 @@ from typing import Any
 from memories.clock import resolve_now
 from memories.compiled import insert_instance, insert_sql, inserted
 from memories.events.record import memory_events_statement
-from memories.models import PUBLIC_FIELDS, Memory, MemoryRevision
-from memories.vectors import pending_vector_sql
+from memories.models import PUBLIC_FIELDS, Memory, MemoryRevision, pending_vector_sql
 
 # What a revision's before/after snapshot records: the public fields but `id` (the revision
 # names its memory), `created_at`/`updated_at` (the revision has its own time), `size_bytes`

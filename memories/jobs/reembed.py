@@ -21,9 +21,10 @@ from datetime import datetime
 
 from django.db import connection, transaction
 
-from memories.embeddings import Embedder, get_embedder, vector_literal
+from memories.embeddings import Embedder, get_embedder
 from memories.fingerprints import embedding_text
 from memories.jobs.batches import TENANT_SCOPE, Progress, TenantCounts, fetch_all, report
+from memories.models import vector_literal
 from memories.vectors import COLUMNS as VECTOR_COLUMNS
 from memories.vectors import TABLE as VECTOR_TABLE
 

@@ -43,8 +43,10 @@ DROP TRIGGER IF EXISTS memory_vector_mirror_insert ON memories_memory;
 CREATE TRIGGER memory_vector_mirror_insert AFTER INSERT ON memories_memory
     FOR EACH ROW WHEN (NEW.embedding IS NOT NULL) EXECUTE FUNCTION memory_vector_mirror();
 DROP TRIGGER IF EXISTS memory_vector_mirror_update ON memories_memory;
+-- (Compared as text: a restore runs this with an empty search_path, where pgvector's `=` is not
+-- found, and its text form is exact.)
 CREATE TRIGGER memory_vector_mirror_update AFTER UPDATE OF embedding ON memories_memory
-    FOR EACH ROW WHEN (NEW.embedding IS DISTINCT FROM OLD.embedding)
+    FOR EACH ROW WHEN (NEW.embedding::text IS DISTINCT FROM OLD.embedding::text)
     EXECUTE FUNCTION memory_vector_mirror();
 """
 
@@ -106,60 +108,65 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.CreateModel(
-            name="MemoryVector",
-            fields=[
-                (
-                    "memory",
-                    models.OneToOneField(
-                        on_delete=django.db.models.deletion.DO_NOTHING,
-                        primary_key=True,
-                        related_name="vector",
-                        serialize=False,
-                        to="memories.memory",
-                        db_constraint=False,
-                    ),
-                ),
-                ("subject_id", models.CharField(blank=True, max_length=255, null=True)),
-                ("model", models.CharField(max_length=100)),
-                ("embedding", pgvector.django.VectorField(dimensions=384)),
-                (
-                    "agent",
-                    models.ForeignKey(
-                        blank=True,
-                        db_constraint=False,
-                        db_index=False,
-                        null=True,
-                        on_delete=django.db.models.deletion.DO_NOTHING,
-                        to="accounts.agent",
-                    ),
-                ),
-                (
-                    "tenant",
-                    models.ForeignKey(
-                        db_constraint=False,
-                        db_index=False,
-                        on_delete=django.db.models.deletion.DO_NOTHING,
-                        to="accounts.tenant",
-                    ),
+        # The table written out, not by CreateModel: the foreign key with ON DELETE CASCADE,
+        # the vector stored PLAIN, and no pattern-matching (LIKE) index on its text key (Django
+        # adds one for a text primary key; nothing matches memory ids by prefix, and each index
+        # is one more to update per store).
+        migrations.SeparateDatabaseAndState(
+            state_operations=[
+                migrations.CreateModel(
+                    name="MemoryVector",
+                    fields=[
+                        (
+                            "memory",
+                            models.OneToOneField(
+                                on_delete=django.db.models.deletion.DO_NOTHING,
+                                primary_key=True,
+                                related_name="vector",
+                                serialize=False,
+                                to="memories.memory",
+                                db_constraint=False,
+                            ),
+                        ),
+                        ("subject_id", models.CharField(blank=True, max_length=255, null=True)),
+                        ("model", models.CharField(max_length=100)),
+                        ("embedding", pgvector.django.VectorField(dimensions=384)),
+                        (
+                            "agent",
+                            models.ForeignKey(
+                                blank=True,
+                                db_constraint=False,
+                                db_index=False,
+                                null=True,
+                                on_delete=django.db.models.deletion.DO_NOTHING,
+                                to="accounts.agent",
+                            ),
+                        ),
+                        (
+                            "tenant",
+                            models.ForeignKey(
+                                db_constraint=False,
+                                db_index=False,
+                                on_delete=django.db.models.deletion.DO_NOTHING,
+                                to="accounts.tenant",
+                            ),
+                        ),
+                    ],
                 ),
             ],
-        ),
-        migrations.RunSQL(
-            [
-                "ALTER TABLE memories_memoryvector ALTER COLUMN embedding SET STORAGE PLAIN",
-                "ALTER TABLE memories_memoryvector ADD CONSTRAINT memory_vector_memory_fk "
-                "FOREIGN KEY (memory_id) REFERENCES memories_memory (id) ON DELETE CASCADE",
-                # Django's pattern-matching (LIKE) index on a text primary key: nothing here
-                # matches ids by prefix, and each index is one more to update per store.
-                r"""DO $$ DECLARE name text; BEGIN
-                    FOR name IN SELECT indexname FROM pg_indexes
-                        WHERE tablename = 'memories_memoryvector' AND indexname LIKE '%\_like'
-                    LOOP EXECUTE format('DROP INDEX %I', name); END LOOP;
-                END $$""",
-            ],
-            reverse_sql=[
-                "ALTER TABLE memories_memoryvector DROP CONSTRAINT memory_vector_memory_fk"
+            database_operations=[
+                migrations.RunSQL(
+                    [
+                        "CREATE TABLE memories_memoryvector ("
+                        "memory_id varchar(30) NOT NULL PRIMARY KEY "
+                        "REFERENCES memories_memory (id) ON DELETE CASCADE, "
+                        "tenant_id bigint NOT NULL, agent_id bigint NULL, "
+                        "subject_id varchar(255) NULL, model varchar(100) NOT NULL, "
+                        "embedding vector(384) NOT NULL)",
+                        "ALTER TABLE memories_memoryvector ALTER COLUMN embedding SET STORAGE PLAIN",
+                    ],
+                    reverse_sql=["DROP TABLE memories_memoryvector"],
+                ),
             ],
         ),
         migrations.RunSQL(MIRROR_SQL, reverse_sql=UNMIRROR_SQL),

@@ -37,6 +37,8 @@ from memories.models.memory import (
     ReviewState,
     Scope,
     Status,
+    pending_vector_sql,
+    vector_literal,
 )
 from memories.models.thread import (
     MAX_MESSAGE_CHARS,
@@ -93,4 +95,6 @@ __all__ = [
     "Thread",
     "WebhookDelivery",
     "WebhookEndpoint",
+    "pending_vector_sql",
+    "vector_literal",
 ]

@@ -6,7 +6,7 @@ from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
 from django.contrib.postgres.search import SearchVector, SearchVectorField
 from django.core.exceptions import ObjectDoesNotExist
-from django.db import models
+from django.db import connection, models
 from django.db.models import F, Q, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -405,14 +405,15 @@ class Memory(models.Model):
     def save(self, *args, **kwargs) -> None:
         super().save(*args, **kwargs)
         # Its vector row, when one was set (`memory.embedding`): not a column of this row.
-        from memories.vectors import write_pending_vector
-
-        write_pending_vector(self)
+        statement = pending_vector_sql(self)
+        if statement is not None:
+            with connection.cursor() as cursor:
+                cursor.execute(*statement)
 
     @property
     def embedding(self) -> list[float] | str | None:
-        """The vector this instance was given, or loaded with (`select_related("vector")`,
-        `vectors.with_embeddings`); None when it has none or it was not loaded. Setting it
+        """The vector this instance was given, or its row's in the vectors' table (loaded with
+        `select_related("vector")`, else read when asked); None when it has none. Setting it
         (None: remove it) is written with the memory's next save or revision
         (`memories.vectors.pending_vector_sql`)."""
         if "_embedding" in self.__dict__:
@@ -449,6 +450,47 @@ class ChangeType(models.TextChoices):
     PURGE = "purge", "Purge"
     MERGE = "merge", "Merge"
     IMPORT = "import", "Import"
+
+
+def vector_literal(vector) -> str:
+    """A vector as pgvector's text input (`[0.1,0.2,…]`), for written-out SQL."""
+    return "[" + ",".join(map(repr, map(float, vector))) + "]"
+
+
+# A memory's vector row, written with the memory (`pending_vector_sql`). Its owner never changes:
+# a rewrite changes the model and the vector only.
+VECTOR_COLUMNS = "memory_id, tenant_id, agent_id, subject_id, model, embedding"
+VECTOR_UPSERT = (
+    f"INSERT INTO memories_memoryvector ({VECTOR_COLUMNS}) VALUES {{rows}} "
+    "ON CONFLICT (memory_id) DO UPDATE SET model = EXCLUDED.model, embedding = EXCLUDED.embedding"
+)
+VECTOR_ROW = "(%s, %s, %s, %s, %s, %s::vector)"
+
+
+def vector_row(memory: Memory, vector) -> list:
+    """`VECTOR_ROW`'s values: the memory's vector row, with its `embedding_model`."""
+    literal = vector if isinstance(vector, str) else vector_literal(vector)
+    return [
+        memory.pk,
+        memory.tenant_id,
+        memory.agent_id,
+        memory.subject_id,
+        memory.embedding_model,
+        literal,
+    ]
+
+
+def pending_vector_sql(memory: Memory) -> tuple[str, list] | None:
+    """The statement writing what was set as `memory.embedding` since it was last written (an
+    upsert, or a delete for None), or None when nothing was; marks it written."""
+    if not memory.__dict__.pop("_embedding_pending", False):
+        return None
+    vector = memory.__dict__.get("_embedding")
+    if vector is None or not memory.embedding_model:
+        if memory._state.adding:  # a new memory has no row to remove
+            return None
+        return "DELETE FROM memories_memoryvector WHERE memory_id = %s", [memory.pk]
+    return VECTOR_UPSERT.format(rows=VECTOR_ROW), vector_row(memory, vector)
 
 
 class MemoryVector(models.Model):

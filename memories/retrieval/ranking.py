@@ -37,8 +37,7 @@ from django.db.models import BooleanField, ExpressionWrapper, FloatField, Q, Que
 from django.db.models.expressions import Expression, RawSQL
 from pgvector.django import CosineDistance
 
-from memories.embeddings import vector_literal
-from memories.models import Memory, MemoryVector
+from memories.models import Memory, MemoryVector, vector_literal
 from memories.retrieval import context_ranking
 from memoryhub import hnsw, tracing
 
@@ -121,12 +120,10 @@ def _semantic_branch(
     depth: int,
     model: str | None,
     exact: bool,
-    owners: Q | None = None,
+    owners: Q | None,
 ) -> tuple[str, tuple[Any, ...]]:
     # The vectors' own table (`MemoryVector`), joined to the scope's memories.
-    scope = scope.filter(vector__isnull=False)
-    if owners is not None:
-        scope = scope.filter(owners)
+    scope = scope.filter(owners if owners is not None else Q(vector__isnull=False))
     if model:
         # Vectors of another model are not comparable; `reembed` brings them over.
         scope = scope.filter(vector__model=model)
@@ -153,9 +150,7 @@ class RankingArgs:
     min_score: float | None = None
     model: str | None = None
     dates: tuple[str, str, str] | None = None
-    # The owners the scope's memories can have, as a filter on the vectors' own columns: the
-    # exact scan then reads the scope's vectors by their owner index, where they lie together,
-    # and joins them to the scope's memories once, instead of one lookup per memory.
+    # The owners a scope's memories can have: an exact scan reads their vectors by owner index.
     vector_owners: Q | None = None
 
     @classmethod

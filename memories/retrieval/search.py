@@ -29,6 +29,7 @@ from memories.compiled import (
     Slot,
     principal_values,
     slot_principal,
+    written_in,
 )
 from memories.embeddings import get_embedder
 from memories.models import PUBLIC_FIELDS, Category, Memory, MemoryRevision
@@ -117,6 +118,15 @@ class _Shape:
     scope: _ScopeShape
 
 
+def vector_owners(principal: Principal, shared: list[int]) -> Q:
+    """The owners a `search_scope` memory can have, as a filter on the vectors' table: every
+    memory it lets through is the agent's, a shared agent's (`shared`: their ids), or nobody's
+    (workspace and user memories), by `visibility.visible_q`."""
+    return Q(vector__tenant_id=principal.tenant.pk) & (
+        Q(vector__agent_id__in=[principal.agent.pk, *shared]) | Q(vector__agent_id__isnull=True)
+    )
+
+
 def _slot_scope(
     slots: Slot, shape: _ScopeShape, principal: Principal | None = None
 ) -> QuerySet[Memory]:
@@ -148,7 +158,6 @@ def _compiled_ranking(shape: _Shape, exact: bool, part: str | None = None) -> Co
     principal = slot_principal(slots, shared=shape.scope.shared)
     scope = _slot_scope(slots, shape.scope, principal)
     scope_slots = frozenset(slots.names.values())
-    owner_ids = [principal.agent.pk, *principal.agent._reads_from_ids]
     args = RankingArgs(
         query="" if shape.mode == "semantic" else slots.text("query"),
         vector=None if shape.mode == "keyword" else slots.text("vector"),
@@ -160,10 +169,7 @@ def _compiled_ranking(shape: _Shape, exact: bool, part: str | None = None) -> Co
         dates=(slots.text("years"), slots.text("months"), slots.text("days"))
         if shape.dates
         else None,
-        # Every memory `search_scope` lets through is the agent's, a shared agent's, or
-        # nobody's (workspace and user memories): `visibility.visible_q`.
-        vector_owners=Q(vector__tenant_id=principal.tenant.pk)
-        & (Q(vector__agent_id__in=owner_ids) | Q(vector__agent_id__isnull=True)),
+        vector_owners=vector_owners(principal, principal.agent._reads_from_ids),
     )
     # The HNSW statement is not `inline`: PostgreSQL plans it for each request's values (a
     # custom plan). A generic plan, forced, ran as fast for an agent with many memories but
@@ -314,9 +320,27 @@ def _statement(
 ) -> Statement:
     if compiled is None:
         scope = search_scope(principal, params, now)
-        return lambda exact, part=None: ranking_sql(scope, args, exact=exact, part=part)
+        return lambda exact, part=None: _planned_per_request(
+            ranking_sql(scope, args, exact=exact, part=part), args, exact
+        )
     shape, values = compiled
-    return lambda exact, part=None: _compiled_ranking(shape, exact, part).bind(**values)
+    return lambda exact, part=None: _planned_per_request(
+        _compiled_ranking(shape, exact, part).bind(**values), args, exact
+    )
+
+
+def _planned_per_request(
+    statement: tuple[str, list[Any]], args: RankingArgs, exact: bool
+) -> tuple[str, list[Any]]:
+    """The ranking over a large scope (not `exact`) with its query vector written in: a
+    statement of its own for each request, so never a prepared one, and planned for its values
+    (a selective filter wants the exact scan, not the HNSW walk). `plan_cache_mode=auto` chose
+    the per-request plan by itself until the vectors moved to a table of their own; joined to
+    it, the generic plan's estimate looked as cheap, and after five executions it took that."""
+    if exact or args.vector is None:
+        return statement
+    vector = args.vector
+    return written_in(*statement, lambda value: isinstance(value, str) and value == vector)
 
 
 def _shape_and_values(

@@ -29,7 +29,6 @@ from memories.compiled import (
     slot_principal,
 )
 from memories.dedup import NEAR_LIMIT, Near, Probe, near_duplicates_sql, run_near_duplicates
-from memories.embeddings import vector_literal
 from memories.horizon import write_stamp
 from memories.models import (
     ChangeType,
@@ -39,6 +38,7 @@ from memories.models import (
     ReviewState,
     Scope,
     Status,
+    vector_literal,
 )
 from memories.revisions import revision_write, snapshot
 from memories.services.eviction import cap_lock, cap_lock_name, evict_over_cap, owner_cap

@@ -11,7 +11,6 @@ from memories.embeddings import HashingEmbedder
 from memories.fingerprints import embedding_text
 from memories.jobs.reembed import reembed
 from memories.models import JobRun, Memory, MemoryRevision, MemoryVector
-from memories.vectors import write_pending_vector
 from memoryhub.errors import EmbeddingError
 from tests.support.commands import last_json_line
 from tests.support.jobs import add_memories
@@ -31,10 +30,9 @@ def expected(text: str) -> list[float]:
 
 
 def set_embedding(memory, model: str) -> None:
-    Memory.objects.filter(pk=memory.pk).update(embedding_model=model)
     memory.embedding_model = model
     memory.embedding = HASHING.embed(["something else entirely"])[0]
-    write_pending_vector(memory)
+    memory.save(update_fields=["embedding_model"])  # and the vector row
 
 
 def test_missing_and_foreign_embeddings_are_recomputed(tenant, agent):

@@ -35,4 +35,5 @@ def test_a_backup_line_holds_every_column_but_the_tenant_and_the_derived_ones():
         *SEQUENCE_FIELDS,
         "kind_single",
     }
-    assert set(memory_to_record(Memory())) == columns | {"type"}
+    # The embedding is a line's too, from the memory's row in the vectors' table.
+    assert set(memory_to_record(Memory())) == columns | {"type", "embedding"}

@@ -5,6 +5,7 @@ alike."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -17,6 +18,7 @@ from memories.retrieval import hydrate, search
 from memories.retrieval.params import parse_hydrate, parse_search
 from memories.retrieval.ranking import RankingArgs, ranked_ids, ranking_sql, sql_with_params
 from memories.services.store import memory_store
+from memories.visibility import reads_from_ids
 from tests.factories import make_agent
 
 BODIES = [
@@ -85,11 +87,14 @@ def _args(params) -> RankingArgs:
 def test_compiled_statement_is_the_statement_built_for_the_request(reader, body, exact):
     params = parse_search(reader, body)
     now = resolve_now(None)
-    args = _args(params)
+    shared = reads_from_ids(reader.agent) if params.include_shared else []
+    args = replace(_args(params), vector_owners=search.vector_owners(reader, shared))
     built = ranking_sql(search.search_scope(reader, params, now), args, exact=exact)
     if exact and not (params.tags or params.key_prefix):
         # The exact statement has the shape's constants written in, the request's values bound.
         built = _inlined(built, search.search_statement(reader, params, now, args)(exact)[1])
+    # A large scope's, with its query vector written in (planned for each request).
+    built = search._planned_per_request(built, args, exact)
     assert search.search_statement(reader, params, now, args)(exact) == built
     # The same again (the cached statement, another request's values bound to it).
     assert search.search_statement(reader, params, now, args)(exact) == built
