@@ -30,7 +30,7 @@ from memories.compiled import (
 )
 from memories.dedup import NEAR_LIMIT, Near, Probe, near_duplicates_sql, run_near_duplicates
 from memories.embeddings import vector_literal
-from memories.horizon import write_stamp
+from memories.horizon import Announcement, announcement
 from memories.models import (
     ChangeType,
     Memory,
@@ -169,21 +169,26 @@ def memory_store_prepare(
 def memory_store_write(*, prepared: PreparedStore) -> StoreResult:
     """The transactional half of a store: one transaction (a savepoint in the caller's).
 
-    Its rows are stamped when the transaction has announced itself (`horizon.write_stamp`),
-    not when the store was prepared: an embedding may take long, and a list walk that began
+    Its rows are stamped when the transaction has announced itself (`horizon.announcement`,
+    carried by its first statement, the kind guard's), not when the store was prepared: an embedding may take long, and a list walk that began
     meanwhile must not have passed the stamp already. (A `ttl` counts from the validation.)"""
     with transaction.atomic():
-        stamp = write_stamp(prepared.now if prepared.now_given else None)
-        if stamp != prepared.now:
-            inp = prepared.inp
-            if inp.last_confirmed_at == prepared.now:  # defaulted: confirmed by this write
-                inp = replace(inp, last_confirmed_at=stamp)
-            prepared = replace(prepared, now=stamp, inp=inp)
         return _store_write(prepared)
+
+
+def _stamped(prepared: PreparedStore, stamp: datetime) -> PreparedStore:
+    """`prepared` with its write's stamp for `now`."""
+    if stamp == prepared.now:
+        return prepared
+    inp = prepared.inp
+    if inp.last_confirmed_at == prepared.now:  # defaulted: confirmed by this write
+        inp = replace(inp, last_confirmed_at=stamp)
+    return replace(prepared, now=stamp, inp=inp)
 
 
 def _store_write(prepared: PreparedStore) -> StoreResult:
     inp = prepared.inp
+    announced = announcement(prepared.now if prepared.now_given else None)  # before any wait
     if prepared.formation is not None and prepared.owner is None and prepared.user_subject is None:
         # A workspace memory is the tenant's, not the thread's agent's (`formation_q`).
         return StoreResult(
@@ -192,7 +197,9 @@ def _store_write(prepared: PreparedStore) -> StoreResult:
     # A plain store (no key, not a single kind's) usually inserts: its cap lock is taken with
     # the kind's, in one statement (`kind_registry.kind_guard`), and not again by `_insert`.
     cap_locked = not inp.key and not inp.kind_single
-    single = _kind_single(prepared, cap_lock=cap_locked)
+    single = _kind_single(prepared, cap_lock=cap_locked, announce=announced)
+    prepared = _stamped(prepared, announced.stamp())
+    inp = prepared.inp
     dedup = not inp.key and not single and inp.dedup_policy != "insert"
     corrected, near = _look_alikes(prepared, live=dedup)
     if corrected and prepared.formation is not None:
@@ -227,15 +234,16 @@ def _store_write(prepared: PreparedStore) -> StoreResult:
     )
 
 
-def _kind_single(prepared: PreparedStore, *, cap_lock: bool) -> bool:
+def _kind_single(prepared: PreparedStore, *, cap_lock: bool, announce: Announcement) -> bool:
     """The kind's cardinality, under the kind's lock (`kind_registry.kind_guard`): a registry change that
-    committed since the store was validated is applied to it (its schema checked again). With
-    `cap_lock`, the owner's cap lock is taken next by the same statement."""
+    committed since the store was validated is applied to it (its schema checked again). The
+    same statement announces the write (`announce`) and, with `cap_lock`, takes the owner's cap
+    lock next."""
     inp = prepared.inp
     tenant = prepared.principal.tenant
     owner = prepared.owner.pk if prepared.owner is not None else None
     lock = cap_lock_name(tenant.pk, owner, prepared.user_subject) if cap_lock else None
-    registry = kind_registry.kind_guard(tenant, inp.kind, then_lock=lock)
+    registry = kind_registry.kind_guard(tenant, inp.kind, then_lock=lock, announce=announce)
     if registry.version == inp.kinds_version:
         return inp.kind_single
     rule = registry.rule(inp.kind)
