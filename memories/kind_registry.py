@@ -17,6 +17,7 @@ import logging
 import re
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -186,6 +187,18 @@ def kind_guard(
     once it holds the kind's lock. `then_lock`: the name of a transaction-level advisory lock
     the same statement takes last (a store's cap lock, `eviction.cap_lock_name`). Each is one
     round trip less."""
+    return kind_guard_sent(tenant, kind, then_lock=then_lock, announce=announce)()
+
+
+def kind_guard_sent(
+    tenant: Tenant,
+    kind: str,
+    *,
+    then_lock: str | None = None,
+    announce: Announcement | None = None,
+) -> Callable[[], Registry]:
+    """`kind_guard`'s statement executed, and what reads its answer: called after a pipeline's
+    end (`memoryhub.pipeline`), the statement rode with others."""
     # Both in the target list: evaluated for the function's row, so after the kind's lock, in
     # their order.
     columns: list[str] = ["v"]
@@ -196,15 +209,20 @@ def kind_guard(
     if then_lock is not None:
         columns.append("pg_advisory_xact_lock(hashtextextended(%s, 0))")
         params.append(then_lock)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT {', '.join(columns)} FROM memory_kind_guard(%s, hashtextextended(%s, 0)) AS v",
-            [*params, tenant.pk, kind_lock_name(tenant.pk, kind)],
-        )
-        version = cursor.fetchone()[0]
-    if version != tenant.kinds_version:
-        tenant.kinds_version = version
-    return registry(tenant)
+    cursor = connection.cursor()
+    cursor.execute(
+        f"SELECT {', '.join(columns)} FROM memory_kind_guard(%s, hashtextextended(%s, 0)) AS v",
+        [*params, tenant.pk, kind_lock_name(tenant.pk, kind)],
+    )
+
+    def answer() -> Registry:
+        with cursor:
+            version = cursor.fetchone()[0]
+        if version != tenant.kinds_version:
+            tenant.kinds_version = version
+        return registry(tenant)
+
+    return answer
 
 
 # --- JSON Schema -------------------------------------------------------------------------------

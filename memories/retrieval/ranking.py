@@ -41,6 +41,7 @@ from memories.embeddings import vector_literal
 from memories.models import Memory
 from memories.retrieval import context_ranking
 from memoryhub import hnsw, tracing
+from memoryhub.pipeline import pipelined
 
 # Candidates taken from each list before fusing (at least the requested limit).
 DEPTH = 40
@@ -224,10 +225,8 @@ def run_ranking_rows(
     """`run_ranking`'s rows, best first, whole: id, relevance, score, then whatever columns
     `statement` selects after `ranking_sql`'s (search's hit rows: `search._with_hit_rows`)."""
     if exact:
-        with tracing.span("rank", depth=depth, exact=True), generic_plan() as cursor:
-            cursor.execute(*statement(True))
-            rows = cursor.fetchall()
-        return _best_first(rows)
+        with tracing.span("rank", depth=depth, exact=True):
+            return _best_first(generic_plan_rows(*statement(True)))
     # Filtered HNSW scans keep walking the graph until `depth` rows pass the filters: the
     # connection holds those settings from its start (`memoryhub.hnsw`); a transaction sets them
     # only where it needs others (a deeper candidate list) or where the connection lacks them.
@@ -341,6 +340,32 @@ def _semantic_rows(
         return rows
     finally:
         connection.close()
+
+
+# The generic plan for the rest of the transaction (`generic_plan_rows`): no SET LOCAL, which
+# warns outside an explicit transaction.
+GENERIC_PLAN_SQL = "SELECT set_config('plan_cache_mode', 'force_generic_plan', true)"
+
+
+def generic_plan_rows(sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
+    """The rows of a statement run with its generic plan (`generic_plan`). Outside a
+    transaction, the setting and the statement go out together (`memoryhub.pipeline`): one
+    round trip, no BEGIN and no COMMIT; PostgreSQL runs both in one implicit transaction, which
+    holds the setting, and ends it with them."""
+    if (
+        connection.in_atomic_block
+        or connection.settings_dict["OPTIONS"].get("prepare_threshold") is None
+    ):
+        with generic_plan() as cursor:
+            cursor.execute(sql, params)
+            rows: list[tuple[Any, ...]] = cursor.fetchall()
+        return rows
+    with connection.cursor() as cursor:
+        with pipelined():
+            cursor.execute(GENERIC_PLAN_SQL)
+            cursor.execute(sql, params)
+        rows = cursor.fetchall()  # the last statement's
+    return rows
 
 
 @contextmanager

@@ -11,6 +11,7 @@ database (validation, secret scan, embedding), `memory_store_write` is the trans
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import lru_cache
@@ -28,7 +29,7 @@ from memories.compiled import (
     principal_values,
     slot_principal,
 )
-from memories.dedup import NEAR_LIMIT, Near, Probe, near_duplicates_sql, run_near_duplicates
+from memories.dedup import NEAR_LIMIT, Near, Probe, near_duplicates_sent, near_duplicates_sql
 from memories.embeddings import vector_literal
 from memories.horizon import Announcement, announcement
 from memories.models import (
@@ -47,6 +48,7 @@ from memories.services.write_support import MAX_RETRIES
 from memories.services.writes import change, embedding_for
 from memories.visibility import formation_q, reads_from_ids, user_q, visible_memories, visible_q
 from memoryhub.errors import Conflict, NotFound, QuotaExceeded
+from memoryhub.pipeline import pipelined
 
 # What a store did (the answer's `action`).
 CREATED, UPDATED, REPLACED, SKIPPED = "created", "updated", "replaced", "skipped"
@@ -197,11 +199,20 @@ def _store_write(prepared: PreparedStore) -> StoreResult:
     # A plain store (no key, not a single kind's) usually inserts: its cap lock is taken with
     # the kind's, in one statement (`kind_registry.kind_guard`), and not again by `_insert`.
     cap_locked = not inp.key and not inp.kind_single
-    single = _kind_single(prepared, cap_lock=cap_locked, announce=announced)
+    # The look-alikes go out with that statement, after it (`memoryhub.pipeline`: one round
+    # trip), for the kind's cardinality the store was validated with; read as of the time the
+    # announcement encodes, a moment before the stamp is read.
+    dedup = _dedups(inp, single=inp.kind_single)
+    looked = _stamped(prepared, announced.now or announced.floor)
+    with pipelined():
+        guard = _kind_guard_sent(prepared, cap_lock=cap_locked, announce=announced)
+        look_alikes = _look_alikes_sent(looked, live=dedup)
+    single = _kind_single(prepared, guard)
     prepared = _stamped(prepared, announced.stamp())
     inp = prepared.inp
-    dedup = not inp.key and not single and inp.dedup_policy != "insert"
-    corrected, near = _look_alikes(prepared, live=dedup)
+    corrected, near = look_alikes()
+    if _dedups(inp, single=single) != dedup:  # a registry change since the validation
+        corrected, near = _look_alikes_sent(looked, live=not dedup)()
     if corrected and prepared.formation is not None:
         return StoreResult(
             memory=corrected[0][0],
@@ -234,16 +245,29 @@ def _store_write(prepared: PreparedStore) -> StoreResult:
     )
 
 
-def _kind_single(prepared: PreparedStore, *, cap_lock: bool, announce: Announcement) -> bool:
-    """The kind's cardinality, under the kind's lock (`kind_registry.kind_guard`): a registry change that
-    committed since the store was validated is applied to it (its schema checked again). The
-    same statement announces the write (`announce`) and, with `cap_lock`, takes the owner's cap
-    lock next."""
-    inp = prepared.inp
+def _dedups(inp: inputs.StoreInput, *, single: bool) -> bool:
+    """Whether the store looks for live look-alikes (its dedup policy's), not only tombstoned."""
+    return not inp.key and not single and inp.dedup_policy != "insert"
+
+
+def _kind_guard_sent(
+    prepared: PreparedStore, *, cap_lock: bool, announce: Announcement
+) -> Callable[[], kind_registry.Registry]:
+    """`kind_registry.kind_guard_sent` for this store: the kind's lock, the write's announcement
+    (`announce`) and, with `cap_lock`, the owner's cap lock next, in one statement."""
     tenant = prepared.principal.tenant
     owner = prepared.owner.pk if prepared.owner is not None else None
     lock = cap_lock_name(tenant.pk, owner, prepared.user_subject) if cap_lock else None
-    registry = kind_registry.kind_guard(tenant, inp.kind, then_lock=lock, announce=announce)
+    return kind_registry.kind_guard_sent(
+        tenant, prepared.inp.kind, then_lock=lock, announce=announce
+    )
+
+
+def _kind_single(prepared: PreparedStore, guard: Callable[[], kind_registry.Registry]) -> bool:
+    """The kind's cardinality, under the kind's lock (`guard`'s answer): a registry change that
+    committed since the store was validated is applied to it (its schema checked again)."""
+    inp = prepared.inp
+    registry = guard()
     if registry.version == inp.kinds_version:
         return inp.kind_single
     rule = registry.rule(inp.kind)
@@ -513,7 +537,7 @@ def look_alike_sets(
 def _look_alike_statement(
     *, subject: bool, shared: int, live: bool, vector: bool, formation: bool
 ) -> CompiledSQL:
-    """`_look_alikes`' statement for one shape, compiled once per process: building and
+    """`_look_alikes_sent`' statement for one shape, compiled once per process: building and
     compiling its querysets was a third of a store's CPU."""
     slots = Slot()
     principal = slot_principal(slots, shared=shared)
@@ -562,13 +586,21 @@ def look_alike_statement(prepared: PreparedStore, *, live: bool) -> tuple[str, l
     )
 
 
-def _look_alikes(prepared: PreparedStore, *, live: bool) -> tuple[list[Near], list[Near]]:
+def _look_alikes_sent(
+    prepared: PreparedStore, *, live: bool
+) -> Callable[[], tuple[list[Near], list[Near]]]:
     """Tombstones the agent can see (content not purged) that said the same thing, and, when
-    `live`, the live memories it can see that say it: one statement for both."""
-    found = run_near_duplicates(
+    `live`, the live memories it can see that say it: one statement for both, executed; the
+    function returned reads them (after a pipeline's end)."""
+    sent = near_duplicates_sent(
         look_alike_statement(prepared, live=live),
         [1, 1] if live else [1],
         threshold=prepared.principal.agent.dedup_threshold,
         agents=[prepared.principal.agent],
     )
-    return found[0][0], (found[1][0] if live else [])
+
+    def found() -> tuple[list[Near], list[Near]]:
+        sets = sent()
+        return sets[0][0], (sets[1][0] if live else [])
+
+    return found

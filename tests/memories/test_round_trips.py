@@ -17,6 +17,7 @@ from memories.retrieval import search
 from memories.retrieval.ranking import DEPTH
 from memories.services.store import memory_store
 from memoryhub import hnsw
+from tests.support.round_trips import round_trips
 
 # What each statement is, by how it starts.
 KINDS = [
@@ -25,6 +26,7 @@ KINDS = [
     ("SAVEPOINT", "SAVEPOINT"),
     ("RELEASE", "RELEASE SAVEPOINT"),
     ("plan mode", "SET LOCAL plan_cache_mode = force_generic_plan"),
+    ("generic plan", "SELECT set_config('plan_cache_mode', 'force_generic_plan', true)"),
     ("SET LOCAL", "SET LOCAL"),
     ("key lookup", 'SELECT k."id"'),
     # The write's announcement (`horizon.announcement`) rides on the kind guard.
@@ -101,6 +103,36 @@ def test_store_statements(seeded):
     ]
 
 
+def _trips(request) -> list[int]:
+    """The round trips of a request: how many statements each sent."""
+    with round_trips() as trips:
+        response = request()
+    assert response.status_code in (200, 201), response.content
+    return trips.statements
+
+
+@pytest.mark.django_db(transaction=True)
+def test_store_round_trips(seeded):
+    """The key lookup, the BEGIN (psycopg sends it alone), the kind guard with the look-alikes
+    (`memoryhub.pipeline`), the insert, the cap count, the COMMIT."""
+    trips = _trips(
+        lambda: seeded.post("/api/v1/memories", {"text": "Eve flies to Lima."}, format="json")
+    )
+    assert trips == [1, 1, 2, 1, 1, 1]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_small_scope_search_round_trips(seeded):
+    """The key lookup; the generic plan's setting with the exact ranking and its hit rows, sent
+    together outside a transaction."""
+    trips = _trips(
+        lambda: seeded.post(
+            "/api/v1/search", {"query": "Warm-up fact", "mode": "hybrid"}, format="json"
+        )
+    )
+    assert trips == [1, 2]
+
+
 @pytest.mark.django_db(transaction=True)
 def test_keyed_update_statements(seeded):
     kinds = _statements(
@@ -123,13 +155,14 @@ def test_keyed_update_statements(seeded):
 @pytest.mark.django_db(transaction=True)
 def test_hybrid_search_statements(seeded):
     """A small scope (`search.EXACT_SCOPE`, its size known from the warm-up's count): the exact
-    statement with its generic plan, set for its transaction."""
+    statement with its generic plan, set for the implicit transaction both run in (sent
+    together, `memoryhub.pipeline`: no BEGIN, no COMMIT)."""
     kinds = _statements(
         lambda: seeded.post(
             "/api/v1/search", {"query": "Warm-up fact", "mode": "hybrid"}, format="json"
         )
     )
-    assert kinds == ["key lookup", "BEGIN", "plan mode", "ranking with its hit rows", "COMMIT"]
+    assert kinds == ["key lookup", "generic plan", "ranking with its hit rows"]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -187,10 +220,13 @@ def test_without_session_settings_each_walk_sets_them(seeded, settings, monkeypa
     store = _statements(
         lambda: seeded.post("/api/v1/memories", {"text": "Ann flies to Oslo."}, format="json")
     )
-    assert store[:5] == [
+    # The look-alikes go out with the kind guard (`memoryhub.pipeline`): their settings as two
+    # statements, in the same round trip.
+    assert store[:6] == [
         "key lookup",
         "BEGIN",
         "announced kind guard + cap lock",
+        "SET LOCAL",
         "SET LOCAL",
         "look-alikes",
     ]

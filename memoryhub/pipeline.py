@@ -1,0 +1,39 @@
+"""Statements sent together: psycopg's pipeline mode on Django's connection.
+
+PostgreSQL answers each statement a request runs after a round trip of its own. Statements whose
+parameters do not depend on an earlier one's answer (a lock, a write, a read whose rows the code
+looks at later) can go out together: `pipelined()` queues the ones executed in its block and
+sends them with one Sync at its end, when all their answers come back at once. Their cursors are
+read after the block (a fetch inside it costs a round trip of its own). PostgreSQL still runs
+them one after the other, in order, each with its own snapshot, exactly as if sent one by one.
+
+Inside a transaction they are part of it. Outside one (autocommit), PostgreSQL runs the block's
+statements as one implicit transaction, committed at the Sync: a `set_config(…, true)` holds
+for the statements after it in the block and no longer. Nothing outlives the block, so it works
+behind a transaction-mode pooler too. An error any of them raises comes out of the block's end
+as Django's exception (`IntegrityError`, `OperationalError`, …), and the statements after it
+are not run; a transaction (or savepoint) around the block is rolled back as usual.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from django.db import connection
+from psycopg import pq
+
+
+@contextmanager
+def pipelined() -> Iterator[None]:
+    """A block whose statements go out together and are answered by one round trip, at its end."""
+    connection.ensure_connection()
+    with connection.wrap_database_errors, connection.connection.pipeline():
+        yield
+
+
+def in_pipeline() -> bool:
+    """Whether statements executed now are queued by `pipelined()`: each must then be one
+    statement (the extended protocol's messages carry one), never `a; b`."""
+    raw = connection.connection
+    return raw is not None and raw.pgconn.pipeline_status != pq.PipelineStatus.OFF
