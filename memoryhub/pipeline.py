@@ -17,19 +17,42 @@ are not run; a transaction (or savepoint) around the block is rolled back as usu
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 
 from django.db import connection
 from psycopg import pq
 
+# The readers `when_answered` put off until the current block's answers are in.
+_later: ContextVar[list[Callable[[], None]] | None] = ContextVar("pipelined_later", default=None)
+
 
 @contextmanager
 def pipelined() -> Iterator[None]:
-    """A block whose statements go out together and are answered by one round trip, at its end."""
+    """A block whose statements go out together and are answered by one round trip, at its end;
+    then the readers that `when_answered` put off run, in order."""
     connection.ensure_connection()
-    with connection.wrap_database_errors, connection.connection.pipeline():
-        yield
+    later: list[Callable[[], None]] = []
+    token = _later.set(later)
+    try:
+        with connection.wrap_database_errors, connection.connection.pipeline():
+            yield
+    finally:
+        _later.reset(token)
+    for read in later:
+        read()
+
+
+def when_answered(read: Callable[[], None]) -> None:
+    """Run `read` (it reads the answer of a statement just executed) now, or, inside a
+    `pipelined()` block, at its end: code that executes a statement and reads its answer at
+    once can then ride in a block with others."""
+    later = _later.get()
+    if later is None:
+        read()
+    else:
+        later.append(read)
 
 
 def in_pipeline() -> bool:

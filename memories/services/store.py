@@ -42,7 +42,13 @@ from memories.models import (
     Status,
 )
 from memories.revisions import revision_write, snapshot
-from memories.services.eviction import cap_lock, cap_lock_name, evict_over_cap, owner_cap
+from memories.services.eviction import (
+    active_count_sent,
+    cap_lock,
+    cap_lock_name,
+    evict_over_cap,
+    owner_cap,
+)
 from memories.services.lifecycle import expire
 from memories.services.write_support import MAX_RETRIES
 from memories.services.writes import change, embedding_for
@@ -212,7 +218,7 @@ def _store_write(prepared: PreparedStore) -> StoreResult:
     inp = prepared.inp
     corrected, near = look_alikes()
     if _dedups(inp, single=single) != dedup:  # a registry change since the validation
-        corrected, near = _look_alikes_sent(looked, live=not dedup)()
+        corrected, near = _look_alikes(looked, live=not dedup)
     if corrected and prepared.formation is not None:
         return StoreResult(
             memory=corrected[0][0],
@@ -357,14 +363,16 @@ def _insert(
         ),
         **fields,
     )
-    revision_write(
-        insert=True,  # the memory, its revision and its events: one statement
-        memory=memory,
-        actor=principal.actor,
-        change_type=ChangeType.CREATE,
-        after=snapshot(memory),
-        now=now,
-    )
+    with pipelined():  # the insert and the owner's count after it: one round trip
+        revision_write(
+            insert=True,  # the memory, its revision and its events: one statement
+            memory=memory,
+            actor=principal.actor,
+            change_type=ChangeType.CREATE,
+            after=snapshot(memory),
+            now=now,
+        )
+        active = active_count_sent(principal.tenant, prepared.owner, prepared.user_subject)
     evict_over_cap(
         tenant=principal.tenant,
         agent=prepared.owner,
@@ -372,6 +380,7 @@ def _insert(
         exclude_ids=[memory.pk],
         cap_locked=True,
         user_subject=prepared.user_subject,
+        active=active,
     )
     return memory
 
@@ -584,6 +593,11 @@ def look_alike_statement(prepared: PreparedStore, *, live: bool) -> tuple[str, l
         model=prepared.embedding_model,
         threshold=principal.agent.dedup_threshold,
     )
+
+
+def _look_alikes(prepared: PreparedStore, *, live: bool) -> tuple[list[Near], list[Near]]:
+    """`_look_alikes_sent`'s look-alikes, read at once."""
+    return _look_alikes_sent(prepared, live=live)()
 
 
 def _look_alikes_sent(
