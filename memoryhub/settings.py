@@ -188,7 +188,7 @@ if env_bool("MEMORYHUB_DB_POOL", default=not _QCLUSTER):
 # API-key lookup took longer to plan than to run: docs/performance.md#code-figures). Statements
 # whose best plan depends on the values (the search ranking over a large scope) keep custom plans:
 # PostgreSQL's plan_cache_mode=auto decides; a small scope's exact ranking asks for its generic plan
-# (memories/retrieval/ranking.py, `generic_plan`).
+# (memories/retrieval/ranking.py, `generic_plan_rows`).
 # Off (MEMORYHUB_DB_PREPARE=0, the default with MEMORYHUB_DB_POOL_MODE=transaction) behind a
 # transaction-mode pooler that cannot keep prepared statements (PgBouncer before 1.21).
 if env_bool("MEMORYHUB_DB_PREPARE", default=not _TRANSACTION_POOLED):

@@ -24,15 +24,14 @@ from __future__ import annotations
 
 import contextvars
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
-from django.db.backends.utils import CursorWrapper
+from django.db import connection
 from django.db.models import BooleanField, ExpressionWrapper, FloatField, QuerySet, Value
 from django.db.models.expressions import Expression, RawSQL
 from pgvector.django import CosineDistance
@@ -342,50 +341,31 @@ def _semantic_rows(
         connection.close()
 
 
-# The generic plan for the rest of the transaction (`generic_plan_rows`): no SET LOCAL, which
-# warns outside an explicit transaction.
+# The generic plan for the rest of the transaction (SET LOCAL warns outside an explicit one).
 GENERIC_PLAN_SQL = "SELECT set_config('plan_cache_mode', 'force_generic_plan', true)"
 
 
 def generic_plan_rows(sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
-    """The rows of a statement run with its generic plan (`generic_plan`). Outside a
-    transaction, the setting and the statement go out together (`memoryhub.pipeline`): one
-    round trip, no BEGIN and no COMMIT; PostgreSQL runs both in one implicit transaction, which
-    holds the setting, and ends it with them."""
-    if (
-        connection.in_atomic_block
-        or connection.settings_dict["OPTIONS"].get("prepare_threshold") is None
-    ):
-        with generic_plan() as cursor:
+    """The rows of a statement run with its generic plan, planned once per connection (`auto`
+    planned the exact ranking per request: a third of its time). Outside a transaction the
+    setting goes with it (`memoryhub.pipeline`: one round trip, one implicit transaction that
+    holds the setting); in a caller's, it is set back after. Without prepared statements
+    (`MEMORYHUB_DB_PREPARE=0`) a generic plan would be made every time: the statement alone."""
+    with connection.cursor() as cursor:
+        if connection.settings_dict["OPTIONS"].get("prepare_threshold") is None:
+            cursor.execute(sql, params)
+        elif connection.in_atomic_block:
+            cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
             cursor.execute(sql, params)
             rows: list[tuple[Any, ...]] = cursor.fetchall()
-        return rows
-    with connection.cursor() as cursor:
-        with pipelined():
-            cursor.execute(GENERIC_PLAN_SQL)
-            cursor.execute(sql, params)
+            cursor.execute("SET LOCAL plan_cache_mode TO DEFAULT")
+            return rows
+        else:
+            with pipelined():
+                cursor.execute(GENERIC_PLAN_SQL)
+                cursor.execute(sql, params)
         rows = cursor.fetchall()  # the last statement's
     return rows
-
-
-@contextmanager
-def generic_plan() -> Iterator[CursorWrapper]:
-    """A cursor whose prepared statements run their generic plan: planned once per connection,
-    where PostgreSQL's `plan_cache_mode=auto` kept planning the exact ranking statement for each
-    request's values (a third of its time) for an estimated cost a little lower. Set for the
-    transaction (`SET LOCAL`: one round trip, and the COMMIT); inside a transaction of the
-    caller's, set back to the session's mode after the block. Without prepared statements
-    (`MEMORYHUB_DB_PREPARE=0`) a generic plan would be planned every time: a plain cursor."""
-    if connection.settings_dict["OPTIONS"].get("prepare_threshold") is None:
-        with connection.cursor() as cursor:
-            yield cursor
-        return
-    outer = connection.in_atomic_block
-    with transaction.atomic(savepoint=False), connection.cursor() as cursor:
-        cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-        yield cursor
-        if outer:  # after an error the caller's transaction is rolled back, and the SET with it
-            cursor.execute("SET LOCAL plan_cache_mode TO DEFAULT")
 
 
 # The query's lexemes (stop words dropped, stemmed), each with its tsquery and its tsquery at

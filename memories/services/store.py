@@ -31,7 +31,7 @@ from memories.compiled import (
 )
 from memories.dedup import NEAR_LIMIT, Near, Probe, near_duplicates_sent, near_duplicates_sql
 from memories.embeddings import vector_literal
-from memories.horizon import Announcement, announcement
+from memories.horizon import announcement
 from memories.models import (
     ChangeType,
     Memory,
@@ -42,13 +42,8 @@ from memories.models import (
     Status,
 )
 from memories.revisions import revision_write, snapshot
-from memories.services.eviction import (
-    active_count_sent,
-    cap_lock,
-    cap_lock_name,
-    evict_over_cap,
-    owner_cap,
-)
+from memories.services import eviction
+from memories.services.eviction import cap_lock, cap_lock_name, owner_cap
 from memories.services.lifecycle import expire
 from memories.services.write_support import MAX_RETRIES
 from memories.services.writes import change, embedding_for
@@ -178,8 +173,9 @@ def memory_store_write(*, prepared: PreparedStore) -> StoreResult:
     """The transactional half of a store: one transaction (a savepoint in the caller's).
 
     Its rows are stamped when the transaction has announced itself (`horizon.announcement`,
-    carried by its first statement, the kind guard's), not when the store was prepared: an embedding may take long, and a list walk that began
-    meanwhile must not have passed the stamp already. (A `ttl` counts from the validation.)"""
+    carried by its first statement, the kind guard's), not when the store was prepared: an
+    embedding may take long, and a list walk that began meanwhile must not have passed the
+    stamp already. (A `ttl` counts from the validation.)"""
     with transaction.atomic():
         return _store_write(prepared)
 
@@ -205,20 +201,23 @@ def _store_write(prepared: PreparedStore) -> StoreResult:
     # A plain store (no key, not a single kind's) usually inserts: its cap lock is taken with
     # the kind's, in one statement (`kind_registry.kind_guard`), and not again by `_insert`.
     cap_locked = not inp.key and not inp.kind_single
-    # The look-alikes go out with that statement, after it (`memoryhub.pipeline`: one round
-    # trip), for the kind's cardinality the store was validated with; read as of the time the
-    # announcement encodes, a moment before the stamp is read.
+    # The look-alikes go with it (`memoryhub.pipeline`), for the cardinality the store was
+    # validated with, as of the announcement's time (a moment before the stamp is read).
     dedup = _dedups(inp, single=inp.kind_single)
     looked = _stamped(prepared, announced.now or announced.floor)
+    tenant, owner = prepared.principal.tenant, prepared.owner
+    lock = cap_lock_name(tenant.pk, owner.pk if owner else None, prepared.user_subject)
     with pipelined():
-        guard = _kind_guard_sent(prepared, cap_lock=cap_locked, announce=announced)
+        guard = kind_registry.kind_guard_sent(
+            tenant, inp.kind, then_lock=lock if cap_locked else None, announce=announced
+        )
         look_alikes = _look_alikes_sent(looked, live=dedup)
-    single = _kind_single(prepared, guard)
+    single = _kind_single(prepared, guard())
     prepared = _stamped(prepared, announced.stamp())
     inp = prepared.inp
     corrected, near = look_alikes()
     if _dedups(inp, single=single) != dedup:  # a registry change since the validation
-        corrected, near = _look_alikes(looked, live=not dedup)
+        corrected, near = _look_alikes_sent(looked, live=not dedup)()
     if corrected and prepared.formation is not None:
         return StoreResult(
             memory=corrected[0][0],
@@ -256,24 +255,11 @@ def _dedups(inp: inputs.StoreInput, *, single: bool) -> bool:
     return not inp.key and not single and inp.dedup_policy != "insert"
 
 
-def _kind_guard_sent(
-    prepared: PreparedStore, *, cap_lock: bool, announce: Announcement
-) -> Callable[[], kind_registry.Registry]:
-    """`kind_registry.kind_guard_sent` for this store: the kind's lock, the write's announcement
-    (`announce`) and, with `cap_lock`, the owner's cap lock next, in one statement."""
-    tenant = prepared.principal.tenant
-    owner = prepared.owner.pk if prepared.owner is not None else None
-    lock = cap_lock_name(tenant.pk, owner, prepared.user_subject) if cap_lock else None
-    return kind_registry.kind_guard_sent(
-        tenant, prepared.inp.kind, then_lock=lock, announce=announce
-    )
-
-
-def _kind_single(prepared: PreparedStore, guard: Callable[[], kind_registry.Registry]) -> bool:
-    """The kind's cardinality, under the kind's lock (`guard`'s answer): a registry change that
-    committed since the store was validated is applied to it (its schema checked again)."""
+def _kind_single(prepared: PreparedStore, registry: kind_registry.Registry) -> bool:
+    """The kind's cardinality, under the kind's lock (`registry`: `kind_guard`'s): a registry
+    change that committed since the store was validated is applied to it (its schema checked
+    again)."""
     inp = prepared.inp
-    registry = guard()
     if registry.version == inp.kinds_version:
         return inp.kind_single
     rule = registry.rule(inp.kind)
@@ -372,8 +358,8 @@ def _insert(
             after=snapshot(memory),
             now=now,
         )
-        active = active_count_sent(principal.tenant, prepared.owner, prepared.user_subject)
-    evict_over_cap(
+        active = eviction.active_count_sent(principal.tenant, prepared.owner, prepared.user_subject)
+    eviction.evict_over_cap(
         tenant=principal.tenant,
         agent=prepared.owner,
         now=now,
@@ -595,11 +581,6 @@ def look_alike_statement(prepared: PreparedStore, *, live: bool) -> tuple[str, l
     )
 
 
-def _look_alikes(prepared: PreparedStore, *, live: bool) -> tuple[list[Near], list[Near]]:
-    """`_look_alikes_sent`'s look-alikes, read at once."""
-    return _look_alikes_sent(prepared, live=live)()
-
-
 def _look_alikes_sent(
     prepared: PreparedStore, *, live: bool
 ) -> Callable[[], tuple[list[Near], list[Near]]]:
@@ -613,8 +594,4 @@ def _look_alikes_sent(
         agents=[prepared.principal.agent],
     )
 
-    def found() -> tuple[list[Near], list[Near]]:
-        sets = sent()
-        return sets[0][0], (sets[1][0] if live else [])
-
-    return found
+    return lambda: (lambda sets: (sets[0][0], sets[1][0] if live else []))(sent())
