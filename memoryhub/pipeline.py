@@ -7,6 +7,9 @@ sends them with one Sync at its end, when all their answers come back at once. T
 read after the block (a fetch inside it costs a round trip of its own). PostgreSQL still runs
 them one after the other, in order, each with its own snapshot, exactly as if sent one by one.
 
+Off (`MEMORYHUB_DB_PIPELINE=0`, the default for a database on this host), the block sends each
+statement by itself and reads each answer at once, as code without it would.
+
 Inside a transaction they are part of it. Outside one (autocommit), PostgreSQL runs the block's
 statements as one implicit transaction, committed at the Sync: a `set_config(…, true)` holds
 for the statements after it in the block and no longer. Nothing outlives the block, so it works
@@ -21,6 +24,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
+from django.conf import settings
 from django.db import connection
 from psycopg import pq
 
@@ -36,12 +40,21 @@ def pipelined() -> Iterator[None]:
     later: list[Callable[[], None]] = []
     token = _later.set(later)
     try:
-        with connection.wrap_database_errors, connection.connection.pipeline():
+        if enabled():
+            with connection.wrap_database_errors, connection.connection.pipeline():
+                yield
+        else:  # each statement its own round trip, as without the block
             yield
     finally:
         _later.reset(token)
     for read in later:
         read()
+
+
+def enabled() -> bool:
+    """Whether `pipelined()` sends its statements together (`MEMORYHUB_DB_PIPELINE`): psycopg's
+    pipeline mode costs more CPU per statement than a round trip over a local socket."""
+    return bool(getattr(settings, "MEMORYHUB_DB_PIPELINE", False))
 
 
 def when_answered(read: Callable[[], None]) -> None:

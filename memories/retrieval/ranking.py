@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import BooleanField, ExpressionWrapper, FloatField, QuerySet, Value
 from django.db.models.expressions import Expression, RawSQL
 from pgvector.django import CosineDistance
@@ -39,8 +39,7 @@ from pgvector.django import CosineDistance
 from memories.embeddings import vector_literal
 from memories.models import Memory
 from memories.retrieval import context_ranking
-from memoryhub import hnsw, tracing
-from memoryhub.pipeline import pipelined
+from memoryhub import hnsw, pipeline, tracing
 
 # Candidates taken from each list before fusing (at least the requested limit).
 DEPTH = 40
@@ -347,24 +346,26 @@ GENERIC_PLAN_SQL = "SELECT set_config('plan_cache_mode', 'force_generic_plan', t
 
 def generic_plan_rows(sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
     """The rows of a statement run with its generic plan, planned once per connection (`auto`
-    planned the exact ranking per request: a third of its time). Outside a transaction the
-    setting goes with it (`memoryhub.pipeline`: one round trip, one implicit transaction that
-    holds the setting); in a caller's, it is set back after. Without prepared statements
-    (`MEMORYHUB_DB_PREPARE=0`) a generic plan would be made every time: the statement alone."""
-    with connection.cursor() as cursor:
-        if connection.settings_dict["OPTIONS"].get("prepare_threshold") is None:
-            cursor.execute(sql, params)
-        elif connection.in_atomic_block:
-            cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-            cursor.execute(sql, params)
-            rows: list[tuple[Any, ...]] = cursor.fetchall()
-            cursor.execute("SET LOCAL plan_cache_mode TO DEFAULT")
-            return rows
-        else:
-            with pipelined():
-                cursor.execute(GENERIC_PLAN_SQL)
+    planned the exact ranking per request: a third of its time). Outside a transaction, with
+    pipelining, the setting goes with it (`memoryhub.pipeline`: one round trip, one implicit
+    transaction); else `SET LOCAL` in a transaction, set back after in a caller's. Without
+    prepared statements (`MEMORYHUB_DB_PREPARE=0`) a generic plan would be made every time."""
+    planned = connection.settings_dict["OPTIONS"].get("prepare_threshold") is not None
+    outer = connection.in_atomic_block
+    if not planned or (pipeline.enabled() and not outer):
+        with connection.cursor() as cursor:
+            with pipeline.pipelined() if planned else nullcontext():
+                if planned:
+                    cursor.execute(GENERIC_PLAN_SQL)
                 cursor.execute(sql, params)
-        rows = cursor.fetchall()  # the last statement's
+            rows: list[tuple[Any, ...]] = cursor.fetchall()  # the last statement's
+        return rows
+    with transaction.atomic(savepoint=False), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+        if outer:  # after an error the caller's transaction is rolled back, the SET with it
+            cursor.execute("SET LOCAL plan_cache_mode TO DEFAULT")
     return rows
 
 

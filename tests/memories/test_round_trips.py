@@ -66,6 +66,7 @@ def _kinds(captured) -> list[str]:
 @pytest.fixture
 def seeded(settings, api_client, tenant, agent):
     settings.MEMORYHUB_ACCESS_BUMP = "off"  # deferred in a server: off the request path
+    settings.MEMORYHUB_DB_PIPELINE = True  # a database on another host (`memoryhub.pipeline`)
     # More vectors than a search's depth: the HNSW walk is not followed by the exact scan that
     # a scope smaller than the depth gets (`ranking.run_ranking`).
     me = Principal(tenant=tenant, agent=agent)
@@ -131,6 +132,23 @@ def test_small_scope_search_round_trips(seeded):
         )
     )
     assert trips == [1, 2]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_without_pipelining_each_statement_is_a_round_trip(seeded, settings):
+    """`MEMORYHUB_DB_PIPELINE=0` (a database on this host): the same statements, one round trip
+    each; a small scope's plan mode is set in a transaction of its own."""
+    settings.MEMORYHUB_DB_PIPELINE = False
+    store = _trips(
+        lambda: seeded.post("/api/v1/memories", {"text": "Eve flies to Rio."}, format="json")
+    )
+    assert store == [1] * 7
+    search = _trips(
+        lambda: seeded.post(
+            "/api/v1/search", {"query": "Warm-up fact", "mode": "hybrid"}, format="json"
+        )
+    )
+    assert search == [1] * 5  # key lookup, BEGIN, plan mode, ranking, COMMIT
 
 
 @pytest.mark.django_db(transaction=True)

@@ -13,6 +13,11 @@ from memoryhub.pipeline import in_pipeline, pipelined
 from tests.support.round_trips import round_trips
 
 
+@pytest.fixture(autouse=True)
+def _pipelining(settings):
+    settings.MEMORYHUB_DB_PIPELINE = True
+
+
 @pytest.fixture
 def table():
     with connection.cursor() as cursor:
@@ -87,3 +92,16 @@ def test_outside_a_transaction_the_block_is_one_implicit_transaction():
     finally:
         with connection.cursor() as cursor:
             cursor.execute("DROP TABLE piped_autocommit")
+
+
+@pytest.mark.django_db
+def test_switched_off_each_statement_goes_alone_and_is_read_the_same(table, settings):
+    settings.MEMORYHUB_DB_PIPELINE = False
+    first, second = connection.cursor(), connection.cursor()
+    with round_trips() as trips, pipelined():
+        assert not in_pipeline()
+        first.execute("INSERT INTO piped VALUES (%s), (%s) RETURNING id", [1, 2])
+        second.execute("SELECT count(*) FROM piped WHERE id > %s", [0])
+    assert trips.statements == [1, 1]
+    assert sorted(first.fetchall()) == [(1,), (2,)]
+    assert second.fetchone() == (2,)

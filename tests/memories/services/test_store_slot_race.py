@@ -15,10 +15,11 @@ from memories.services.store import memory_store
 from memoryhub.errors import Conflict
 
 
-@pytest.fixture
-def winner(monkeypatch, tenant, agent) -> Memory:
+@pytest.fixture(params=[True, False], ids=["pipelined", "apart"])
+def winner(request, settings, monkeypatch, tenant, agent) -> Memory:
     """The key's memory, stored first; the next store's first look for it finds none (as if the
     winner had not committed yet), and its later looks see it."""
+    settings.MEMORYHUB_DB_PIPELINE = request.param
     me = Principal(tenant=tenant, agent=agent)
     first = memory_store(principal=me, data={"text": "Plan A", "key": "plan"}).memory
     real, looks = store_service._slot, []
