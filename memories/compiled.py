@@ -25,6 +25,7 @@ from django.db.models.sql import InsertQuery
 
 from accounts.models import Agent, Tenant
 from accounts.principal import Principal
+from memoryhub.pipeline import when_answered
 
 
 class Slot:
@@ -352,8 +353,13 @@ def insert_instance(
         parts = ", ".join(f"along{index} AS ({part})" for index, (part, _) in enumerate(along))
         sql = f"WITH {parts} {sql}"
         params = [value for _, part_params in along for value in part_params] + params
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        if statement.auto is not None:
-            setattr(obj, statement.auto.attname, cursor.fetchone()[0])
+    cursor = connection.cursor()
+    cursor.execute(sql, params)
+
+    def read() -> None:
+        with cursor:
+            if statement.auto is not None:
+                setattr(obj, statement.auto.attname, cursor.fetchone()[0])
+
+    when_answered(read)  # at once, or at the end of a pipeline (`memoryhub.pipeline`)
     inserted(obj, using=using)

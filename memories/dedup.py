@@ -9,7 +9,7 @@ it of stored memories (the review queue and a memory's detail page).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,15 +127,43 @@ def run_near_duplicates(
 ) -> list[list[list[Near]]]:
     """Runs `near_duplicates_sql`'s statement (of `counts[i]` probes for the i-th candidate
     set) and gives what `near_duplicates_in` gives."""
+    return near_duplicates_sent(
+        statement, counts, threshold=threshold, limit=limit, agents=agents
+    )()
+
+
+def near_duplicates_sent(
+    statement: tuple[str, list],
+    counts: Sequence[int],
+    *,
+    threshold: float,
+    limit: int = NEAR_LIMIT,
+    agents: Sequence[Agent] | None = None,
+) -> Callable[[], list[list[list[Near]]]]:
+    """`run_near_duplicates`' statement executed, and what reads its answer: called after a
+    pipeline's end (`memoryhub.pipeline`), the statement rode with others."""
+    # HNSW keeps scanning past filtered-out rows (pgvector ≥ 0.8): a setting the connection
+    # holds from its start, or this transaction sets (`memoryhub.hnsw`).
+    cursor = connection.cursor()
+    with hnsw.scan_settings(hnsw.EF_SEARCH, savepoint=False):
+        cursor.execute(*statement)
+    return lambda: _near_found(cursor, counts, threshold=threshold, limit=limit, agents=agents)
+
+
+def _near_found(
+    cursor: Any,
+    counts: Sequence[int],
+    *,
+    threshold: float,
+    limit: int,
+    agents: Sequence[Agent] | None,
+) -> list[list[list[Near]]]:
+    with cursor:
+        fetched = cursor.fetchall()
     total = sum(counts)
     # Memories with the statement's `probe` and `distance` columns as attributes.
     exact: list[list[Any]] = [[] for _ in range(total)]
     near: list[list[Any]] = [[] for _ in range(total)]
-    # HNSW keeps scanning past filtered-out rows (pgvector ≥ 0.8): a setting the connection
-    # holds from its start, or this transaction sets (`memoryhub.hnsw`).
-    with hnsw.scan_settings(hnsw.EF_SEARCH, savepoint=False), connection.cursor() as cursor:
-        cursor.execute(*statement)
-        fetched = cursor.fetchall()
     # Usually none: a store's look-alikes are the exception.
     rows: list[Any] = _LOADER.load(fetched) if fetched else []
     if agents is not None:

@@ -3,7 +3,8 @@
 A write stamps `created_at`/`updated_at` (and its revision and events) with a time taken
 before it commits; a reader that walked past that time in the meantime would never meet the
 row (`GET /api/v1/memories` and its `updated_after`). So a write announces itself first:
-`write_stamp`, the first statement of its transaction, takes a shared transaction-level
+`write_stamp`, the first statement of its transaction (or a store's `announcement`, carried by
+its first statement: `kind_registry.kind_guard`), takes a shared transaction-level
 advisory lock whose two keys encode a time no later than the stamp it then returns, and
 PostgreSQL drops the lock only once the commit is visible (or the transaction rolled back).
 `list_horizon` reads those locks before the walk's own statements take their snapshot: the
@@ -18,6 +19,7 @@ node's clock: nodes' clocks must agree (NTP), as they must for `updated_at` itse
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from django.db import connection
@@ -31,7 +33,8 @@ _EPOCH = datetime(2020, 1, 1, tzinfo=UTC)
 _TAG = 2047
 _MICROSECOND_BITS = 20
 
-_ANNOUNCE = "SELECT pg_advisory_xact_lock_shared(%s::int, %s::int)"
+# The announcement: an expression, so that a statement the write runs anyway can carry it.
+ANNOUNCE = "pg_advisory_xact_lock_shared(%s::int, %s::int)"
 _OLDEST = f"""
 SELECT min(classid::int8 * 1000000 + (objid::int8 & {(1 << _MICROSECOND_BITS) - 1}))
 FROM pg_locks
@@ -43,22 +46,45 @@ WHERE locktype = 'advisory' AND objsubid = 2
 _ONE = timedelta(microseconds=1)
 
 
-def write_stamp(now: datetime | None = None) -> datetime:
-    """Announce the current transaction as a write in flight until it ends, and return the
-    time it stamps its rows with: the clock read after the announcement, or `now` when the
-    caller pins one (jobs' `--now`, tests). Call it inside the write's transaction, before
-    its lock waits."""
+@dataclass(frozen=True)
+class Announcement:
+    """A write's announcement, not yet run: `ANNOUNCE` with `params`, then `stamp()`."""
+
+    params: tuple[int, int]
+    floor: datetime  # the time the lock's keys encode: never after the stamp
+    now: datetime | None  # the caller's pinned time
+
+    def stamp(self) -> datetime:
+        """The time the write stamps its rows with, once the statement carrying the
+        announcement has run: the clock read now, or the pinned time."""
+        if self.now is not None:
+            return self.now
+        # Never before its announcement, even if the clock steps.
+        return max(timezone.now(), self.floor)
+
+
+def announcement(now: datetime | None = None) -> Announcement:
+    """The current transaction's announcement as a write in flight, for its first statement to
+    carry (`ANNOUNCE` with `params`); `stamp()` once that statement ran. `now`: the caller's
+    pinned time (jobs' `--now`, tests)."""
     if not connection.in_atomic_block:
-        raise RuntimeError("write_stamp() belongs inside the write's transaction")
+        raise RuntimeError("a write's announcement belongs inside the write's transaction")
     clock = timezone.now()
     floor = clock if now is None else min(now, clock)
     offset = floor - _EPOCH
     seconds = offset.days * 86400 + offset.seconds
+    return Announcement((seconds, (_TAG << _MICROSECOND_BITS) | offset.microseconds), floor, now)
+
+
+def write_stamp(now: datetime | None = None) -> datetime:
+    """Announce the current transaction as a write in flight until it ends (a statement of its
+    own), and return the time it stamps its rows with: the clock read after the announcement,
+    or `now` when the caller pins one (jobs' `--now`, tests). Call it inside the write's
+    transaction, before its lock waits."""
+    announced = announcement(now)
     with connection.cursor() as cursor:
-        cursor.execute(_ANNOUNCE, [seconds, (_TAG << _MICROSECOND_BITS) | offset.microseconds])
-    if now is not None:
-        return now
-    return max(timezone.now(), floor)  # never before its announcement, even if the clock steps
+        cursor.execute(f"SELECT {ANNOUNCE}", list(announced.params))
+    return announced.stamp()
 
 
 def list_horizon(now: datetime) -> datetime:

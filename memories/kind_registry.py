@@ -17,6 +17,7 @@ import logging
 import re
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,7 @@ from jsonschema import Draft202012Validator
 
 from accounts.models import Tenant
 from memories import kind_checks, kind_schema_rules
+from memories.horizon import ANNOUNCE, Announcement
 from memories.models import Cardinality, Category, Kind, MemoryType
 from memoryhub.errors import InvalidInput
 
@@ -169,26 +171,58 @@ def kind_lock_name(tenant_id: int, kind: str) -> str:
     return f"kind:{tenant_id}:{kind}"
 
 
-def kind_guard(tenant: Tenant, kind: str, *, then_lock: str | None = None) -> Registry:
+def kind_guard(
+    tenant: Tenant,
+    kind: str,
+    *,
+    then_lock: str | None = None,
+    announce: Announcement | None = None,
+) -> Registry:
     """Inside a write's transaction: hold `kind`'s lock shared (a registry change holds it
     exclusively) and return the registry as it is now. One statement: a function that takes
     the lock and then reads the tenant's `kinds_version` (a volatile function's query sees what
     committed while it waited; the statement's own snapshot would not).
 
-    `then_lock`: the name of a transaction-level advisory lock the same statement takes next,
-    after the kind's (a store's cap lock, `eviction.cap_lock_name`): one round trip less."""
-    # The cap lock in the target list: evaluated for the function's row, so after the kind's lock.
-    then = ", pg_advisory_xact_lock(hashtextextended(%s, 0))" if then_lock is not None else ""
-    params = [then_lock] if then_lock is not None else []
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT v{then} FROM memory_kind_guard(%s, hashtextextended(%s, 0)) AS v",
-            [*params, tenant.pk, kind_lock_name(tenant.pk, kind)],
-        )
-        version = cursor.fetchone()[0]
-    if version != tenant.kinds_version:
-        tenant.kinds_version = version
-    return registry(tenant)
+    `announce`: the write's announcement (`horizon.announcement`), made by the same statement
+    once it holds the kind's lock. `then_lock`: the name of a transaction-level advisory lock
+    the same statement takes last (a store's cap lock, `eviction.cap_lock_name`). Each is one
+    round trip less."""
+    return kind_guard_sent(tenant, kind, then_lock=then_lock, announce=announce)()
+
+
+def kind_guard_sent(
+    tenant: Tenant,
+    kind: str,
+    *,
+    then_lock: str | None = None,
+    announce: Announcement | None = None,
+) -> Callable[[], Registry]:
+    """`kind_guard`'s statement executed, and what reads its answer: called after a pipeline's
+    end (`memoryhub.pipeline`), the statement rode with others."""
+    # Both in the target list: evaluated for the function's row, so after the kind's lock, in
+    # their order.
+    columns: list[str] = ["v"]
+    params: list[Any] = []
+    if announce is not None:
+        columns.append(ANNOUNCE)
+        params += announce.params
+    if then_lock is not None:
+        columns.append("pg_advisory_xact_lock(hashtextextended(%s, 0))")
+        params.append(then_lock)
+    cursor = connection.cursor()
+    cursor.execute(
+        f"SELECT {', '.join(columns)} FROM memory_kind_guard(%s, hashtextextended(%s, 0)) AS v",
+        [*params, tenant.pk, kind_lock_name(tenant.pk, kind)],
+    )
+
+    def answer() -> Registry:
+        with cursor:
+            version = cursor.fetchone()[0]
+        if version != tenant.kinds_version:
+            tenant.kinds_version = version
+        return registry(tenant)
+
+    return answer
 
 
 # --- JSON Schema -------------------------------------------------------------------------------

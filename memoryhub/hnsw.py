@@ -19,6 +19,8 @@ from contextlib import contextmanager
 from django.conf import settings
 from django.db import connection, transaction
 
+from memoryhub.pipeline import in_pipeline
+
 ITERATIVE_SCAN = "relaxed_order"
 # Candidates visited by the HNSW scan; iterative scans go further when filters drop rows.
 EF_SEARCH = 100
@@ -49,5 +51,7 @@ def scan_settings(ef_search: int, *, savepoint: bool = True) -> Iterator[None]:
         yield
         return
     with transaction.atomic(savepoint=savepoint), connection.cursor() as cursor:
-        cursor.execute(local)
+        # Queued with others (`memoryhub.pipeline`), each statement goes alone: no round trip more.
+        for statement in local.split("; ") if in_pipeline() else [local]:
+            cursor.execute(statement)
         yield

@@ -152,6 +152,17 @@ MEMORYHUB_KINDS_POLL_SECONDS = env_float("MEMORYHUB_KINDS_POLL_SECONDS", 5.0)
 # A running run's lease term behind a transaction-mode pooler: renewed every third of it while
 # the run works; a run whose worker died is taken over once it expires.
 MEMORYHUB_RUN_LEASE_SECONDS = env_int("MEMORYHUB_RUN_LEASE_SECONDS", 60)
+# Statements sent together, one round trip for several (psycopg's pipeline mode:
+# memoryhub/pipeline.py). It costs psycopg more CPU per statement than a round trip over a
+# local socket costs, so it is on by default only for a database on another host
+# (docs/performance.md#pipelined-statements).
+_DB_HOST = str(DATABASES["default"].get("HOST") or "")
+MEMORYHUB_DB_PIPELINE = env_bool(
+    "MEMORYHUB_DB_PIPELINE",
+    default=bool(_DB_HOST)
+    and not _DB_HOST.startswith("/")
+    and _DB_HOST not in ("localhost", "127.0.0.1", "::1"),
+)
 DATABASES["default"]["CONN_MAX_AGE"] = env_int("DB_CONN_MAX_AGE", 60)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DATABASES["default"].setdefault("OPTIONS", {})
@@ -188,7 +199,7 @@ if env_bool("MEMORYHUB_DB_POOL", default=not _QCLUSTER):
 # API-key lookup took longer to plan than to run: docs/performance.md#code-figures). Statements
 # whose best plan depends on the values (the search ranking over a large scope) keep custom plans:
 # PostgreSQL's plan_cache_mode=auto decides; a small scope's exact ranking asks for its generic plan
-# (memories/retrieval/ranking.py, `generic_plan`).
+# (memories/retrieval/plans.py, `generic_plan_rows`).
 # Off (MEMORYHUB_DB_PREPARE=0, the default with MEMORYHUB_DB_POOL_MODE=transaction) behind a
 # transaction-mode pooler that cannot keep prepared statements (PgBouncer before 1.21).
 if env_bool("MEMORYHUB_DB_PREPARE", default=not _TRANSACTION_POOLED):

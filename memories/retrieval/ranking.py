@@ -24,21 +24,21 @@ from __future__ import annotations
 
 import contextvars
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
-from django.db.backends.utils import CursorWrapper
+from django.db import connection
 from django.db.models import BooleanField, ExpressionWrapper, FloatField, Q, QuerySet, Value
 from django.db.models.expressions import Expression, RawSQL
 from pgvector.django import CosineDistance
 
 from memories.models import Memory, MemoryVector, vector_literal
 from memories.retrieval import context_ranking
+from memories.retrieval.plans import generic_plan_rows
 from memoryhub import hnsw, tracing
 
 # Candidates taken from each list before fusing (at least the requested limit).
@@ -229,10 +229,8 @@ def run_ranking_rows(
     """`run_ranking`'s rows, best first, whole: id, relevance, score, then whatever columns
     `statement` selects after `ranking_sql`'s (search's hit rows: `search._with_hit_rows`)."""
     if exact:
-        with tracing.span("rank", depth=depth, exact=True), generic_plan() as cursor:
-            cursor.execute(*statement(True))
-            rows = cursor.fetchall()
-        return _best_first(rows)
+        with tracing.span("rank", depth=depth, exact=True):
+            return _best_first(generic_plan_rows(*statement(True)))
     # Filtered HNSW scans keep walking the graph until `depth` rows pass the filters: the
     # connection holds those settings from its start (`memoryhub.hnsw`); a transaction sets them
     # only where it needs others (a deeper candidate list) or where the connection lacks them.
@@ -346,26 +344,6 @@ def _semantic_rows(
         return rows
     finally:
         connection.close()
-
-
-@contextmanager
-def generic_plan() -> Iterator[CursorWrapper]:
-    """A cursor whose prepared statements run their generic plan: planned once per connection,
-    where PostgreSQL's `plan_cache_mode=auto` kept planning the exact ranking statement for each
-    request's values (a third of its time) for an estimated cost a little lower. Set for the
-    transaction (`SET LOCAL`: one round trip, and the COMMIT); inside a transaction of the
-    caller's, set back to the session's mode after the block. Without prepared statements
-    (`MEMORYHUB_DB_PREPARE=0`) a generic plan would be planned every time: a plain cursor."""
-    if connection.settings_dict["OPTIONS"].get("prepare_threshold") is None:
-        with connection.cursor() as cursor:
-            yield cursor
-        return
-    outer = connection.in_atomic_block
-    with transaction.atomic(savepoint=False), connection.cursor() as cursor:
-        cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-        yield cursor
-        if outer:  # after an error the caller's transaction is rolled back, and the SET with it
-            cursor.execute("SET LOCAL plan_cache_mode TO DEFAULT")
 
 
 # The query's lexemes (stop words dropped, stemmed), each with its tsquery and its tsquery at

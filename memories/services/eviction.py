@@ -13,6 +13,7 @@ store a fact, the policy chose what to drop.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 
 from django.db import connection, transaction
@@ -110,10 +111,12 @@ def evict_over_cap(
     exclude_ids: list[str] | tuple[str, ...] = (),
     cap_locked: bool = False,
     user_subject: str | None = None,
+    active: Callable[[], int | None] | None = None,
 ) -> int:
     """`memory_evict_over_cap` inside the caller's transaction (after its write), never evicting
     `exclude_ids` (the memory just stored or restored). `cap_locked`: the caller took the
-    owner's `cap_lock` in this transaction already (before its write, as it must)."""
+    owner's `cap_lock` in this transaction already (before its write, as it must). `active`:
+    the owner's `active_count_sent`, sent by the caller after its write (with it: a store)."""
     # One owner's cap is enforced by one transaction at a time, so two concurrent stores cannot
     # both see room for themselves.
     if not cap_locked:
@@ -121,14 +124,8 @@ def evict_over_cap(
     cap = owner_cap(tenant, agent, user_subject)
     # The trigger-kept active count bounds the live count (live ≤ active): the common answer,
     # "not over", costs one row read (written out: the queryset cost more than the read).
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT active FROM {OwnerCount._meta.db_table} WHERE tenant_id = %s "
-            "AND owner_id = %s AND subject_id = %s",
-            [tenant.pk, *_counter(agent, user_subject)],
-        )
-        row = cursor.fetchone()
-    if row is not None and row[0] <= cap:
+    count = (active or active_count_sent(tenant, agent, user_subject))()
+    if count is not None and count <= cap:
         return 0
     # Only an owner that may be over its cap is counted.
     live = Memory.objects.for_tenant(tenant).live(now)
@@ -156,6 +153,26 @@ def evict_over_cap(
             now=now,
         )
     return len(victims)
+
+
+def active_count_sent(
+    tenant: Tenant, agent: Agent | None, user_subject: str | None = None
+) -> Callable[[], int | None]:
+    """The owner's trigger-kept active count (None: no row yet), its statement executed; the
+    function returned reads it (after a pipeline's end: `memoryhub.pipeline`)."""
+    cursor = connection.cursor()
+    cursor.execute(
+        f"SELECT active FROM {OwnerCount._meta.db_table} WHERE tenant_id = %s "
+        "AND owner_id = %s AND subject_id = %s",
+        [tenant.pk, *_counter(agent, user_subject)],
+    )
+
+    def read() -> int | None:
+        with cursor:
+            row = cursor.fetchone()
+        return None if row is None else int(row[0])
+
+    return read
 
 
 def _counter(agent: Agent | None, user_subject: str | None) -> tuple[int, str]:

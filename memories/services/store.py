@@ -11,6 +11,7 @@ database (validation, secret scan, embedding), `memory_store_write` is the trans
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import lru_cache
@@ -28,8 +29,8 @@ from memories.compiled import (
     principal_values,
     slot_principal,
 )
-from memories.dedup import NEAR_LIMIT, Near, Probe, near_duplicates_sql, run_near_duplicates
-from memories.horizon import write_stamp
+from memories.dedup import NEAR_LIMIT, Near, Probe, near_duplicates_sent, near_duplicates_sql
+from memories.horizon import announcement
 from memories.models import (
     ChangeType,
     Memory,
@@ -41,12 +42,14 @@ from memories.models import (
     vector_literal,
 )
 from memories.revisions import revision_write, snapshot
-from memories.services.eviction import cap_lock, cap_lock_name, evict_over_cap, owner_cap
+from memories.services import eviction
+from memories.services.eviction import cap_lock, cap_lock_name, owner_cap
 from memories.services.lifecycle import expire
 from memories.services.write_support import MAX_RETRIES
 from memories.services.writes import change, embedding_for
 from memories.visibility import formation_q, reads_from_ids, user_q, visible_memories, visible_q
 from memoryhub.errors import Conflict, NotFound, QuotaExceeded
+from memoryhub.pipeline import pipelined
 
 # What a store did (the answer's `action`).
 CREATED, UPDATED, REPLACED, SKIPPED = "created", "updated", "replaced", "skipped"
@@ -169,21 +172,27 @@ def memory_store_prepare(
 def memory_store_write(*, prepared: PreparedStore) -> StoreResult:
     """The transactional half of a store: one transaction (a savepoint in the caller's).
 
-    Its rows are stamped when the transaction has announced itself (`horizon.write_stamp`),
-    not when the store was prepared: an embedding may take long, and a list walk that began
-    meanwhile must not have passed the stamp already. (A `ttl` counts from the validation.)"""
+    Its rows are stamped when the transaction has announced itself (`horizon.announcement`,
+    carried by its first statement, the kind guard's), not when the store was prepared: an
+    embedding may take long, and a list walk that began meanwhile must not have passed the
+    stamp already. (A `ttl` counts from the validation.)"""
     with transaction.atomic():
-        stamp = write_stamp(prepared.now if prepared.now_given else None)
-        if stamp != prepared.now:
-            inp = prepared.inp
-            if inp.last_confirmed_at == prepared.now:  # defaulted: confirmed by this write
-                inp = replace(inp, last_confirmed_at=stamp)
-            prepared = replace(prepared, now=stamp, inp=inp)
         return _store_write(prepared)
+
+
+def _stamped(prepared: PreparedStore, stamp: datetime) -> PreparedStore:
+    """`prepared` with its write's stamp for `now`."""
+    if stamp == prepared.now:
+        return prepared
+    inp = prepared.inp
+    if inp.last_confirmed_at == prepared.now:  # defaulted: confirmed by this write
+        inp = replace(inp, last_confirmed_at=stamp)
+    return replace(prepared, now=stamp, inp=inp)
 
 
 def _store_write(prepared: PreparedStore) -> StoreResult:
     inp = prepared.inp
+    announced = announcement(prepared.now if prepared.now_given else None)  # before any wait
     if prepared.formation is not None and prepared.owner is None and prepared.user_subject is None:
         # A workspace memory is the tenant's, not the thread's agent's (`formation_q`).
         return StoreResult(
@@ -192,9 +201,23 @@ def _store_write(prepared: PreparedStore) -> StoreResult:
     # A plain store (no key, not a single kind's) usually inserts: its cap lock is taken with
     # the kind's, in one statement (`kind_registry.kind_guard`), and not again by `_insert`.
     cap_locked = not inp.key and not inp.kind_single
-    single = _kind_single(prepared, cap_lock=cap_locked)
-    dedup = not inp.key and not single and inp.dedup_policy != "insert"
-    corrected, near = _look_alikes(prepared, live=dedup)
+    # The look-alikes go with it (`memoryhub.pipeline`), for the cardinality the store was
+    # validated with, as of the announcement's time (a moment before the stamp is read).
+    dedup = _dedups(inp, single=inp.kind_single)
+    looked = _stamped(prepared, announced.now or announced.floor)
+    tenant, owner = prepared.principal.tenant, prepared.owner
+    lock = cap_lock_name(tenant.pk, owner.pk if owner else None, prepared.user_subject)
+    with pipelined():
+        guard = kind_registry.kind_guard_sent(
+            tenant, inp.kind, then_lock=lock if cap_locked else None, announce=announced
+        )
+        look_alikes = _look_alikes_sent(looked, live=dedup)
+    single = _kind_single(prepared, guard())
+    prepared = _stamped(prepared, announced.stamp())
+    inp = prepared.inp
+    corrected, near = look_alikes()
+    if _dedups(inp, single=single) != dedup:  # a registry change since the validation
+        corrected, near = _look_alikes_sent(looked, live=not dedup)()
     if corrected and prepared.formation is not None:
         return StoreResult(
             memory=corrected[0][0],
@@ -227,15 +250,16 @@ def _store_write(prepared: PreparedStore) -> StoreResult:
     )
 
 
-def _kind_single(prepared: PreparedStore, *, cap_lock: bool) -> bool:
-    """The kind's cardinality, under the kind's lock (`kind_registry.kind_guard`): a registry change that
-    committed since the store was validated is applied to it (its schema checked again). With
-    `cap_lock`, the owner's cap lock is taken next by the same statement."""
+def _dedups(inp: inputs.StoreInput, *, single: bool) -> bool:
+    """Whether the store looks for live look-alikes (its dedup policy's), not only tombstoned."""
+    return not inp.key and not single and inp.dedup_policy != "insert"
+
+
+def _kind_single(prepared: PreparedStore, registry: kind_registry.Registry) -> bool:
+    """The kind's cardinality, under the kind's lock (`registry`: `kind_guard`'s): a registry
+    change that committed since the store was validated is applied to it (its schema checked
+    again)."""
     inp = prepared.inp
-    tenant = prepared.principal.tenant
-    owner = prepared.owner.pk if prepared.owner is not None else None
-    lock = cap_lock_name(tenant.pk, owner, prepared.user_subject) if cap_lock else None
-    registry = kind_registry.kind_guard(tenant, inp.kind, then_lock=lock)
     if registry.version == inp.kinds_version:
         return inp.kind_single
     rule = registry.rule(inp.kind)
@@ -325,21 +349,24 @@ def _insert(
         ),
         **fields,
     )
-    revision_write(
-        insert=True,  # the memory, its revision and its events: one statement
-        memory=memory,
-        actor=principal.actor,
-        change_type=ChangeType.CREATE,
-        after=snapshot(memory),
-        now=now,
-    )
-    evict_over_cap(
+    with pipelined():  # the insert and the owner's count after it: one round trip
+        revision_write(
+            insert=True,  # the memory, its revision and its events: one statement
+            memory=memory,
+            actor=principal.actor,
+            change_type=ChangeType.CREATE,
+            after=snapshot(memory),
+            now=now,
+        )
+        active = eviction.active_count_sent(principal.tenant, prepared.owner, prepared.user_subject)
+    eviction.evict_over_cap(
         tenant=principal.tenant,
         agent=prepared.owner,
         now=now,
         exclude_ids=[memory.pk],
         cap_locked=True,
         user_subject=prepared.user_subject,
+        active=active,
     )
     return memory
 
@@ -505,7 +532,7 @@ def look_alike_sets(
 def _look_alike_statement(
     *, subject: bool, shared: int, live: bool, vector: bool, formation: bool
 ) -> CompiledSQL:
-    """`_look_alikes`' statement for one shape, compiled once per process: building and
+    """`_look_alikes_sent`' statement for one shape, compiled once per process: building and
     compiling its querysets was a third of a store's CPU."""
     slots = Slot()
     principal = slot_principal(slots, shared=shared)
@@ -554,13 +581,17 @@ def look_alike_statement(prepared: PreparedStore, *, live: bool) -> tuple[str, l
     )
 
 
-def _look_alikes(prepared: PreparedStore, *, live: bool) -> tuple[list[Near], list[Near]]:
+def _look_alikes_sent(
+    prepared: PreparedStore, *, live: bool
+) -> Callable[[], tuple[list[Near], list[Near]]]:
     """Tombstones the agent can see (content not purged) that said the same thing, and, when
-    `live`, the live memories it can see that say it: one statement for both."""
-    found = run_near_duplicates(
+    `live`, the live memories it can see that say it: one statement for both, executed; the
+    function returned reads them (after a pipeline's end)."""
+    sent = near_duplicates_sent(
         look_alike_statement(prepared, live=live),
         [1, 1] if live else [1],
         threshold=prepared.principal.agent.dedup_threshold,
         agents=[prepared.principal.agent],
     )
-    return found[0][0], (found[1][0] if live else [])
+
+    return lambda: (lambda sets: (sets[0][0], sets[1][0] if live else []))(sent())

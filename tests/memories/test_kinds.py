@@ -13,7 +13,7 @@ from accounts.principal import Principal
 from memories import kind_registry
 from memories.models import Kind, Memory, MemoryRevision
 from memories.serialization import kind_json
-from memories.services.store import memory_store
+from memories.services.store import memory_store, memory_store_prepare, memory_store_write
 from tests.factories import make_agent, make_key, make_tenant
 
 PROFILE_SCHEMA = {
@@ -339,3 +339,32 @@ def test_tool_names_are_snake_case():
 def test_kind_json_is_what_rest_answers(api_client, tenant):
     kind = Kind.objects.for_tenant(tenant).get(name="UserProfile")
     assert api_client.get("/api/v1/kinds/UserProfile").json()["kind"] == kind_json(kind)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("cardinality", "action"), [("multiple", "skipped"), ("single", "replaced")]
+)
+def test_a_cardinality_changed_after_validation_decides_the_store(
+    api_client, tenant, agent, cardinality, action
+):
+    """A store validated under one cardinality and written under the other: its look-alikes
+    (sent with the kind guard for the cardinality it was validated with) are looked for again,
+    so a kind no longer single finds its near duplicate, and one now single replaces its record."""
+    admin = admin_client(agent)
+    before = "single" if cardinality == "multiple" else "multiple"
+    assert put_kind(admin, "Plan", cardinality=before).status_code in (200, 201)
+    first = store(api_client, kind="Plan", text="Plan A", subject_id="ann").json()["memory_id"]
+    me = Principal(tenant=tenant, agent=agent)
+    prepared = memory_store_prepare(
+        principal=me,
+        data={
+            "kind": "Plan",
+            "text": "Plan A",
+            "subject_id": "ann",
+            "dedup_policy": "skip_if_near",
+        },
+    )
+    assert put_kind(admin, "Plan", cardinality=cardinality).status_code == 200
+    result = memory_store_write(prepared=prepared)
+    assert result.action == action and result.memory.pk == first

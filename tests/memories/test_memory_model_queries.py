@@ -11,13 +11,13 @@ from accounts.principal import Principal
 from memories.retrieval.hydrate import memory_hydrate
 from memories.services.store import memory_store
 
-# savepoint, the write's announcement (`memories.horizon.write_stamp`), kind guard with the cap
-# lock (one statement), look-alikes, the memory with its revision and its event (one statement),
-# cap count, release; the HNSW settings are the connection's (`memoryhub.hnsw`)
-PLAIN_STORE = 7
+# savepoint, kind guard with the write's announcement (`memories.horizon.announcement`) and the
+# cap lock (one statement), look-alikes, the memory with its revision and its event (one
+# statement), cap count, release; the HNSW settings are the connection's (`memoryhub.hnsw`)
+PLAIN_STORE = 6
 # + the slot read and the insert's own savepoint (create), the cap lock its own statement; an
 # update: its savepoint, UPDATE, revision with its event, release, and no cap check
-SLOT_CREATE, SLOT_UPDATE = 11, 10
+SLOT_CREATE, SLOT_UPDATE = 10, 9
 
 
 @pytest.mark.django_db

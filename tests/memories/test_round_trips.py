@@ -17,6 +17,7 @@ from memories.retrieval import search
 from memories.retrieval.ranking import DEPTH
 from memories.services.store import memory_store
 from memoryhub import hnsw
+from tests.support.round_trips import round_trips
 
 # What each statement is, by how it starts.
 KINDS = [
@@ -25,8 +26,15 @@ KINDS = [
     ("SAVEPOINT", "SAVEPOINT"),
     ("RELEASE", "RELEASE SAVEPOINT"),
     ("plan mode", "SET LOCAL plan_cache_mode = force_generic_plan"),
+    ("generic plan", "SELECT set_config('plan_cache_mode', 'force_generic_plan', true)"),
     ("SET LOCAL", "SET LOCAL"),
     ("key lookup", 'SELECT k."id"'),
+    # The write's announcement (`horizon.announcement`) rides on the kind guard.
+    (
+        "announced kind guard + cap lock",
+        re.compile(r"SELECT v, pg_advisory_xact_lock_shared\([^)]*\), pg_advisory_xact_lock\("),
+    ),
+    ("announced kind guard", "SELECT v, pg_advisory_xact_lock_shared("),
     ("kind guard + cap lock", "SELECT v, pg_advisory_xact_lock("),
     ("kind guard", "SELECT v FROM memory_kind_guard("),
     ("look-alikes", "(SELECT id, tenant_id"),
@@ -43,17 +51,22 @@ KINDS = [
 ]
 
 
+def _starts(sql: str, start: str | re.Pattern[str]) -> bool:
+    return sql.startswith(start) if isinstance(start, str) else start.match(sql) is not None
+
+
 def _kinds(captured) -> list[str]:
     out = []
     for query in captured:
         sql = re.sub(r"\s+", " ", query["sql"]).strip()
-        out.append(next((name for name, start in KINDS if sql.startswith(start)), sql[:60]))
+        out.append(next((name for name, start in KINDS if _starts(sql, start)), sql[:60]))
     return out
 
 
 @pytest.fixture
 def seeded(settings, api_client, tenant, agent):
     settings.MEMORYHUB_ACCESS_BUMP = "off"  # deferred in a server: off the request path
+    settings.MEMORYHUB_DB_PIPELINE = True  # a database on another host (`memoryhub.pipeline`)
     # More vectors than a search's depth: the HNSW walk is not followed by the exact scan that
     # a scope smaller than the depth gets (`ranking.run_ranking`).
     me = Principal(tenant=tenant, agent=agent)
@@ -83,13 +96,59 @@ def test_store_statements(seeded):
     assert kinds == [
         "key lookup",
         "BEGIN",
-        "write announced",
-        "kind guard + cap lock",
+        "announced kind guard + cap lock",
         "look-alikes",
         "memory + revision + events",
         "cap count",
         "COMMIT",
     ]
+
+
+def _trips(request) -> list[int]:
+    """The round trips of a request: how many statements each sent."""
+    with round_trips() as trips:
+        response = request()
+    assert response.status_code in (200, 201), response.content
+    return trips.statements
+
+
+@pytest.mark.django_db(transaction=True)
+def test_store_round_trips(seeded):
+    """The key lookup, the BEGIN (psycopg sends it alone), the kind guard with the look-alikes
+    (`memoryhub.pipeline`), the insert with the cap count, the COMMIT."""
+    trips = _trips(
+        lambda: seeded.post("/api/v1/memories", {"text": "Eve flies to Lima."}, format="json")
+    )
+    assert trips == [1, 1, 2, 2, 1]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_small_scope_search_round_trips(seeded):
+    """The key lookup; the generic plan's setting with the exact ranking and its hit rows, sent
+    together outside a transaction."""
+    trips = _trips(
+        lambda: seeded.post(
+            "/api/v1/search", {"query": "Warm-up fact", "mode": "hybrid"}, format="json"
+        )
+    )
+    assert trips == [1, 2]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_without_pipelining_each_statement_is_a_round_trip(seeded, settings):
+    """`MEMORYHUB_DB_PIPELINE=0` (a database on this host): the same statements, one round trip
+    each; a small scope's plan mode is set in a transaction of its own."""
+    settings.MEMORYHUB_DB_PIPELINE = False
+    store = _trips(
+        lambda: seeded.post("/api/v1/memories", {"text": "Eve flies to Rio."}, format="json")
+    )
+    assert store == [1] * 7
+    search = _trips(
+        lambda: seeded.post(
+            "/api/v1/search", {"query": "Warm-up fact", "mode": "hybrid"}, format="json"
+        )
+    )
+    assert search == [1] * 5  # key lookup, BEGIN, plan mode, ranking, COMMIT
 
 
 @pytest.mark.django_db(transaction=True)
@@ -100,8 +159,7 @@ def test_keyed_update_statements(seeded):
     assert kinds == [
         "key lookup",
         "BEGIN",
-        "write announced",
-        "kind guard",
+        "announced kind guard",
         "look-alikes",
         "slot read",
         "SAVEPOINT",
@@ -115,13 +173,14 @@ def test_keyed_update_statements(seeded):
 @pytest.mark.django_db(transaction=True)
 def test_hybrid_search_statements(seeded):
     """A small scope (`search.EXACT_SCOPE`, its size known from the warm-up's count): the exact
-    statement with its generic plan, set for its transaction."""
+    statement with its generic plan, set for the implicit transaction both run in (sent
+    together, `memoryhub.pipeline`: no BEGIN, no COMMIT)."""
     kinds = _statements(
         lambda: seeded.post(
             "/api/v1/search", {"query": "Warm-up fact", "mode": "hybrid"}, format="json"
         )
     )
-    assert kinds == ["key lookup", "BEGIN", "plan mode", "ranking with its hit rows", "COMMIT"]
+    assert kinds == ["key lookup", "generic plan", "ranking with its hit rows"]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -179,11 +238,13 @@ def test_without_session_settings_each_walk_sets_them(seeded, settings, monkeypa
     store = _statements(
         lambda: seeded.post("/api/v1/memories", {"text": "Ann flies to Oslo."}, format="json")
     )
+    # The look-alikes go out with the kind guard (`memoryhub.pipeline`): their settings as two
+    # statements, in the same round trip.
     assert store[:6] == [
         "key lookup",
         "BEGIN",
-        "write announced",
-        "kind guard + cap lock",
+        "announced kind guard + cap lock",
+        "SET LOCAL",
         "SET LOCAL",
         "look-alikes",
     ]

@@ -89,9 +89,14 @@ def test_the_plan_mode_goes_back_inside_the_callers_transaction(me, monkeypatch)
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_exact_statement_runs_its_generic_plan(tenant, agent, monkeypatch):
+@pytest.mark.parametrize("pipelining", [True, False], ids=["pipelined", "apart"])
+def test_the_exact_statement_runs_its_generic_plan(
+    tenant, agent, monkeypatch, settings, pipelining
+):
     """Once psycopg prepares it (its sixth run on the connection), PostgreSQL runs the generic
-    plan it made once, and plans no custom one."""
+    plan it made once, and plans no custom one: with its plan mode set in a transaction, or sent
+    with it (`memoryhub.pipeline`) for the implicit transaction both run in."""
+    settings.MEMORYHUB_DB_PIPELINE = pipelining
     monkeypatch.setattr(search, "EXACT_SCOPE", 100)
     me = Principal(tenant=tenant, agent=agent)
     for i in range(12):

@@ -12,7 +12,7 @@ from memories.models import Memory
 from memories.retrieval import search
 from memories.services.store import (
     Formation,
-    _look_alikes,
+    _look_alikes_sent,
     look_alike_sets,
     look_alike_statement,
     memory_store,
@@ -70,7 +70,7 @@ def test_only_duplicates_at_or_above_the_threshold_come_back(tenant, agent):
     def near(threshold: float) -> list:
         agent.dedup_threshold = threshold
         prepared = memory_store_prepare(principal=principal, data=body)
-        return _look_alikes(prepared, live=True)[1]
+        return _look_alikes_sent(prepared, live=True)()[1]
 
     (found, similarity), *_rest = near(0.0)
     assert found.pk == first.memory.pk and 0.5 < similarity < 1.0
