@@ -58,6 +58,15 @@ class Mem0StandIn:
                 return self.fail_with, {"detail": "stand-in told to fail"}
             if self.key and key != self.key:
                 return 401, {"detail": "Authentication required."}
+            if body is None:  # a GET
+                if not path.startswith("/memories/"):
+                    return 404, {"detail": "Not Found"}
+                wanted = path.removeprefix("/memories/")
+                for user, memories in self.memories.items():
+                    for memory in memories:
+                        if memory["id"] == wanted:
+                            return 200, {**memory, "user_id": user}
+                return 404, {"detail": "Memory not found"}
             if path == "/memories":
                 added = []
                 for message in body["messages"]:
@@ -73,13 +82,6 @@ class Mem0StandIn:
                 )
                 hits = [{**m, "score": 0.5} for _, m in ranked[: body.get("top_k") or 100]]
                 return 200, {"results": hits}
-            if body is None and path.startswith("/memories/"):
-                wanted = path.removeprefix("/memories/")
-                for user, memories in self.memories.items():
-                    for memory in memories:
-                        if memory["id"] == wanted:
-                            return 200, {**memory, "user_id": user}
-                return 404, {"detail": "Memory not found"}
             return 404, {"detail": "Not Found"}
 
     def _handler(self):
