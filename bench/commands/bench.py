@@ -32,14 +32,12 @@ from bench.pair import PAIRS, pair_table, run_pair_bench
 from bench.pgbouncer import MISSING as PGBOUNCER_MISSING
 from bench.pgbouncer import find_pgbouncer
 from bench.prune import run_prune_bench
-from bench.versus import MIXED_DURATION, PHASES, parse_phases, run_versus_bench, versus_table
+from bench.versus import add_mixed_arguments, mixed_options, run_versus_bench, versus_table
 from memories.models import Memory
 from memoryhub.throwaway import ApiServer, durability, throwaway_database
 
 SCALES = (10_000, 100_000, 1_000_000)
 DEFAULT_LOCOMO = settings.BASE_DIR.parent / "shared" / "datasets" / "locomo10.json"
-# Where bench/mem0-side-by-side.sh keeps mem0's data by default: beside the repository.
-DEFAULT_MEM0_DATA = Path(os.environ.get("MEM0_DATA") or settings.BASE_DIR.parent / "mem0data")
 
 
 def read_results(path: Path) -> dict:
@@ -189,29 +187,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--mem0-key", help="--versus-mem0: mem0's API key (its X-API-Key / ADMIN_API_KEY)"
         )
-        parser.add_argument(
-            "--versus-phases",
-            metavar="PHASES",
-            help=f"--versus-mem0: only these phases, a comma list of {','.join(PHASES)} "
-            "(default all); the searches and the mixed load need bulk",
-        )
-        parser.add_argument(
-            "--mixed-duration",
-            type=float,
-            default=MIXED_DURATION,
-            metavar="SECONDS",
-            help="--versus-mem0: the mixed load's timed seconds, each system "
-            f"(default {MIXED_DURATION:g})",
-        )
-        parser.add_argument(
-            "--mem0-data",
-            type=Path,
-            default=DEFAULT_MEM0_DATA,
-            metavar="DIR",
-            help="--versus-mem0: mem0's data folder (bench/mem0-side-by-side.sh's MEM0_DATA; "
-            "default: mem0data beside the repository): its server's and PostgreSQL's pids, "
-            "for the mixed load's CPU per request",
-        )
+        add_mixed_arguments(parser)
         parser.add_argument(
             "--backup",
             action="store_true",
@@ -431,11 +407,9 @@ class Command(BaseCommand):
         if not opts["locomo"].exists():
             raise CommandError(f"LoCoMo dataset not found at {opts['locomo']} (use --locomo PATH)")
         try:
-            phases = parse_phases(opts["versus_phases"])
+            mixed = mixed_options(opts)
         except ValueError as exc:
-            raise CommandError(f"--versus-phases: {exc}") from exc
-        if "mixed" in phases and (opts["mixed_duration"] <= 0 or opts["clients"] < 1):
-            raise CommandError("--mixed-duration and --clients must be positive")
+            raise CommandError(str(exc)) from exc
         # MiniLM, as mem0 is given; `auto` would fall back to hashing without the model.
         embedder = "local" if opts["embedder"] == "auto" else opts["embedder"]
         logging.getLogger("httpx").setLevel(logging.WARNING)
@@ -449,10 +423,7 @@ class Command(BaseCommand):
                 embedder=embedder,
                 workers=opts["workers"],
                 out=self.out,
-                phases=phases,
-                mixed_duration=opts["mixed_duration"],
-                mixed_clients=opts["clients"],
-                mem0_data=opts["mem0_data"] if opts["mem0_data"].is_dir() else None,
+                **mixed,
             )
             result["postgres"] = durability()
         stamp(result)

@@ -23,25 +23,24 @@ import pytest
 from bench import locomo
 from bench.versus import (
     BLOCK,
-    MIXED_MIX,
     PHASES,
-    TOP_K,
     WARMUP,
-    BenchRequestError,
-    Mem0Side,
-    MemoryHubSide,
-    MixedPools,
     Timer,
     _faster,
+    mixed_options,
+    parse_phases,
+    round_robin,
+)
+from bench.versus_mixed import (
+    MIXED_MIX,
+    MixedPools,
     draw,
     mem0_processes,
     mixed_ratios,
     mixed_request,
-    order_of,
-    parse_phases,
-    round_robin,
     summarise_mixed,
 )
+from bench.versus_sides import TOP_K, BenchRequestError, Mem0Side, MemoryHubSide, order_of
 from tests.support.bench import run_bench, throwaway_dir
 from tests.support.mem0_standin import Mem0StandIn
 
@@ -431,3 +430,21 @@ def test_mem0s_processes_are_read_from_its_data_folder_those_running_only(tmp_pa
     (tmp_path / "server.pid").write_text("999999999\n")  # no such process
     assert mem0_processes(tmp_path)["serve"] == []
     assert mem0_processes(tmp_path / "missing") == {"serve": [], "postgres": []}
+
+
+def test_the_commands_options_give_the_phases_the_mixed_load_and_mem0s_folder_if_there(tmp_path):
+    opts = {"versus_phases": "bulk,mixed", "mixed_duration": 5.0, "clients": 8}
+    chosen = mixed_options({**opts, "mem0_data": tmp_path})
+    assert chosen == {
+        "phases": ("bulk", "mixed"),
+        "mixed_duration": 5.0,
+        "mixed_clients": 8,
+        "mem0_data": tmp_path,
+    }
+    assert mixed_options({**opts, "mem0_data": tmp_path / "none"})["mem0_data"] is None
+    with pytest.raises(ValueError, match=r"--versus-phases: .*add bulk"):
+        mixed_options({**opts, "versus_phases": "mixed", "mem0_data": tmp_path})
+    with pytest.raises(ValueError, match="must be positive"):
+        mixed_options({**opts, "mixed_duration": 0.0, "mem0_data": tmp_path})
+    # Without the mixed load its options do not matter.
+    assert mixed_options({**opts, "versus_phases": "write", "clients": 0, "mem0_data": tmp_path})
