@@ -10,7 +10,19 @@ test (local: MiniLM), its query-vector cache off (mem0 has none). The workload:
 2. N sequential writes of single turns (to an agent / user of their own, MemoryHub with its
    default look-alike check);
 3. N sequential hybrid searches and N sequential semantic searches of LoCoMo questions, each in
-   its conversation's agent / user, top 10 (mem0 has one search: its own, asked in both phases).
+   its conversation's agent / user, top 10 (mem0 has one search: its own, asked in both phases);
+4. the mixed load (bench/versus_mixed.py): 8 clients (threads, each a closed loop on its keep-alive
+   connection) for a fixed time, each request drawn 30% store (a LoCoMo turn's text as a new
+   memory of its conversation's agent / user), 40% search (MemoryHub hybrid, mem0 its own, top
+   10, a LoCoMo question in its conversation) and 30% read by id of a memory the bulk load
+   stored. The systems take turns round by round (each system the same requests
+   in the same order). Reported: requests answered per second, p50/p99, errors, and the server's
+   CPU per request (user + system time of the server's process tree and of its PostgreSQL's,
+   `/proc`, over the timed windows), and MemoryHub's throughput and CPU per request against
+   mem0's.
+
+`phases` runs only some of them; the searches and the mixed load read what the bulk load
+stored, so they need it.
 
 The two systems take turns: in the sequential phases request by request, in the bulk load block
 by block (`BLOCK` turns, each block's `CONCURRENCY` stripes in flight), and which of the two goes
@@ -23,32 +35,50 @@ asked (the metric of bench/locomo.py).
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import secrets
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from itertools import zip_longest
 from pathlib import Path
 from typing import Any, TypeVar
 
+from django.conf import settings
+
 from accounts.services import agent_get_or_create, api_key_create, tenant_get_or_create
 from bench import locomo
 from bench.latency import percentiles
-from bench.load import serving
+from bench.load import _postmaster, serving
 from bench.load_client import Client
 from bench.server import Progress
+from bench.versus_mixed import (
+    MIXED_CLIENTS,
+    MIXED_DURATION,
+    MIXED_WARMUP,
+    MixedPools,
+    measurable,
+    mem0_processes,
+    mixed_table,
+    run_mixed,
+)
+from bench.versus_sides import (
+    LETTER,
+    STALE,
+    SYSTEMS,
+    TOP_K,
+    BenchRequestError,
+    Mem0Side,
+    MemoryHubSide,
+    Request,
+    order_of,
+)
 from memories.models import Memory
 from memoryhub.supervisor import default_workers
 
-SYSTEMS = ("memoryhub", "mem0")
-LETTER = {"memoryhub": "H", "mem0": "M"}
 BLOCK = 32  # bulk-load turns one system stores before the other takes its turn
 CONCURRENCY = locomo.CONCURRENCY  # bulk-load requests in flight
-TOP_K = 10
 KS = tuple(k for k in locomo.KS if k <= TOP_K)
 WARMUP = 5  # untimed requests of each sequential phase, each system
 TARGET = 2.0  # "every call ≥ 2× faster at p50" (docs/benchmarks.md, Targets)
@@ -58,110 +88,11 @@ SERVER_ENV: dict[str, str | None] = {
     "MEMORYHUB_EMBEDDING_CACHE": "0",
     "MEMORYHUB_EMBEDDING_SHARED_CACHE": "0",
 }
-PHASES = ("bulk", "write", "search_hybrid", "search_semantic")
-# What sending on a connection the server has closed raises (load_client.Client closes its side
-# then, and the next request opens a new one).
-STALE = (BrokenPipeError, ConnectionResetError, http.client.RemoteDisconnected)
-
-
-class BenchRequestError(RuntimeError):
-    """A request of the comparison answered with an error (the bench stops: no figure is taken
-    over failed requests)."""
-
-
-@dataclass
-class Request:
-    method: str
-    path: str
-    body: dict
-    headers: dict
-
-
-class MemoryHubSide:
-    """MemoryHub's REST API: one agent key per conversation, one for the single writes."""
-
-    name = "memoryhub"
-
-    def __init__(self, base_url: str, keys: list[str], write_key: str):
-        self.base_url, self.keys, self.write_key = base_url, keys, write_key
-
-    def _auth(self, key: str) -> dict:
-        return {"Authorization": f"Bearer {key}"}
-
-    def bulk(self, conversation: int, turn: locomo.Turn) -> Request:
-        # Stored as an agent stores a conversation's turns: with their metadata (the headline
-        # LoCoMo figure), every turn kept.
-        body = locomo.turn_body(turn, metadata=True)
-        return Request("POST", "/api/v1/memories", body, self._auth(self.keys[conversation]))
-
-    def write(self, text: str) -> Request:
-        return Request("POST", "/api/v1/memories", {"text": text}, self._auth(self.write_key))
-
-    def search(self, conversation: int, query: str, mode: str) -> Request:
-        body = {"query": query, "mode": mode, "limit": TOP_K}
-        return Request("POST", "/api/v1/search", body, self._auth(self.keys[conversation]))
-
-    def stored_ids(self, status: int, answer: dict) -> list[str]:
-        # 422: a turn that looks like a secret is refused, as in bench/locomo.py.
-        return [] if status == 422 else [answer["memory_id"]]
-
-    def hit_ids(self, answer: dict) -> list[str]:
-        return [hit["id"] for hit in answer["memories"]]
-
-    def accepted(self, status: int) -> bool:
-        return status in (200, 201, 422)
-
-
-class Mem0Side:
-    """mem0's REST server (server/main.py): `POST /memories` with `infer: false` (each message
-    stored as it is, no LLM), `POST /search` with a `user_id` filter; `X-API-Key` when given.
-    Every `user_id` carries this run's tag, so runs against one mem0 never see each other's."""
-
-    name = "mem0"
-
-    def __init__(self, base_url: str, key: str | None, tag: str, sample_ids: list[str]):
-        self.base_url = base_url
-        self.headers = {"X-API-Key": key} if key else {}
-        self.users = [f"{tag}-{sample_id}" for sample_id in sample_ids]
-        self.write_user = f"{tag}-writes"
-
-    def _add(self, text: str, user: str, metadata: dict | None = None) -> dict:
-        body = {"messages": [{"role": "user", "content": text}], "user_id": user, "infer": False}
-        if metadata:
-            body["metadata"] = metadata
-        return body
-
-    def bulk(self, conversation: int, turn: locomo.Turn) -> Request:
-        # The same metadata as MemoryHub's (mem0 keeps it with the memory; its search does not
-        # rank by it), and the turn's id.
-        metadata = {
-            "dia_id": turn.dia_id,
-            "thread_id": turn.metadata.get("thread_id"),
-            "occurred_at": turn.metadata.get("occurred_at"),
-        }
-        body = self._add(turn.text, self.users[conversation], metadata)
-        return Request("POST", "/memories", body, self.headers)
-
-    def write(self, text: str) -> Request:
-        return Request("POST", "/memories", self._add(text, self.write_user), self.headers)
-
-    def search(self, conversation: int, query: str, mode: str) -> Request:
-        body = {"query": query, "filters": {"user_id": self.users[conversation]}, "top_k": TOP_K}
-        return Request("POST", "/search", body, self.headers)
-
-    def stored_ids(self, status: int, answer: dict | list) -> list[str]:
-        return [item["id"] for item in _results(answer)]
-
-    def hit_ids(self, answer: dict | list) -> list[str]:
-        return [item["id"] for item in _results(answer)]
-
-    def accepted(self, status: int) -> bool:
-        return status in (200, 201)
-
-
-def _results(answer: dict | list) -> list[dict]:
-    """mem0 answers `{"results": [...]}` (older servers: the list alone)."""
-    return answer.get("results", []) if isinstance(answer, dict) else answer
+PHASES = ("bulk", "write", "search_hybrid", "search_semantic", "mixed")
+NEED_BULK = ("search_hybrid", "search_semantic", "mixed")  # they read what the bulk load stored
+SEQUENTIAL = ("write", "search_hybrid", "search_semantic")
+# Where bench/mem0-side-by-side.sh keeps mem0's data by default: beside the repository.
+DEFAULT_MEM0_DATA = Path(os.environ.get("MEM0_DATA") or settings.BASE_DIR.parent / "mem0data")
 
 
 class Timer:
@@ -212,9 +143,67 @@ def round_robin(lists: list[list[_T]]) -> Iterator[tuple[int, _T]]:
                 yield index, item
 
 
-def order_of(unit: int) -> tuple[str, str]:
-    """Which system goes first in the `unit`-th request or block: MemoryHub in even ones."""
-    return SYSTEMS if unit % 2 == 0 else SYSTEMS[::-1]
+def add_mixed_arguments(parser) -> None:
+    """`bench --versus-mem0`'s options of its phases and its mixed load (`--clients` is the
+    command's own, shared with `--load`)."""
+    parser.add_argument(
+        "--versus-phases",
+        metavar="PHASES",
+        help=f"--versus-mem0: only these phases, a comma list of {','.join(PHASES)} "
+        "(default all); the searches and the mixed load need bulk",
+    )
+    parser.add_argument(
+        "--mixed-duration",
+        type=float,
+        default=MIXED_DURATION,
+        metavar="SECONDS",
+        help="--versus-mem0: the mixed load's timed seconds, each system "
+        f"(default {MIXED_DURATION:g})",
+    )
+    parser.add_argument(
+        "--mem0-data",
+        type=Path,
+        default=DEFAULT_MEM0_DATA,
+        metavar="DIR",
+        help="--versus-mem0: mem0's data folder (bench/mem0-side-by-side.sh's MEM0_DATA; "
+        "default: mem0data beside the repository): its server's and PostgreSQL's pids, "
+        "for the mixed load's CPU per request",
+    )
+
+
+def mixed_options(opts: dict) -> dict:
+    """`run_versus_bench`'s arguments from the command's options (`add_mixed_arguments`);
+    ValueError for what cannot run."""
+    try:
+        phases = parse_phases(opts["versus_phases"])
+    except ValueError as exc:
+        raise ValueError(f"--versus-phases: {exc}") from exc
+    if "mixed" in phases and (opts["mixed_duration"] <= 0 or opts["clients"] < 1):
+        raise ValueError("--mixed-duration and --clients must be positive")
+    return {
+        "phases": phases,
+        "mixed_duration": opts["mixed_duration"],
+        "mixed_clients": opts["clients"],
+        "mem0_data": opts["mem0_data"] if opts["mem0_data"].is_dir() else None,
+    }
+
+
+def parse_phases(text: str | None) -> tuple[str, ...]:
+    """`--versus-phases`: a comma list of `PHASES` (None or empty: all), in the order they run;
+    ValueError for an unknown one, or for one that reads what the bulk load stored without it."""
+    if not text or not text.strip():
+        return PHASES
+    asked = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in asked if name not in PHASES]
+    if unknown:
+        raise ValueError(f"unknown phase(s) {', '.join(unknown)}; phases: {', '.join(PHASES)}")
+    needing = [name for name in asked if name in NEED_BULK]
+    if needing and "bulk" not in asked:
+        raise ValueError(
+            f"{', '.join(needing)} read(s) what the bulk load stores: add bulk "
+            f"(e.g. bulk,{','.join(needing)})"
+        )
+    return tuple(name for name in PHASES if name in asked)
 
 
 def run_versus(
@@ -226,29 +215,41 @@ def run_versus(
     out: Callable[[str], None] = print,
     block: int = BLOCK,
     warmup: int = WARMUP,
+    phases_run: tuple[str, ...] = PHASES,
+    mixed_duration: float = MIXED_DURATION,
+    mixed_clients: int = MIXED_CLIENTS,
+    mixed_warmup: float = MIXED_WARMUP,
+    cpu_roots: dict[str, dict[str, list[int]]] | None = None,
 ) -> dict:
-    """The workload of the module's docstring against both sides; returns the figures."""
+    """The workload of the module's docstring against both sides (the phases in `phases_run`);
+    returns the figures. `cpu_roots`: each system's processes whose CPU the mixed load counts
+    (`{"serve": [pid], "postgres": [postmaster pid]}`; a system without both: no CPU figure)."""
     sides = {"memoryhub": hub, "mem0": mem0}
     ids: dict[str, dict[str, str]] = {name: {} for name in SYSTEMS}  # memory id → dia_id
+    stored: dict[str, list[tuple[int, str]]] = {name: [] for name in SYSTEMS}  # (conv., id)
     phases: dict[str, dict] = {}
     stripes = {name: [Timer(side) for _ in range(CONCURRENCY)] for name, side in sides.items()}
     single = {name: stripes[name][0] for name in SYSTEMS}
+    texts = [turn.text for _, turn in round_robin([c.turns for c in conversations])]
+    if not texts:
+        raise ValueError("the dataset has no turns")
+    asked = list(round_robin([c.questions for c in conversations]))
+    if not asked and any(name in NEED_BULK for name in phases_run):
+        raise ValueError("the dataset has no questions with evidence")
+    chosen = [asked[i % len(asked)] for i in range(warmup + requests)] if asked else []
+    recall: dict[str, dict] = {name: {} for name in SYSTEMS}  # system → mode → R@k
     try:
-        phases["bulk"] = _bulk(sides, stripes, conversations, ids, block, out)
-        texts = [turn.text for _, turn in round_robin([c.turns for c in conversations])]
-        if not texts:
-            raise ValueError("the dataset has no turns")
-        writes = [texts[i % len(texts)] for i in range(warmup + requests)]
-        phases["write"], _ = _sequential(
-            "write", sides, single, lambda side, i: side.write(writes[i]), requests, warmup, out
-        )
-        asked = list(round_robin([c.questions for c in conversations]))
-        if not asked:
-            raise ValueError("the dataset has no questions with evidence")
-        chosen = [asked[i % len(asked)] for i in range(warmup + requests)]
-        recall: dict[str, dict] = {name: {} for name in SYSTEMS}  # system → mode → R@k
+        if "bulk" in phases_run:
+            phases["bulk"] = _bulk(sides, stripes, conversations, ids, block, out, stored)
+        if "write" in phases_run:
+            writes = [texts[i % len(texts)] for i in range(warmup + requests)]
+            phases["write"], _ = _sequential(
+                "write", sides, single, lambda side, i: side.write(writes[i]), requests, warmup, out
+            )
         for mode in ("hybrid", "semantic"):
             phase = f"search_{mode}"
+            if phase not in phases_run:
+                continue
             phases[phase], answers = _sequential(
                 phase,
                 sides,
@@ -264,33 +265,51 @@ def run_versus(
         for timers in stripes.values():
             for timer in timers:
                 timer.close()
-    questions = chosen[warmup:]
-    return {
+    if "mixed" in phases_run:
+        pools = MixedPools(
+            turns=[(c, turn.text) for c, turn in turns_in_order(conversations)],
+            questions=[(c, q.question) for c, q in asked],
+            stored=stored,
+        )
+        phases["mixed"] = run_mixed(
+            sides,
+            pools,
+            cpu_roots or {},
+            clients=mixed_clients,
+            duration=mixed_duration,
+            warmup=mixed_warmup,
+            out=out,
+        )
+    result: dict[str, Any] = {
         "conversations": len(conversations),
         "turns": sum(len(c.turns) for c in conversations),
+        "phases_run": list(phases_run),
         "requests": requests,
         "warmup_requests": warmup,
         "bulk_concurrency": CONCURRENCY,
         "bulk_block": block,
         "top_k": TOP_K,
-        "interleaving": "sequential calls alternate request by request and the bulk load block "
-        "by block; the system that goes first alternates (order: H MemoryHub, M mem0)",
+        "interleaving": "sequential calls alternate request by request, the bulk load block "
+        "by block and the mixed load round by round; the system that goes first alternates "
+        "(order: H MemoryHub, M mem0)",
         "phases": phases,
-        "recall": {
+        "machine_load_avg": [round(x, 2) for x in os.getloadavg()],
+    }
+    if any(recall.values()):
+        questions = chosen[warmup:]
+        result["recall"] = {
             "questions": len(questions),
             "distinct_questions": len({(c, q.question) for c, q in questions}),
             **recall,
-        },
-        "machine_load_avg": [round(x, 2) for x in os.getloadavg()],
-    }
+        }
+    return result
 
 
-def _bulk(sides, stripes, conversations, ids, block, out) -> dict:
+def _bulk(sides, stripes, conversations, ids, block, out, stored) -> dict:
     turns = turns_in_order(conversations)
     blocks = [turns[i : i + block] for i in range(0, len(turns), block)]
     latencies: dict[str, list[float]] = {name: [] for name in SYSTEMS}
     seconds = dict.fromkeys(SYSTEMS, 0.0)
-    stored = dict.fromkeys(SYSTEMS, 0)
     order = []
     progress = Progress(f"bulk load, {CONCURRENCY} in flight, both systems", 2 * len(turns))
     with ThreadPoolExecutor(CONCURRENCY) as pool:
@@ -302,7 +321,7 @@ def _bulk(sides, stripes, conversations, ids, block, out) -> dict:
                     sent = []
                     for conversation, turn in part[n::CONCURRENCY]:
                         ms, status, answer = timers[n].send(side.bulk(conversation, turn))
-                        sent.append((turn, ms, status, answer))
+                        sent.append((conversation, turn, ms, status, answer))
                     return sent
 
                 started = time.perf_counter()
@@ -310,11 +329,11 @@ def _bulk(sides, stripes, conversations, ids, block, out) -> dict:
                     item for stripe in pool.map(send_stripe, range(CONCURRENCY)) for item in stripe
                 ]
                 seconds[name] += time.perf_counter() - started
-                for turn, ms, status, answer in done:
+                for conversation, turn, ms, status, answer in done:
                     latencies[name].append(ms)
                     for memory_id in side.stored_ids(status, answer):
                         ids[name][memory_id] = turn.dia_id
-                        stored[name] += 1
+                        stored[name].append((conversation, memory_id))
                 order.append(LETTER[name])
                 progress.advance(len(part))
     progress.close()
@@ -323,7 +342,7 @@ def _bulk(sides, stripes, conversations, ids, block, out) -> dict:
             **percentiles(latencies[name]),
             "seconds": round(seconds[name], 2),
             "memories_per_s": round(len(turns) / seconds[name], 1) if seconds[name] else None,
-            "stored": stored[name],
+            "stored": len(stored[name]),
         }
         for name in SYSTEMS
     }
@@ -388,32 +407,40 @@ def run_tag() -> str:
 
 
 def versus_table(result: dict, out: Callable[[str], None]) -> None:
+    phases = result["phases"]
+    how = [f"bulk {result['bulk_concurrency']} in flight"] if "bulk" in phases else []
+    if any(phase in phases for phase in SEQUENTIAL):
+        how.append(f"{result['requests']} of each sequential call")
     out("")
     out(
-        f"side by side with mem0 ({result['mem0']['url']}): {result['turns']} LoCoMo turns "
-        f"bulk-loaded {result['bulk_concurrency']} in flight, then {result['requests']} of each "
-        f"call, interleaved; MemoryHub: `serve` ({result['memoryhub']['workers']} web workers), "
-        f"embedder {result['memoryhub']['embedder']}"
+        f"side by side with mem0 ({result['mem0']['url']}): {result['turns']} LoCoMo turns, "
+        f"phases {', '.join(phases)} ({', '.join(how)}, interleaved); MemoryHub: `serve` "
+        f"({result['memoryhub']['workers']} web workers), embedder {result['memoryhub']['embedder']}"
     )
-    out(
-        f"{'call':<17}{'MemoryHub p50/p95 ms':>22}{'mem0 p50/p95 ms':>18}"
-        f"{'faster p50/p95':>16}  target p50 >= {TARGET:g}x"
-    )
-    for phase in PHASES:
-        row = result["phases"][phase]
+    rows = [phase for phase in ("bulk", *SEQUENTIAL) if phase in phases]
+    if rows:
+        out(
+            f"{'call':<17}{'MemoryHub p50/p95 ms':>22}{'mem0 p50/p95 ms':>18}"
+            f"{'faster p50/p95':>16}  target p50 >= {TARGET:g}x"
+        )
+    for phase in rows:
+        row = phases[phase]
         hub, mem0, faster = row["memoryhub"], row["mem0"], row["faster"]
         verdict = "met" if faster["target_met"] else "MISSED"
         out(
             f"{phase:<17}{hub['p50']:>12.1f} /{hub['p95']:>7.1f}{mem0['p50']:>10.1f} /"
             f"{mem0['p95']:>6.1f}{faster['p50']:>10.2f} /{faster['p95']:>5.2f}  {verdict}"
         )
-    bulk = result["phases"]["bulk"]
-    out(
-        f"bulk load: MemoryHub {bulk['memoryhub']['memories_per_s']} memories/s, mem0 "
-        f"{bulk['mem0']['memories_per_s']} ({bulk['faster']['throughput']}x)"
-    )
-    recall = result["recall"]
-    for name in SYSTEMS:
+    if "bulk" in phases:
+        bulk = phases["bulk"]
+        out(
+            f"bulk load: MemoryHub {bulk['memoryhub']['memories_per_s']} memories/s, mem0 "
+            f"{bulk['mem0']['memories_per_s']} ({bulk['faster']['throughput']}x)"
+        )
+    if "mixed" in phases:
+        mixed_table(phases["mixed"], out)
+    recall = result.get("recall") or {}
+    for name in SYSTEMS if recall else ():
         out(
             f"evidence recall, {recall['questions']} questions, {name}: "
             + "; ".join(
@@ -434,10 +461,16 @@ def run_versus_bench(
     embedder: str,
     workers: int | None,
     out: Callable[[str], None],
+    phases: tuple[str, ...] = PHASES,
+    mixed_duration: float = MIXED_DURATION,
+    mixed_clients: int = MIXED_CLIENTS,
+    mem0_data: Path | None = None,
 ) -> dict:
     """MemoryHub's side on `data_dir` (a throwaway database: one agent and key per LoCoMo
     conversation and one for the writes, then `serve` with its defaults but the query-vector
-    cache), mem0's at `mem0_url` (already running), and the comparison between them."""
+    cache), mem0's at `mem0_url` (already running), and the comparison between them.
+    `mem0_data`: mem0's data folder as bench/mem0-side-by-side.sh makes it (its server's pid in
+    `server.pid`, its PostgreSQL in `pg/`), for the mixed load's CPU figures."""
     conversations = locomo.load(dataset)
     tenant = tenant_get_or_create(slug="versus-mem0")
 
@@ -451,14 +484,24 @@ def run_versus_bench(
     write_key = key_for("writes")
     tag = run_tag()
     mem0_url = mem0_url.rstrip("/")
+    mem0_roots = mem0_processes(mem0_data)
     with serving(data_dir, embedder=embedder, out=out, workers=workers, env=SERVER_ENV) as (
         base_url,
-        _,
+        serve_pid,
     ):
         hub = MemoryHubSide(base_url, keys, write_key)
         mem0 = Mem0Side(mem0_url, mem0_key, tag, [c.sample_id for c in conversations])
+        hub_roots = {"serve": [serve_pid], "postgres": _postmaster(data_dir)}
         result = run_versus(
-            hub=hub, mem0=mem0, conversations=conversations, requests=requests, out=out
+            hub=hub,
+            mem0=mem0,
+            conversations=conversations,
+            requests=requests,
+            out=out,
+            phases_run=phases,
+            mixed_duration=mixed_duration,
+            mixed_clients=mixed_clients,
+            cpu_roots={"memoryhub": hub_roots, "mem0": mem0_roots},
         )
     model = Memory.objects.for_tenant(tenant).values_list("embedding_model", flat=True).first()
     result["memoryhub"] = {
@@ -467,6 +510,12 @@ def run_versus_bench(
         "workers": workers or default_workers(),
         "env": SERVER_ENV,
     }
-    result["mem0"] = {"url": mem0_url, "user_id_prefix": tag, "authenticated": bool(mem0_key)}
+    result["mem0"] = {
+        "url": mem0_url,
+        "user_id_prefix": tag,
+        "authenticated": bool(mem0_key),
+        "data_dir": str(mem0_data) if mem0_data else None,
+        "processes_measured": mem0_roots if measurable(mem0_roots) else None,
+    }
     result["dataset"] = str(dataset)
     return result

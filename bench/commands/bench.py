@@ -32,7 +32,7 @@ from bench.pair import PAIRS, pair_table, run_pair_bench
 from bench.pgbouncer import MISSING as PGBOUNCER_MISSING
 from bench.pgbouncer import find_pgbouncer
 from bench.prune import run_prune_bench
-from bench.versus import run_versus_bench, versus_table
+from bench.versus import add_mixed_arguments, mixed_options, run_versus_bench, versus_table
 from memories.models import Memory
 from memoryhub.throwaway import ApiServer, durability, throwaway_database
 
@@ -120,7 +120,12 @@ class Command(BaseCommand):
             "--charts-dir: latency by scale, throughput by embedder, recall by mode",
         )
         parser.add_argument("--charts-dir", type=Path, default=Path("docs"))
-        parser.add_argument("--clients", type=int, default=8, help="--load client processes")
+        parser.add_argument(
+            "--clients",
+            type=int,
+            default=8,
+            help="--load client processes; --versus-mem0: the mixed load's clients",
+        )
         parser.add_argument("--duration", type=float, default=30.0, help="--load seconds timed")
         parser.add_argument(
             "--corpus",
@@ -182,6 +187,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--mem0-key", help="--versus-mem0: mem0's API key (its X-API-Key / ADMIN_API_KEY)"
         )
+        add_mixed_arguments(parser)
         parser.add_argument(
             "--backup",
             action="store_true",
@@ -400,6 +406,10 @@ class Command(BaseCommand):
             raise CommandError("--workers must be positive")
         if not opts["locomo"].exists():
             raise CommandError(f"LoCoMo dataset not found at {opts['locomo']} (use --locomo PATH)")
+        try:
+            mixed = mixed_options(opts)
+        except ValueError as exc:
+            raise CommandError(str(exc)) from exc
         # MiniLM, as mem0 is given; `auto` would fall back to hashing without the model.
         embedder = "local" if opts["embedder"] == "auto" else opts["embedder"]
         logging.getLogger("httpx").setLevel(logging.WARNING)
@@ -413,6 +423,7 @@ class Command(BaseCommand):
                 embedder=embedder,
                 workers=opts["workers"],
                 out=self.out,
+                **mixed,
             )
             result["postgres"] = durability()
         stamp(result)

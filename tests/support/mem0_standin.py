@@ -1,11 +1,12 @@
 """A stand-in for mem0's REST server (its server/main.py) on loopback, for the side-by-side
-bench's tests (bench/versus.py): `POST /memories` and `POST /search` as mem0 answers
-them, every request recorded.
+bench's tests (bench/versus.py): `POST /memories`, `POST /search` and `GET /memories/{id}`
+as mem0 answers them, every request recorded.
 
 - `POST /memories` stores each message's content under the body's `user_id` (what mem0 does
   with `infer: false`) and answers `{"results": [{"id", "memory", "event": "ADD"}]}`;
 - `POST /search` ranks the filter's user's memories by the words they share with the query
   (most first, then the order stored) and answers `{"results": [...]}`, at most `top_k`;
+- `GET /memories/{id}` answers that memory (`{"id", "memory", "user_id"}`), 404 if none;
 - `fail_with` makes every request answer that status instead (a failing mem0);
 - `key`: when set, a request without that `X-API-Key` is answered 401, as mem0's auth does.
 """
@@ -50,13 +51,22 @@ class Mem0StandIn:
         """The recorded requests to `path`, in arrival order."""
         return [r for r in self.requests if r["path"] == path]
 
-    def answer(self, path: str, body: dict, key: str | None) -> tuple[int, object]:
+    def answer(self, path: str, body: dict | None, key: str | None) -> tuple[int, object]:
         with self._lock:
             self.requests.append({"path": path, "body": body, "key": key})
             if self.fail_with:
                 return self.fail_with, {"detail": "stand-in told to fail"}
             if self.key and key != self.key:
                 return 401, {"detail": "Authentication required."}
+            if body is None:  # a GET
+                if not path.startswith("/memories/"):
+                    return 404, {"detail": "Not Found"}
+                wanted = path.removeprefix("/memories/")
+                for user, memories in self.memories.items():
+                    for memory in memories:
+                        if memory["id"] == wanted:
+                            return 200, {**memory, "user_id": user}
+                return 404, {"detail": "Memory not found"}
             if path == "/memories":
                 added = []
                 for message in body["messages"]:
@@ -82,7 +92,12 @@ class Mem0StandIn:
 
             def do_POST(self):
                 length = int(self.headers.get("Content-Length") or 0)
-                body = json.loads(self.rfile.read(length) or b"{}")
+                self.reply(json.loads(self.rfile.read(length) or b"{}"))
+
+            def do_GET(self):
+                self.reply(None)
+
+            def reply(self, body: dict | None):
                 status, answer = standin.answer(self.path, body, self.headers.get("X-API-Key"))
                 payload = json.dumps(answer).encode()
                 self.send_response(status)
