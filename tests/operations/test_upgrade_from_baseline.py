@@ -8,11 +8,18 @@ they came through. One throwaway database for the module; each test runs in a tr
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
+import tempfile
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 
+import psycopg
 import pytest
 from django.apps import apps as current_apps
+from django.conf import settings
 from django.db import connection
 from django.test import override_settings
 from django.utils import timezone
@@ -26,7 +33,10 @@ from memories.embeddings import get_embedder
 from memories.models import Memory, MemoryRevision, OwnerCount, Thread, WebhookEndpoint
 from memories.run_liveness import Liveness
 from memories.webhooks import signing
+from memoryhub.backups import create_backup
+from memoryhub.embedded_db import ensure_server, stop_server
 from memoryhub.schema import unapplied_migrations
+from tests.support.backup_instance import instance_env
 from tests.support.formation import add_op, extract, llm  # noqa: F401 - `llm`: the fixture
 from tests.support.upgrades import BASELINE, Upgrade, upgrade_database
 
@@ -41,6 +51,7 @@ class Baseline:
     ids: dict[str, str]
     positions: list[int]
     applied: list[str]
+    backup: Path | None = None  # `manage.py backup`'s dump of it, taken at the baseline
 
 
 def _memory(Memory, tenant, agent, text: str, **fields):  # noqa: N803
@@ -194,9 +205,12 @@ def baseline(django_db_blocker):
     with upgrade_database(django_db_blocker):
         upgrade = Upgrade()
         state = fill_at_baseline(upgrade.migrate_to(BASELINE))
+        backups = Path(tempfile.mkdtemp(prefix="memoryhub-upgrade-backup-"))
+        state.backup = create_backup(backups).dump_path
         state.applied = upgrade.migrate_to_head()
         steps_after_baseline()
         yield state
+        shutil.rmtree(backups, ignore_errors=True)
 
 
 @pytest.fixture
@@ -253,6 +267,37 @@ def test_a_write_by_the_previous_release_still_reaches_the_vectors_table(baselin
             "SELECT count(*) FROM memories_memoryvector WHERE memory_id = %s", [memory_id]
         )
         assert cursor.fetchone()[0] == 0
+
+
+def test_a_backup_taken_before_the_upgrade_restores_and_migrates_forward(baseline):
+    """A database restored from a backup of the previous release: `restore` migrates it forward
+    on a server of its own, and the vectors move as they do in place."""
+    target_dir = Path(tempfile.mkdtemp(prefix="memoryhub-upgrade-restore-"))
+    target = ensure_server(target_dir, throwaway=True)
+    try:
+        restore = subprocess.run(
+            [sys.executable, "manage.py", "restore", str(baseline.backup)],
+            cwd=settings.BASE_DIR,
+            env=instance_env(target_dir),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert restore.returncode == 0, restore.stdout + restore.stderr
+        with psycopg.connect(target.dsn()) as conn:
+            moved = conn.execute(
+                "SELECT count(*) FROM memories_memory m JOIN memories_memoryvector v "
+                "ON v.memory_id = m.id WHERE v.embedding = m.embedding "
+                "AND v.model = m.embedding_model AND v.tenant_id = m.tenant_id"
+            ).fetchone()[0]
+            applied = conn.execute(
+                "SELECT count(*) FROM django_migrations "
+                "WHERE app = 'memories' AND name = '0004_memory_vectors'"
+            ).fetchone()[0]
+        assert (moved, applied) == (8, 1)
+    finally:
+        stop_server(target_dir)
+        shutil.rmtree(target_dir, ignore_errors=True)
 
 
 def test_search_finds_migrated_memories(client, baseline):
