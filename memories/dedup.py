@@ -82,10 +82,16 @@ def near_duplicates_in(
 
 
 def near_duplicates_sql(
-    flat: Sequence[tuple[QuerySet[Memory], Probe]], *, threshold: float, limit: int
+    flat: Sequence[tuple[QuerySet[Memory], Probe]],
+    *,
+    threshold: float,
+    limit: int,
+    plan_mode_reset: bool = False,
 ) -> tuple[str, list]:
     """The statement `near_duplicates_in` runs for these (candidate set, probe) pairs. A probe's
-    `embedding` may be given as pgvector's text input already (a compiled statement's slot)."""
+    `embedding` may be given as pgvector's text input already (a compiled statement's slot).
+    `plan_mode_reset`: once planned, the statement sets `plan_cache_mode` back to the session's
+    (a store's kind guard asked for generic plans just before it: `kind_registry.kind_guard`)."""
     wheres: dict[int, tuple[str, list]] = {}  # each candidate set's WHERE, compiled once
     branches: list[str] = []
     params: list = []
@@ -114,6 +120,8 @@ def near_duplicates_sql(
             )
             params += [index, vector if isinstance(vector, str) else vector_literal(vector)]
             params += [*where_params, probe.embedding_model, 2 * limit, threshold]
+    if plan_mode_reset:
+        branches.append(_PLAN_MODE_RESET)
     return " UNION ALL ".join(branches), params
 
 
@@ -199,6 +207,12 @@ _COLUMNS = ", ".join(f.column for f in _FIELDS)
 _QUALIFIED = ", ".join(f"{_TABLE}.{f.column}" for f in _FIELDS)
 _VECTORS = MemoryVector._meta.db_table
 _LOADER = RowLoader(Memory, _FIELDS, ["probe", "distance"])
+# A branch of no rows whose condition, evaluated when the statement runs (after its plan was
+# chosen), sets the plan mode back to the session's for the rest of the transaction.
+_PLAN_MODE_RESET = (
+    f"(SELECT {', '.join(['NULL'] * (len(_FIELDS) + 2))} WHERE set_config('plan_cache_mode', "
+    "(SELECT reset_val FROM pg_settings WHERE name = 'plan_cache_mode'), true) IS NULL)"
+)
 
 
 def _where(candidates: QuerySet[Memory]) -> tuple[str, list]:

@@ -196,9 +196,13 @@ def kind_guard_sent(
     *,
     then_lock: str | None = None,
     announce: Announcement | None = None,
+    generic_plans: bool = False,
 ) -> Callable[[], Registry]:
     """`kind_guard`'s statement executed, and what reads its answer: called after a pipeline's
-    end (`memoryhub.pipeline`), the statement rode with others."""
+    end (`memoryhub.pipeline`), the statement rode with others. `generic_plans`: the rest of
+    the transaction runs its prepared statements' generic plans (a store's: its look-alike
+    statement cost more to plan than to run, and `plan_cache_mode=auto` could pick its custom
+    plans for estimates a little lower)."""
     # Both in the target list: evaluated for the function's row, so after the kind's lock, in
     # their order.
     columns: list[str] = ["v"]
@@ -209,6 +213,8 @@ def kind_guard_sent(
     if then_lock is not None:
         columns.append("pg_advisory_xact_lock(hashtextextended(%s, 0))")
         params.append(then_lock)
+    if generic_plans and connection.settings_dict["OPTIONS"].get("prepare_threshold") is not None:
+        columns.append("set_config('plan_cache_mode', 'force_generic_plan', true)")
     cursor = connection.cursor()
     cursor.execute(
         f"SELECT {', '.join(columns)} FROM memory_kind_guard(%s, hashtextextended(%s, 0)) AS v",

@@ -209,7 +209,11 @@ def _store_write(prepared: PreparedStore) -> StoreResult:
     lock = cap_lock_name(tenant.pk, owner.pk if owner else None, prepared.user_subject)
     with pipelined():
         guard = kind_registry.kind_guard_sent(
-            tenant, inp.kind, then_lock=lock if cap_locked else None, announce=announced
+            tenant,
+            inp.kind,
+            then_lock=lock if cap_locked else None,
+            announce=announced,
+            generic_plans=True,
         )
         look_alikes = _look_alikes_sent(looked, live=dedup)
     single = _kind_single(prepared, guard())
@@ -536,22 +540,20 @@ def _look_alike_statement(
     compiling its querysets was a third of a store's CPU."""
     slots = Slot()
     principal = slot_principal(slots, shared=shared)
+    vector_slot, model_slot = (slots.text("vector"), slots.text("model")) if vector else (None, "")
     probe = Probe(
-        content_hash=slots.text("hash"),
-        embedding=slots.text("vector") if vector else None,
-        embedding_model=slots.text("model") if vector else "",
+        content_hash=slots.text("hash"), embedding=vector_slot, embedding_model=model_slot
     )
+    subject_slot = slots.text("subject") if subject else None
     sets = look_alike_sets(
-        principal.tenant.pk,
-        principal.agent,
-        slots.text("subject") if subject else None,
-        slots.time("now") if live else None,
-        live=live,
-        formation=formation,
-    )
+        principal.tenant.pk, principal.agent, subject_slot, slots.time("now") if live else None,
+        live=live, formation=formation,
+    )  # fmt: skip
     threshold = slots.float("threshold") if vector else 0.0
+    # It sets back the plan mode its store's kind guard set (`kind_guard(generic_plans=True)`).
+    flat = [(rows, probe) for rows in sets]
     sql, params = near_duplicates_sql(
-        [(rows, probe) for rows in sets], threshold=threshold, limit=NEAR_LIMIT
+        flat, threshold=threshold, limit=NEAR_LIMIT, plan_mode_reset=True
     )
     return CompiledSQL(sql, params, slots, inline=True)
 

@@ -45,7 +45,10 @@ def test_compiled_look_alike_statement_is_the_built_one(
         tenant, agent, prepared.subject_id, prepared.now, live=live, formation=formation
     )
     built = near_duplicates_sql(
-        [(rows, prepared.probe) for rows in sets], threshold=0.8125, limit=NEAR_LIMIT
+        [(rows, prepared.probe) for rows in sets],
+        threshold=0.8125,
+        limit=NEAR_LIMIT,
+        plan_mode_reset=True,
     )
     compiled = look_alike_statement(prepared, live=live)
     # The shape's constants (statuses, categories, limits) are written into its SQL; with the
