@@ -22,6 +22,7 @@ from bench.server import Progress
 from memories.embeddings import HashingEmbedder
 from memories.fingerprints import content_hash
 from memories.ids import new_ulid
+from memories.models.memory import VECTOR_COLUMNS
 from memoryhub.supervisor import available_cores
 
 PER_AGENT = 10_000
@@ -120,8 +121,6 @@ BULK_INDEXES = (
     "memory_fts_owner_idx",
     "memory_fts_workspace_idx",
 )
-# The vectors' own table (`MemoryVector`), loaded beside the memories.
-VECTOR_COLUMNS = "memory_id, tenant_id, agent_id, subject_id, model, embedding"
 
 
 def fact(rng: random.Random, i: int) -> str:

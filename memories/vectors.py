@@ -9,52 +9,28 @@ here; `reembed` writes its batches with one statement of its own.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from django.db import connection
 
-from memories.models import Memory, MemoryVector
-from memories.models.memory import VECTOR_COLUMNS, VECTOR_ROW, VECTOR_UPSERT, vector_row
+from memories.models import Memory
+from memories.models.memory import VECTOR_ROW, VECTOR_UPSERT, vector_row
 
-TABLE = MemoryVector._meta.db_table
-COLUMNS = VECTOR_COLUMNS
+BATCH = 500  # vector rows a statement
 
 
 def write_pending_vectors(memories: Sequence[Memory]) -> None:
-    """`write_pending_vector` of many new memories at once (a bulk insert's)."""
-    vectors_upsert(
-        (memory, memory.__dict__["_embedding"])
+    """`Memory.save`'s vector write for many new memories at once (a bulk insert's): the
+    vectors set on them, `BATCH` rows a statement."""
+    pending = [
+        memory
         for memory in memories
         if memory.__dict__.pop("_embedding_pending", False)
         and memory.__dict__.get("_embedding") is not None
         and memory.embedding_model
-    )
-
-
-def vectors_upsert(
-    rows: Iterable[tuple[Memory, Sequence[float] | str]], *, batch: int = 500
-) -> int:
-    """Write the vectors of many memories (whose rows exist), `batch` rows a statement; each
-    with its memory's `embedding_model`. Returns how many rows were written."""
-    written = 0
-    chunk: list[Any] = []
-    count = 0
-
-    def flush() -> None:
-        nonlocal chunk, count
-        if count:
-            with connection.cursor() as cursor:
-                cursor.execute(VECTOR_UPSERT.format(rows=", ".join([VECTOR_ROW] * count)), chunk)
-        chunk, count = [], 0
-
-    for memory, vector in rows:
-        chunk += vector_row(memory, vector)
-        count += 1
-        written += 1
-        memory.__dict__["_embedding"] = vector
-        memory.__dict__.pop("_embedding_pending", None)
-        if count >= batch:
-            flush()
-    flush()
-    return written
+    ]
+    with connection.cursor() as cursor:
+        for start in range(0, len(pending), BATCH):
+            chunk = pending[start : start + BATCH]
+            params = [v for memory in chunk for v in vector_row(memory, memory.embedding)]
+            cursor.execute(VECTOR_UPSERT.format(rows=", ".join([VECTOR_ROW] * len(chunk))), params)

@@ -25,8 +25,7 @@ from memories.embeddings import Embedder, get_embedder
 from memories.fingerprints import embedding_text
 from memories.jobs.batches import TENANT_SCOPE, Progress, TenantCounts, fetch_all, report
 from memories.models import vector_literal
-from memories.vectors import COLUMNS as VECTOR_COLUMNS
-from memories.vectors import TABLE as VECTOR_TABLE
+from memories.models.memory import VECTOR_COLUMNS
 
 DEFAULT_REEMBED_BATCH = 64  # texts per embedder call; a local model's sweet spot on a CPU
 
@@ -45,7 +44,7 @@ written AS (
     RETURNING m.id, m.tenant_id, m.agent_id, m.subject_id, m.embedding_model
 ),
 vectors AS (
-    INSERT INTO {VECTOR_TABLE} ({VECTOR_COLUMNS})
+    INSERT INTO memories_memoryvector ({VECTOR_COLUMNS})
     SELECT w.id, w.tenant_id, w.agent_id, w.subject_id, w.embedding_model, v.embedding::vector
     FROM written w JOIN v ON v.id = w.id
     ON CONFLICT (memory_id) DO UPDATE SET model = EXCLUDED.model, embedding = EXCLUDED.embedding
